@@ -1,0 +1,366 @@
+/*
+ * ral_plugin.h -- the torch_fl Runtime Abstraction Layer plugin ABI, version 1.
+ *
+ * This is the ONLY header a vendor plugin needs. It has no dependency on PyTorch,
+ * on the torch_fl runtime, or on any C++ runtime. A plugin built against ABI 1.x
+ * keeps loading on every later 1.y runtime:
+ *   - fields are only ever APPENDED to the structs below, never removed or reordered;
+ *   - every struct that crosses the boundary starts with `struct_size`, and the
+ *     runtime never reads a field that lies past the size the plugin reported;
+ *   - a different ABI major version is refused at load time (status ABI_MISMATCH).
+ *
+ * Lifetime of a plugin (in the manner of PJRT / Vulkan loaders):
+ *   1. the runtime dlopen()s lib<name>.so from a plugin directory;
+ *   2. it calls the single entry symbol RAL_PLUGIN_ENTRY_SYMBOL, passing its own ABI
+ *      version, and gets back a pointer to a static ral_plugin_api table;
+ *   3. it calls api->init(); RAL_ERROR_MISSING_DEPS there means "a vendor runtime
+ *      library is absent" and the plugin is reported as MISSING_DEPS (retried on rescan);
+ *   4. devices, memory, streams and kernels are then used through the table;
+ *   5. api->shutdown() is called once before dlclose().
+ *
+ * Rules every plugin follows:
+ *   - never abort(), never throw, never write to stdout; report failures with a status
+ *     code and, where the optional last_error entry exists, a thread-local message;
+ *   - never allocate outputs inside a kernel: the runtime allocates every output
+ *     before the call ("out=" style);
+ *   - treat every pointer the runtime passes as already validated against the live
+ *     allocation table (the runtime's SecureContext does this before any call).
+ *
+ * Thread safety: every entry may be called from any thread. Calls on one stream are
+ * issued in order by the runtime; calls on different streams may be concurrent.
+ */
+#ifndef RAL_PLUGIN_H
+#define RAL_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*! \brief ABI major version. A runtime refuses a plugin whose major differs. */
+#define RAL_ABI_MAJOR 1
+/*! \brief ABI minor version. Bumped when fields are appended; older minors still load. */
+#define RAL_ABI_MINOR 0
+/*! \brief The one symbol a plugin exports. Its name carries the major version. */
+#define RAL_PLUGIN_ENTRY_SYMBOL "ral_plugin_entry_v1"
+
+/*! \brief Maximum tensor rank carried in a kernel call. */
+#define RAL_MAX_RANK 16
+
+/*!
+ * \brief Status code returned by every entry of the ABI.
+ * RAL_OK is zero; anything else is an error, with detail from last_error().
+ */
+typedef enum {
+  RAL_OK = 0,
+  /*! \brief An argument is malformed (bad rank, shape mismatch, null handle). */
+  RAL_ERROR_INVALID_ARGUMENT = 1,
+  /*! \brief The device cannot satisfy an allocation. */
+  RAL_ERROR_OUT_OF_MEMORY = 2,
+  /*! \brief A pointer/offset/extent is not inside a live allocation of the device.
+   *  Raised by the runtime's SecureContext; plugins may also return it. */
+  RAL_ERROR_INVALID_POINTER = 3,
+  /*! \brief The plugin does not support this request (dtype, layout, feature). */
+  RAL_ERROR_UNSUPPORTED = 4,
+  /*! \brief A kernel ran and reported failure. */
+  RAL_ERROR_KERNEL_FAILED = 5,
+  /*! \brief The device disappeared (unplugged, reset, plugin unloaded). */
+  RAL_ERROR_DEVICE_LOST = 6,
+  /*! \brief A vendor runtime library or driver the plugin needs is absent. */
+  RAL_ERROR_MISSING_DEPS = 7,
+  /*! \brief The plugin was built for another ABI major version. */
+  RAL_ERROR_ABI_MISMATCH = 8,
+  /*! \brief compile() failed; last_error() holds the compiler log. */
+  RAL_ERROR_COMPILE_FAILED = 9,
+  /*! \brief A bug or an unexpected state inside the plugin or runtime. */
+  RAL_ERROR_INTERNAL = 10,
+  /*! \brief Not an error: query() on a stream or event with work still pending. */
+  RAL_ERROR_NOT_READY = 11,
+  /*! \brief Runtime-level: the plugin library could not be dlopen()ed. */
+  RAL_ERROR_LOAD_FAILED = 12,
+} ral_status;
+
+/*!
+ * \brief Element type codes. The numbering is part of the ABI and never changes.
+ * Sizes in bytes: BOOL 1, UINT8 1, INT8 1, INT16 2, INT32 4, INT64 8, FLOAT16 2,
+ * BFLOAT16 2, FLOAT32 4, FLOAT64 8, COMPLEX64 8, COMPLEX128 16.
+ */
+typedef enum {
+  RAL_DTYPE_BOOL = 0,
+  RAL_DTYPE_UINT8 = 1,
+  RAL_DTYPE_INT8 = 2,
+  RAL_DTYPE_INT16 = 3,
+  RAL_DTYPE_INT32 = 4,
+  RAL_DTYPE_INT64 = 5,
+  RAL_DTYPE_FLOAT16 = 6,
+  RAL_DTYPE_BFLOAT16 = 7,
+  RAL_DTYPE_FLOAT32 = 8,
+  RAL_DTYPE_FLOAT64 = 9,
+  RAL_DTYPE_COMPLEX64 = 10,
+  RAL_DTYPE_COMPLEX128 = 11,
+  /*! \brief Number of dtype codes; also marks an absent optional tensor in a call. */
+  RAL_DTYPE_COUNT = 12,
+} ral_dtype;
+
+/*! \brief ral_device_info.flags: device memory can be read/written by the host CPU
+ *  at the pointer value malloc returned (zero-copy CPU fallback is then possible). */
+#define RAL_DEVICE_HOST_MAPPABLE (1u << 0)
+/*! \brief ral_device_info.flags: the device has a DMA/copy engine that overlaps compute. */
+#define RAL_DEVICE_HAS_DMA (1u << 1)
+/*! \brief ral_device_info.flags: the device computes in float16 natively. */
+#define RAL_DEVICE_FP16 (1u << 2)
+/*! \brief ral_device_info.flags: the device computes in bfloat16 natively. */
+#define RAL_DEVICE_BF16 (1u << 3)
+
+/*!
+ * \brief The standard device descriptor, filled by device_info().
+ * The runtime zero-fills the struct and sets struct_size before the call; the plugin
+ * writes only the fields it knows (those within its own sizeof).
+ */
+typedef struct {
+  /*! \brief sizeof(ral_device_info) as the caller knows it. */
+  uint32_t struct_size;
+  /*! \brief Bit i set => dtype code i (ral_dtype) is supported for storage and copies. */
+  uint32_t dtype_mask;
+  /*! \brief RAL_DEVICE_* flags. */
+  uint32_t flags;
+  /*! \brief Largest tensor rank the kernels accept (<= RAL_MAX_RANK). */
+  uint32_t max_rank;
+  /*! \brief Total device memory in bytes (0 if unknown). */
+  uint64_t total_memory;
+  /*! \brief Largest single allocation in bytes (0 if unknown). */
+  uint64_t max_alloc_size;
+  /*! \brief Human-readable device name, NUL-terminated. */
+  char name[128];
+  /*! \brief Vendor name, NUL-terminated. */
+  char vendor[64];
+  /*! \brief Device class: "cpu", "gpu", "npu", "accelerator", ... */
+  char type[32];
+  /*! \brief Driver / runtime version string of the vendor stack. */
+  char driver_version[64];
+} ral_device_info;
+
+/*! \brief Opaque plugin-owned stream (an in-order work queue). */
+typedef struct ral_stream_s* ral_stream;
+/*! \brief Opaque plugin-owned event (a marker recorded on a stream). */
+typedef struct ral_event_s* ral_event;
+/*! \brief Opaque plugin-owned compiled module (from compile()). */
+typedef struct ral_module_s* ral_module;
+
+/*!
+ * \brief A tensor argument: DLPack-style view of device memory.
+ * Element (i0, i1, ...) lives at byte
+ *   (char*)data + byte_offset + sizeof(dtype) * sum_k(i_k * strides[k])
+ * `data` is the exact value malloc() returned for the allocation (for opaque memory
+ * such as an OpenCL cl_mem it is the handle); never pointer-arithmetic on it, use
+ * byte_offset. Strides are in elements and are >= 0. A stride of 0 means broadcast.
+ * An absent optional tensor (schema `Tensor?` given None) has dtype RAL_DTYPE_COUNT,
+ * data NULL and ndim 0.
+ */
+typedef struct {
+  /*! \brief Allocation base exactly as returned by malloc(). */
+  void* data;
+  /*! \brief Offset in bytes from `data` to element (0, ..., 0). */
+  uint64_t byte_offset;
+  /*! \brief A ral_dtype code. */
+  int32_t dtype;
+  /*! \brief Number of dimensions, 0..RAL_MAX_RANK. */
+  int32_t ndim;
+  /*! \brief Extent of each dimension; ndim entries. */
+  const int64_t* sizes;
+  /*! \brief Stride of each dimension in elements; ndim entries. */
+  const int64_t* strides;
+} ral_tensor;
+
+/*! \brief Tag of a ral_scalar. */
+typedef enum {
+  /*! \brief The schema argument was None. */
+  RAL_SCALAR_NONE = 0,
+  /*! \brief v.i holds an integer (also SymInt, Layout, MemoryFormat). */
+  RAL_SCALAR_INT = 1,
+  /*! \brief v.f holds a double. */
+  RAL_SCALAR_FLOAT = 2,
+  /*! \brief v.i is 0 or 1. */
+  RAL_SCALAR_BOOL = 3,
+  /*! \brief v.i is a ral_dtype code. */
+  RAL_SCALAR_DTYPE = 4,
+  /*! \brief v.list points to `count` int64 values (int[], SymInt[]). */
+  RAL_SCALAR_INT_LIST = 5,
+  /*! \brief v.s points to a NUL-terminated string (e.g. gelu's approximate="tanh"). */
+  RAL_SCALAR_STRING = 6,
+} ral_scalar_tag;
+
+/*! \brief A non-tensor argument of the op, tagged with its kind. */
+typedef struct {
+  /*! \brief A ral_scalar_tag. */
+  int32_t tag;
+  /*! \brief Number of elements for RAL_SCALAR_INT_LIST, else 0. */
+  int32_t count;
+  union {
+    int64_t i;
+    double f;
+    const int64_t* list;
+    const char* s;
+  } v;
+} ral_scalar;
+
+/*!
+ * \brief Everything a kernel receives. One shape for every kernel.
+ *
+ * Argument convention (fixed by the aten schema of the op the manifest entry names):
+ *   - tensors[0 .. n_outputs-1] are the outputs. For a functional op these are fresh,
+ *     contiguous allocations of the result shape/dtype. For an in-place op
+ *     (`add_.Tensor`) or an out= op they are the mutated arguments, which may be
+ *     strided and may alias inputs.
+ *   - tensors[n_outputs ..] are the inputs: every Tensor / Tensor? argument of the
+ *     schema that is not an out= argument, in schema order (for in-place ops `self`
+ *     appears here again). Tensor[] arguments contribute each element in order.
+ *   - scalars[] are every non-tensor argument of the schema, in schema order, with
+ *     defaults filled in. A Tensor[] argument contributes one RAL_SCALAR_INT whose
+ *     value is the list's length, at the list's place in the scalar order.
+ *   - for an entry with "broadcast": false in the manifest, the runtime has already
+ *     expanded every input to the output shape (stride-0 dimensions), and for
+ *     "requires_contiguous": true every input and output is contiguous.
+ * The struct, and every array it points to, is valid only during launch(). A plugin
+ * that executes later must copy what it needs.
+ */
+typedef struct {
+  /*! \brief sizeof(ral_kernel_call) as the runtime knows it. */
+  uint32_t struct_size;
+  /*! \brief Plugin-local device index. */
+  int32_t device;
+  /*! \brief The stream to run on. */
+  ral_stream stream;
+  /*! \brief Number of output tensors (first in `tensors`). */
+  int32_t n_outputs;
+  /*! \brief Number of input tensors (after the outputs). */
+  int32_t n_inputs;
+  /*! \brief n_outputs + n_inputs tensor descriptors. */
+  const ral_tensor* tensors;
+  /*! \brief Number of scalar arguments. */
+  int32_t n_scalars;
+  /*! \brief Scalar arguments in schema order. */
+  const ral_scalar* scalars;
+  /*! \brief Aten overload name ("aten::add.Tensor"), for error messages only. */
+  const char* op_name;
+} ral_kernel_call;
+
+/*! \brief Every kernel has this one signature. Returns RAL_OK or an error status. */
+typedef ral_status (*ral_kernel_fn)(const ral_kernel_call* call);
+
+/*!
+ * \brief The plugin's function table, returned by the entry symbol.
+ * Entries marked REQUIRED must be non-NULL. OPTIONAL entries may be NULL; the runtime
+ * then uses a generic path (memset via a host staging copy) or reports the feature
+ * as unavailable (compile => no jit tier on this device).
+ * Device indices are plugin-local: 0 .. device_count-1.
+ */
+typedef struct {
+  /*! \brief sizeof(ral_plugin_api) as the plugin was compiled. */
+  uint32_t struct_size;
+  /*! \brief RAL_ABI_MAJOR the plugin was built with. */
+  uint16_t abi_major;
+  /*! \brief RAL_ABI_MINOR the plugin was built with. */
+  uint16_t abi_minor;
+  /*! \brief Short plugin name, e.g. "host". Static storage. */
+  const char* plugin_name;
+  /*! \brief Plugin version string, e.g. "1.0.0". Static storage. */
+  const char* plugin_version;
+
+  /*! \brief REQUIRED. Bring up the vendor stack. MISSING_DEPS if a library/driver is absent. */
+  ral_status (*init)(void);
+  /*! \brief REQUIRED. Release everything; no other entry is called afterwards. */
+  void (*shutdown)(void);
+
+  /*! \brief REQUIRED. Number of devices this plugin drives (may be 0). */
+  ral_status (*device_count)(int32_t* count);
+  /*! \brief REQUIRED. Fill the device descriptor of one device. */
+  ral_status (*device_info)(int32_t device, ral_device_info* info);
+
+  /*! \brief REQUIRED. Allocate nbytes (>0) of device memory, at least 64-byte aligned. */
+  ral_status (*malloc)(int32_t device, uint64_t nbytes, void** ptr);
+  /*! \brief REQUIRED. Free memory from malloc(). The runtime guarantees no queued work
+   *  still uses it (it synchronizes the owning stream first). */
+  ral_status (*free)(int32_t device, void* ptr);
+
+  /*! \brief REQUIRED. Host -> device copy, ordered on `stream`. `src` may be reused by the
+   *  caller as soon as this returns (stage or copy synchronously if needed). */
+  ral_status (*memcpy_h2d)(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                           uint64_t nbytes, ral_stream stream);
+  /*! \brief REQUIRED. Device -> host copy, ordered on `stream`. `dst` is valid once the
+   *  stream is synchronized. */
+  ral_status (*memcpy_d2h)(int32_t device, void* dst, const void* src, uint64_t src_offset,
+                           uint64_t nbytes, ral_stream stream);
+  /*! \brief REQUIRED. Device -> device copy within one device, ordered on `stream`. */
+  ral_status (*memcpy_d2d)(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                           uint64_t src_offset, uint64_t nbytes, ral_stream stream);
+
+  /*! \brief REQUIRED. Create an in-order stream. */
+  ral_status (*stream_create)(int32_t device, ral_stream* stream);
+  /*! \brief REQUIRED. Destroy a stream after its work completes. */
+  ral_status (*stream_destroy)(int32_t device, ral_stream stream);
+  /*! \brief REQUIRED. Block until all work on the stream is done. Returns the first
+   *  error of asynchronous work since the last synchronize (and clears it). */
+  ral_status (*stream_synchronize)(int32_t device, ral_stream stream);
+  /*! \brief REQUIRED. RAL_OK if the stream is idle, RAL_ERROR_NOT_READY otherwise. */
+  ral_status (*stream_query)(int32_t device, ral_stream stream);
+
+  /*! \brief REQUIRED. Create an event. */
+  ral_status (*event_create)(int32_t device, ral_event* event);
+  /*! \brief REQUIRED. Destroy an event. */
+  ral_status (*event_destroy)(int32_t device, ral_event event);
+  /*! \brief REQUIRED. Record the event at the current tail of `stream`. */
+  ral_status (*event_record)(int32_t device, ral_event event, ral_stream stream);
+  /*! \brief REQUIRED. Block until the event's recorded work is done. */
+  ral_status (*event_synchronize)(int32_t device, ral_event event);
+  /*! \brief REQUIRED. RAL_OK if done (or never recorded), RAL_ERROR_NOT_READY otherwise. */
+  ral_status (*event_query)(int32_t device, ral_event event);
+  /*! \brief REQUIRED. Work queued on `stream` after this call waits for `event`. */
+  ral_status (*stream_wait_event)(int32_t device, ral_stream stream, ral_event event);
+  /*! \brief REQUIRED. Milliseconds between two completed events. */
+  ral_status (*event_elapsed_ms)(int32_t device, ral_event start, ral_event end, float* ms);
+
+  /*! \brief REQUIRED. Look a kernel up by the symbol name a manifest entry names.
+   *  RAL_ERROR_UNSUPPORTED (and *kernel = NULL) if the plugin has no such kernel. */
+  ral_status (*get_kernel)(const char* symbol, ral_kernel_fn* kernel);
+  /*! \brief REQUIRED. Run `kernel` with `call` on call->stream, asynchronously if the
+   *  plugin can. A synchronous error is returned here; an asynchronous one is returned
+   *  by the next stream_synchronize(). */
+  ral_status (*launch)(ral_kernel_fn kernel, const ral_kernel_call* call);
+
+  /*! \brief OPTIONAL. Thread-local message describing the last error of this thread
+   *  (or of the asynchronous failure returned by stream_synchronize). Never NULL when
+   *  the entry exists; "" when there is nothing to say. */
+  const char* (*last_error)(void);
+  /*! \brief OPTIONAL. Fill nbytes at dst+offset with the byte `value`, ordered on `stream`. */
+  ral_status (*memset)(int32_t device, void* dst, uint64_t offset, int32_t value,
+                       uint64_t nbytes, ral_stream stream);
+  /*! \brief OPTIONAL. Compile `source` written in `lang` ("c", "opencl-c", "cuda")
+   *  for `device` with compiler `options`. On failure returns COMPILE_FAILED and the
+   *  compiler log through last_error(). Kernels of the module follow ral_kernel_fn. */
+  ral_status (*compile)(int32_t device, const char* lang, const char* source,
+                        const char* options, ral_module* module);
+  /*! \brief OPTIONAL (required if compile exists). Find a kernel in a compiled module. */
+  ral_status (*module_get_kernel)(ral_module module, const char* name, ral_kernel_fn* kernel);
+  /*! \brief OPTIONAL (required if compile exists). Free a compiled module. */
+  ral_status (*module_destroy)(ral_module module);
+} ral_plugin_api;
+
+/*!
+ * \brief Type of the entry symbol. The runtime passes its own ABI version so that a
+ * newer plugin may adapt to an older runtime; the plugin returns its static table, or
+ * NULL if it cannot serve this runtime at all.
+ */
+typedef const ral_plugin_api* (*ral_plugin_entry_fn)(uint16_t runtime_abi_major,
+                                                     uint16_t runtime_abi_minor);
+
+/*! \brief Declares the entry symbol with the right name and visibility. */
+#define RAL_PLUGIN_EXPORT __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RAL_PLUGIN_H */
