@@ -1,0 +1,63 @@
+"""torch_fl: run unmodified PyTorch programs on any accelerator that ships a RAL C plugin.
+
+`import torch_fl` registers the `ral` device type (`ral:0`, `ral:1`, ...), loads every plugin
+it finds, and exposes the `torch.ral` module. `with torch_fl.ral_mode("ral:0"):` runs plain
+CPU code on a device.
+"""
+
+from __future__ import annotations
+
+from . import backend as _backend
+from .errors import (  # noqa: F401
+    AbiMismatchError,
+    CompileError,
+    DeviceLostError,
+    InvalidPointerError,
+    KernelError,
+    ManifestError,
+    MissingDependencyError,
+    OutOfMemoryError,
+    RalError,
+    UnsupportedError,
+)
+from .registry import REGISTRY as _REGISTRY
+from .router import clear_op_overrides, set_op_override  # noqa: F401
+from .runtime import ensure_initialized as _ensure_initialized
+from .tensor import RalTensor  # noqa: F401
+from .mode import ral_mode  # noqa: F401
+from .op_coverage import Coverage, coverage  # noqa: F401
+
+__version__ = "0.1.0"
+
+_ensure_initialized()
+_backend.register()
+_REGISTRY.reload()
+
+
+def reload_manifests() -> None:
+    """Re-read every plugin's manifest and drop cached routing decisions (no restart)."""
+    from .router import invalidate
+
+    _REGISTRY.reload()
+    invalidate()
+
+
+def rescan() -> None:
+    """Look for new/removed plugins and devices (hot plug), then reload manifests."""
+    from .runtime import rescan as _rescan
+
+    _rescan()
+    _backend.guard.load(__import__("torch_fl.runtime", fromlist=["x"]).device_count())
+    reload_manifests()
+
+
+def plugins():
+    """Every plugin with its status (LOADED, DEGRADED, INVALID_MANIFEST, MISSING_DEPS, ...)."""
+    return list(_REGISTRY.plugins)
+
+
+def devices():
+    """Device descriptors of every visible ral device."""
+    from .runtime import device_records
+
+    return device_records()

@@ -1,0 +1,43 @@
+"""Register `ral` as a Python PrivateUse1 backend: name, device module, hooks, guard."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from . import device_module, factories, guard, serialization
+from .runtime import device_count
+
+_done = False
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks if hasattr(torch._C, "_acc") else object):
+    def is_available(self) -> bool:
+        return device_count() > 0
+
+    def has_primary_context(self, dev_id) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+def register() -> None:
+    """Make torch know the `ral` device type (idempotent)."""
+    global _done
+    if _done:
+        return
+    guard.load(device_count())  # must precede the Python guard: registration is first-wins
+    from torch.utils import backend_registration as br
+
+    if hasattr(br, "_setup_privateuseone_for_python_backend"):
+        br._setup_privateuseone_for_python_backend(rename="ral", backend_module=device_module, hook=_Hooks())
+    else:  # older torch: rename + module only
+        torch.utils.rename_privateuse1_backend("ral")
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module("ral", device_module)
+    sys.modules.setdefault("torch.ral", device_module)
+    factories.register()
+    serialization.register()
+    _done = True

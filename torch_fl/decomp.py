@@ -1,0 +1,90 @@
+"""The decomp tier: a decomposition of the op into other aten ops, routed again."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_tls = threading.local()
+
+
+def _active() -> set:
+    s = getattr(_tls, "active", None)
+    if s is None:
+        s = _tls.active = set()
+    return s
+
+
+def _table():
+    from torch._decomp import decomposition_table
+
+    return decomposition_table
+
+
+class DecompRun:
+    """Run a decomposition; a guard stops an op from decomposing into itself."""
+
+    tier = "decomp"
+    __slots__ = ("sch", "dev", "fn")
+
+    def __init__(self, sch, dev, fn):
+        self.sch = sch
+        self.dev = dev
+        self.fn = fn
+
+    def run(self, args, kwargs, full):
+        """Execute the decomposition (its ops come back through the router)."""
+        active = _active()
+        func = self.sch.func
+        active.add(func)
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            active.discard(func)
+
+
+def build_decomp(sch, args, kwargs, full, dev):
+    """A DecompRun if the op has a usable decomposition and is not already being decomposed."""
+    func = sch.func
+    if func in _active():
+        return None
+    if sch.is_inplace or sch.is_out:
+        return None  # torch._decomp entries are functional; mutation semantics stay exact on cpu
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return DecompRun(sch, dev, func.decompose)
+    fn = _table().get(func)
+    if fn is None or not _stays_on_vendor(fn, args, kwargs, dev):
+        return None
+    return DecompRun(sch, dev, fn)
+
+
+def _stays_on_vendor(fn, args, kwargs, dev) -> bool:
+    """Trace the decomposition on meta tensors; accept it only if every op it issues is
+    a view/alias or has a vendor kernel on this device (else one cpu call is cheaper)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .registry import REGISTRY
+    from .schema import schema_of
+    from .special import SPECIAL
+    from .vendor import _to_meta
+
+    used = set()
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, f, types, a=(), kw=None):
+            used.add(f)
+            return f(*a, **(kw or {}))
+
+    try:
+        with _Record():
+            fn(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+    except Exception:
+        return False
+    for f in used:
+        sch = schema_of(f)
+        if f in SPECIAL or sch.is_view:
+            continue
+        if not REGISTRY.entries(dev, sch.name):
+            return False
+    return True

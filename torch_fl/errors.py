@@ -1,0 +1,106 @@
+"""Exception types raised by torch_fl, and the one table mapping runtime status codes to them."""
+
+from __future__ import annotations
+
+import torch
+
+
+from .errors_base import ManifestError, RalError  # noqa: F401 (re-exported)
+
+
+class InvalidArgumentError(RalError, ValueError):
+    """A malformed argument reached the runtime or a plugin."""
+
+    status_name = "RAL_ERROR_INVALID_ARGUMENT"
+
+
+class OutOfMemoryError(RalError, torch.OutOfMemoryError):
+    """A ral device (or its TORCH_FL_MEMORY_LIMIT) could not satisfy an allocation."""
+
+    status_name = "RAL_ERROR_OUT_OF_MEMORY"
+
+
+class InvalidPointerError(RalError):
+    """The SecureContext refused a pointer/offset/extent that is not in a live allocation."""
+
+    status_name = "RAL_ERROR_INVALID_POINTER"
+
+
+class UnsupportedError(RalError, NotImplementedError):
+    """The plugin does not support the request (dtype, layout, feature)."""
+
+    status_name = "RAL_ERROR_UNSUPPORTED"
+
+
+class KernelError(RalError):
+    """A vendor kernel reported failure; the message names the plugin, the op and the reason."""
+
+    status_name = "RAL_ERROR_KERNEL_FAILED"
+
+
+class DeviceLostError(RalError):
+    """The device disappeared (its plugin was unloaded or the hardware went away)."""
+
+    status_name = "RAL_ERROR_DEVICE_LOST"
+
+
+class MissingDependencyError(RalError):
+    """A vendor runtime library a plugin needs is absent."""
+
+    status_name = "RAL_ERROR_MISSING_DEPS"
+
+
+class AbiMismatchError(RalError):
+    """A plugin was built for another ABI major version."""
+
+    status_name = "RAL_ERROR_ABI_MISMATCH"
+
+
+class CompileError(RalError):
+    """A plugin's run-time compiler rejected generated source."""
+
+    status_name = "RAL_ERROR_COMPILE_FAILED"
+
+
+class InternalError(RalError):
+    """An unexpected state inside the runtime or a plugin."""
+
+    status_name = "RAL_ERROR_INTERNAL"
+
+
+class NotReadyError(RalError):
+    """Work is still pending (query on a busy stream or event)."""
+
+    status_name = "RAL_ERROR_NOT_READY"
+
+
+class LoadFailedError(RalError):
+    """A plugin library could not be loaded."""
+
+    status_name = "RAL_ERROR_LOAD_FAILED"
+
+
+# Status codes of ral_plugin.h, in enum order. Index = code.
+STATUS_CLASSES: tuple[type[RalError], ...] = (
+    RalError,  # RAL_OK never raises
+    InvalidArgumentError,
+    OutOfMemoryError,
+    InvalidPointerError,
+    UnsupportedError,
+    KernelError,
+    DeviceLostError,
+    MissingDependencyError,
+    AbiMismatchError,
+    CompileError,
+    InternalError,
+    NotReadyError,
+    LoadFailedError,
+)
+
+
+def error_for_status(status: int, message: str, **context) -> RalError:
+    """Build the exception for a runtime status code and its message."""
+    cls = STATUS_CLASSES[status] if 0 < status < len(STATUS_CLASSES) else RalError
+    if not message.startswith("RAL_ERROR"):
+        message = f"{cls.status_name}: {message}"
+    return cls(message, **context)

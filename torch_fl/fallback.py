@@ -1,0 +1,68 @@
+"""The cpu tier: run PyTorch's own CPU kernel on host copies (zero-copy where mappable)."""
+
+from __future__ import annotations
+
+import torch
+
+from .tensor import RalTensor
+from .transfer import cpu_copy_for_fallback, synchronize, to_device, write_back
+
+
+class CpuRun:
+    """Run the op on CPU views of the device tensors and bring the results back."""
+
+    tier = "cpu"
+    __slots__ = ("sch", "dev")
+
+    def __init__(self, sch, dev):
+        self.sch = sch
+        self.dev = dev
+
+    def run(self, args, kwargs, full):
+        """Execute the op through PyTorch's CPU kernel."""
+        dev = self.dev
+        synchronize(dev)
+        copies: list[tuple[RalTensor, torch.Tensor]] = []
+        cpu_of: dict[int, torch.Tensor] = {}
+
+        def down(v):
+            if type(v) is RalTensor:
+                c = cpu_of.get(id(v))
+                if c is None:
+                    c = cpu_copy_for_fallback(v)
+                    cpu_of[id(v)] = c
+                    copies.append((v, c))
+                return c
+            if isinstance(v, (list, tuple)):
+                return type(v)(down(x) for x in v)
+            return v
+
+        cpu_args = [down(a) for a in args]
+        cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
+        result = self.sch.func(*cpu_args, **cpu_kwargs)
+        # Mutated arguments: host-mappable views were written in place; copies go back.
+        mutated = {id(full[p]) for p in self.sch.mutated_positions if type(full[p]) is RalTensor}
+        for orig, cpu in copies:
+            if id(orig) in mutated and cpu.data_ptr() != _host_ptr_or_none(orig, cpu):
+                write_back(orig, cpu)
+        by_cpu = {id(c): o for o, c in copies}
+        return _up(result, by_cpu, dev)
+
+
+def _host_ptr_or_none(orig, cpu):
+    # A zero-copy view has no separate host copy to write back.
+    from .transfer import host_view
+
+    view = host_view(orig)
+    return view.data_ptr() if view is not None else None
+
+
+def _up(v, by_cpu, dev):
+    if isinstance(v, torch.Tensor):
+        o = by_cpu.get(id(v))
+        if o is not None:
+            return o  # an op returning one of its (mutated) arguments
+        return to_device(v, dev)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_up(x, by_cpu, dev) for x in v)
+    return v

@@ -1,0 +1,121 @@
+"""RalTensor: a wrapper subclass whose payload is a device Buffer plus sizes/strides/offset."""
+
+from __future__ import annotations
+
+import torch
+
+from .memory import Buffer
+
+_DEVICES: list[torch.device] = []
+
+
+def torch_device(index: int) -> torch.device:
+    """The cached torch.device('ral', index)."""
+    while len(_DEVICES) <= index:
+        _DEVICES.append(torch.device("ral", len(_DEVICES)))
+    return _DEVICES[index]
+
+
+_make = torch.Tensor._make_wrapper_subclass
+
+
+class RalTensor(torch.Tensor):
+    """A tensor on a ral device. No torch storage: `_buf` is the device allocation.
+
+    Views share `_buf`; sizes, strides and storage_offset (in elements) live in the wrapper.
+    """
+
+    _buf: Buffer
+    _dev: int
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, buf, size, stride, offset, dtype, requires_grad=False):
+        t = _make(
+            cls,
+            size,
+            strides=stride,
+            storage_offset=offset,
+            dtype=dtype,
+            device=torch_device(buf.device),
+            requires_grad=requires_grad,
+        )
+        t._buf = buf
+        t._dev = buf.device
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+    def __tensor_flatten__(self):
+        return ["_flat_payload"], (self._buf, self.dtype)
+
+    @property
+    def _flat_payload(self):
+        # Subclass-aware machinery (swap_tensors, torch.compile) asks for inner tensors; the
+        # payload is device memory, so expose it as an aliasing RalTensor of the same layout.
+        return wrap(self._buf, self.shape, self.stride(), self.storage_offset(), self.dtype)
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
+        inner = inner_tensors["_flat_payload"]
+        return wrap(inner._buf, outer_size, outer_stride, inner.storage_offset(), inner.dtype)
+
+    def __repr__(self, *, tensor_contents=None):
+        from .transfer import to_cpu
+
+        body = repr(to_cpu(self).detach())
+        body = body[len("tensor(") : -1] if body.startswith("tensor(") else body
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return f"tensor({body}, device='{self.device}'{grad})"
+
+    def __reduce_ex__(self, protocol):
+        from .serialization import reduce_ral_tensor
+
+        return reduce_ral_tensor(self)
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = self.clone()
+        if self.requires_grad:
+            new.requires_grad_(True)
+        memo[id(self)] = new
+        return new
+
+    def numpy(self, *, force: bool = False):
+        """Copy to host and return a NumPy array (like a CUDA tensor's .cpu().numpy())."""
+        from .transfer import to_cpu
+
+        return to_cpu(self.detach()).numpy()
+
+    def tolist(self):
+        """Copy to host and return nested Python lists."""
+        from .transfer import to_cpu
+
+        return to_cpu(self.detach()).tolist()
+
+
+def wrap(buf: Buffer, size, stride, offset: int, dtype: torch.dtype) -> RalTensor:
+    """Make a RalTensor over an existing buffer (a new tensor or a view)."""
+    t = _make(
+        RalTensor,
+        size,
+        strides=stride,
+        storage_offset=offset,
+        dtype=dtype,
+        device=torch_device(buf.device),
+    )
+    t._buf = buf
+    t._dev = buf.device
+    return t
+
+
+def _dispatch(func, args, kwargs):
+    from .dispatch import dispatch
+
+    global _dispatch
+    _dispatch = dispatch  # bind once: the import is off the hot path after the first call
+    return dispatch(func, args, kwargs)

@@ -1,0 +1,324 @@
+"""The vendor tier: run a plugin kernel that the manifest declares for this call."""
+
+from __future__ import annotations
+
+import torch
+
+from . import rng
+from ._native import ffi, lib
+from .dtypes import CODE_OF_TORCH
+from .memory import allocate
+from .packing import TAG_INT, TAG_INT_LIST, Unpackable, check_packable, pack_absent, pack_scalar, pack_tensor
+from .registry import REGISTRY
+from .runtime import raise_status
+from .schema import NON_TENSOR, OPT_TENSOR, TENSOR, TENSOR_LIST
+from .streams_state import current
+from .tensor import RalTensor, wrap
+from .transfer import contiguous_strides, to_device
+
+_aten = torch.ops.aten
+# Ops that broadcast their second argument like pointwise ops but carry no pointwise tag.
+_BROADCASTING = {"aten::copy_"}
+# Arguments of pointwise ops that keep their own dtype (bool masks and conditions).
+_NO_PROMOTE_ARGS = {"condition", "mask"}
+
+
+class NoVendor(Exception):
+    """This call cannot run in the vendor tier; the message says why (shown by coverage)."""
+
+
+def _expand_plan(in_shape, out_shape):
+    """For each output dim, the input dim whose stride to use, or -1 for a broadcast (0) stride."""
+    r, k = len(out_shape), len(in_shape)
+    plan = []
+    for j in range(r):
+        src = j - (r - k)
+        if src < 0 or (in_shape[src] == 1 and out_shape[j] != 1):
+            plan.append(-1)
+        else:
+            plan.append(src)
+    return tuple(plan)
+
+
+def _to_meta(v):
+    if type(v) is RalTensor:
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to_meta(x) for x in v)
+    return v
+
+
+def meta_run(func, args, kwargs):
+    """Run func on meta stand-ins of the ral tensors: output shapes/dtypes without compute."""
+    return func(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+
+
+class VendorRun:
+    """A cached plan for one (op, signature) on one device: allocate, pack, launch."""
+
+    tier = "vendor"
+    __slots__ = ("sch", "dev", "handle", "name_c", "fresh", "out_specs", "out_pos", "inputs",
+                 "scalars", "n_out", "n_in_fixed", "numel", "plugin", "kernel", "single")
+
+    def __init__(self, sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin):
+        self.sch = sch
+        self.dev = dev
+        self.handle = handle
+        self.name_c = ffi.new("char[]", sch.name.encode())
+        self.fresh = fresh
+        self.out_specs = out_specs
+        self.out_pos = out_pos
+        self.inputs = inputs
+        self.scalars = scalars
+        self.n_out = len(out_specs) if fresh else len(out_pos)
+        self.numel = numel
+        self.plugin = plugin
+        self.kernel = entry.kernel
+        self.single = sch.n_returns == 1
+
+    def run(self, args, kwargs, full):
+        """Execute the kernel for this call."""
+        dev = self.dev
+        stream = current(dev)
+        if self.fresh:
+            outs = [wrap(allocate(dev, nb, stream), shape, stride, 0, dtype) for shape, stride, dtype, nb in self.out_specs]
+        else:
+            outs = [full[i] for i in self.out_pos]
+        packed = [self.n_out, 0, len(self.scalars)]
+        for o in outs:
+            pack_tensor(packed, o)
+        keep = []
+        n_in = 0
+        for pos, kind, prep, expand in self.inputs:
+            v = full[pos]
+            if kind == TENSOR_LIST:
+                for t in v:
+                    if prep is not None:
+                        t = prep(t)
+                        keep.append(t)
+                    pack_tensor(packed, t)
+                n_in += len(v)
+                continue
+            n_in += 1
+            if v is None:
+                pack_absent(packed)
+                continue
+            if prep is not None:
+                v = prep(v)
+                keep.append(v)
+            if expand is None:
+                pack_tensor(packed, v)
+            else:
+                out_shape, plan = expand
+                st = v.stride()
+                pack_tensor(packed, v, out_shape, [0 if p < 0 else st[p] for p in plan])
+        packed[1] = n_in
+        floats = []
+        strings = []
+        for pos, kind in self.scalars:
+            if kind == 0:
+                pack_scalar(full[pos], packed, floats, strings)
+            elif kind == 1:  # Tensor[] length
+                packed.append(TAG_INT)
+                packed.append(len(full[pos]))
+            else:  # Generator -> Philox [seed, offset]
+                packed.extend((TAG_INT_LIST, 2, *rng.next_philox(dev, self.numel)))
+        if strings:
+            keep_s = [ffi.new("char[]", s.encode()) for s in strings]
+            strings_c = ffi.new("char*[]", keep_s)
+        else:
+            strings_c = ffi.NULL
+        status = lib.rt_launch(
+            dev, stream, self.handle, ffi.new("int64_t[]", packed), len(packed),
+            ffi.new("double[]", floats) if floats else ffi.NULL, strings_c, self.name_c,
+        )
+        if status:
+            raise_status(status, plugin=self.plugin, op=self.sch.name)
+        return outs[0] if self.single else tuple(outs)
+
+
+def _first_tensor(sch, full):
+    for pos in sch.input_positions:
+        v = full[pos]
+        if sch.kinds[pos] == TENSOR_LIST:
+            if v:
+                return v[0]
+        elif v is not None:
+            return v
+    return None
+
+
+def _pick_entry(entries, dtype, rank, numel):
+    code = CODE_OF_TORCH.get(dtype)
+    reasons = []
+    for e in entries:
+        if code not in e.dtype_codes:
+            reasons.append(f"dtype {str(dtype).replace('torch.', '')} not in manifest")
+        elif not e.min_rank <= rank <= e.max_rank:
+            reasons.append(f"rank {rank} outside [{e.min_rank}, {e.max_rank}]")
+        elif e.max_numel is not None and numel > e.max_numel:
+            reasons.append(f"numel {numel} > max_numel {e.max_numel}")
+        else:
+            return e
+    raise NoVendor("; ".join(reasons))
+
+
+def _promotion_target(sch, full, out_dtype):
+    """The dtype pointwise inputs must share before a kernel sees them (None: no casts)."""
+    operands = [full[p] for p in sch.input_positions if full[p] is not None and sch.names[p] not in _NO_PROMOTE_ARGS]
+    dtypes = {v.dtype for v in operands if isinstance(v, torch.Tensor)}
+    numbers = any(not isinstance(v, torch.Tensor) for v in operands)
+    if out_dtype is not None and out_dtype != torch.bool:
+        return None if (dtypes <= {out_dtype} and not numbers) else out_dtype
+    if len(dtypes) <= 1 and not numbers:
+        return None
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    _, result = elementwise_dtypes(*[_to_meta(v) for v in operands], type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return result
+
+
+def _number_prep(dtype, dev, shape=()):
+    def prep(v):
+        return to_device(torch.full(shape, v, dtype=dtype), dev)
+
+    return prep
+
+
+def _cast_prep(dtype, dev):
+    def prep(t):
+        if type(t) is not RalTensor:
+            return to_device(t, dev, dtype)
+        return _aten._to_copy.default(t, dtype=dtype)
+
+    return prep
+
+
+def _upload_prep(dev):
+    def prep(t):
+        return to_device(t, dev)
+
+    return prep
+
+
+def _contig_prep(inner):
+    def prep(t):
+        if inner is not None:
+            t = inner(t)
+        if not t.is_contiguous():
+            t = _aten.clone.default(t, memory_format=torch.contiguous_format)
+        return t
+
+    return prep
+
+
+def build_vendor(sch, args, kwargs, full, dev):
+    """Plan a vendor-tier run for this call, or raise NoVendor with the reason."""
+    entries = REGISTRY.entries(dev, sch.name)
+    if not entries:
+        raise NoVendor("no manifest entry")
+    if not (sch.returns_tensor or sch.is_inplace or sch.is_out):
+        raise NoVendor("op returns non-tensor values")
+    if sch.is_view:
+        raise NoVendor("view op")
+    fresh = not (sch.is_inplace or sch.is_out)
+    if fresh:
+        res = meta_run(sch.func, args, kwargs)
+        metas = res if isinstance(res, (list, tuple)) else (res,)
+        out_specs = []
+        for m in metas:
+            shape = tuple(m.shape)
+            out_specs.append((shape, contiguous_strides(shape), m.dtype, m.numel() * m.dtype.itemsize))
+        out_pos = ()
+        out_shape = out_specs[0][0] if out_specs else ()
+        out_dtype = out_specs[0][2] if out_specs else None
+        numel = metas[0].numel() if metas else 0
+    else:
+        out_pos = tuple(a for a in sch.return_alias)
+        if any(p < 0 for p in out_pos):
+            raise NoVendor("mixed fresh and aliased returns")
+        for p in out_pos:
+            if type(full[p]) is not RalTensor:
+                raise NoVendor("mutated argument is not on the device")
+        if sch.is_out:
+            res = meta_run(sch.func, args, kwargs)  # checks shapes; refuses silent resizes
+            metas = res if isinstance(res, (list, tuple)) else (res,)
+            for p, m in zip(out_pos, metas):
+                if tuple(full[p].shape) != tuple(m.shape):
+                    raise NoVendor("out= tensor needs a resize")
+        out_specs = ()
+        out_shape = tuple(full[out_pos[0]].shape)
+        out_dtype = full[out_pos[0]].dtype
+        numel = full[out_pos[0]].numel()
+    first = _first_tensor(sch, full)
+    probe = first if first is not None else (full[out_pos[0]] if out_pos else None)
+    dtype = probe.dtype if probe is not None else out_dtype
+    rank = probe.dim() if probe is not None else len(out_shape)
+    entry = _pick_entry(entries, dtype, rank, numel)
+    handle = REGISTRY.handle(dev, entry)
+    if handle is None:
+        raise NoVendor(f"kernel {entry.kernel} not resolvable")
+    broadcasting = (sch.pointwise or sch.name in _BROADCASTING) and not entry.broadcast
+    target = _promotion_target(sch, full, out_dtype) if sch.pointwise else None
+    inputs = []
+    for pos in sch.input_positions:
+        kind = sch.kinds[pos]
+        v = full[pos]
+        prep = None
+        expand = None
+        if kind == TENSOR_LIST:
+            if any(type(t) is not RalTensor for t in v):
+                raise NoVendor("tensor list with non-device tensors")
+            if entry.requires_contiguous and any(not t.is_contiguous() for t in v):
+                prep = _contig_prep(None)
+            inputs.append((pos, kind, prep, None))
+            continue
+        if v is None:
+            inputs.append((pos, kind, None, None))
+            continue
+        if not isinstance(v, torch.Tensor):  # a wrapped Python number
+            if broadcasting and entry.requires_contiguous:
+                inputs.append((pos, kind, _number_prep(target or out_dtype, dev, out_shape), None))
+            else:
+                expand = (out_shape, (-1,) * len(out_shape)) if broadcasting else None
+                inputs.append((pos, kind, _number_prep(target or out_dtype, dev), expand))
+            continue
+        if type(v) is not RalTensor:
+            prep = _upload_prep(dev)  # a 0-dim CPU scalar tensor
+        if target is not None and v.dtype != target and sch.names[pos] not in _NO_PROMOTE_ARGS:
+            prep = _cast_prep(target, dev)
+        shape = tuple(v.shape)
+        if broadcasting and shape != out_shape:
+            plan = _expand_plan(shape, out_shape)
+            if entry.requires_contiguous:
+                base_prep = prep
+
+                def prep(t, base_prep=base_prep, out_shape=out_shape):
+                    if base_prep is not None:
+                        t = base_prep(t)
+                    return _aten.clone.default(_aten.expand.default(t, list(out_shape)), memory_format=torch.contiguous_format)
+            else:
+                expand = (out_shape, plan)
+        elif entry.requires_contiguous and (type(v) is not RalTensor or not v.is_contiguous()):
+            prep = _contig_prep(prep)
+        inputs.append((pos, kind, prep, expand))
+    if entry.requires_contiguous and not fresh and any(not full[p].is_contiguous() for p in out_pos):
+        raise NoVendor("kernel requires contiguous outputs and a mutated argument is strided")
+    scalars = []
+    for pos, kind in enumerate(sch.kinds):
+        if kind == NON_TENSOR:
+            if sch.type_strs[pos].startswith("Generator"):
+                scalars.append((pos, 2))
+            else:
+                try:
+                    check_packable(full[pos])
+                except Unpackable as exc:
+                    raise NoVendor(str(exc)) from None
+                scalars.append((pos, 0))
+        elif kind == TENSOR_LIST:
+            scalars.append((pos, 1))
+    plugin = REGISTRY.plugin_of(dev).record.name
+    return VendorRun(sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin)
+
+
+__all__ = ["VendorRun", "build_vendor", "NoVendor", "meta_run", "OPT_TENSOR", "TENSOR"]
