@@ -34,15 +34,35 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
 
 
-def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
-    """aten::arange.start_step on ral: computed on the host (tiny) and uploaded once."""
-    cpu = torch.arange(start, end, step, dtype=dtype)
-    return transfer.to_device(cpu, _dev_index(device))
+# Factories whose composite kernels allocate an empty result and resize it in an out= op;
+# ral tensors cannot be resized in place, so these run on the host and upload once.
+HOST_COMPUTED_FACTORIES = (
+    "arange", "arange.start", "arange.start_step", "eye", "eye.m", "linspace", "logspace",
+    "randperm", "range", "range.step", "tril_indices", "triu_indices",
+)
 
 
-def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    """aten::linspace on ral (host compute, one upload)."""
-    return transfer.to_device(torch.linspace(start, end, steps, dtype=dtype), _dev_index(device))
+def _host_computed(overload):
+    def impl(*args, **kwargs):
+        dev = _dev_index(kwargs.get("device"))
+        kwargs["device"] = "cpu"
+        return transfer.to_device(overload(*args, **kwargs), dev)
+
+    impl.__doc__ = f"{overload} on ral: computed on the host, uploaded once."
+    return impl
+
+
+def copy_from(self, dst, non_blocking=False):
+    """aten::_copy_from on ral: the copy_ path PyTorch takes below the Python key."""
+    done = transfer.copy_into(dst, self, non_blocking)
+    return done if done is not None else torch.ops.aten.copy_.default(dst, self)
+
+
+def copy_from_and_resize(self, dst):
+    """aten::_copy_from_and_resize on ral (dst must already have self's shape)."""
+    if tuple(dst.shape) != tuple(self.shape):
+        raise RuntimeError(f"torch_fl: cannot resize ral tensor of shape {tuple(dst.shape)} to {tuple(self.shape)}")
+    return copy_from(self, dst)
 
 
 def register() -> None:
@@ -53,5 +73,9 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
     _lib.impl("empty_strided", empty_strided, "PrivateUse1")
-    _lib.impl("arange.start_step", arange_start_step, "PrivateUse1")
-    _lib.impl("linspace", linspace, "PrivateUse1")
+    for name in HOST_COMPUTED_FACTORIES:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        _lib.impl(name, _host_computed(op), "PrivateUse1")
+    _lib.impl("_copy_from", copy_from, "PrivateUse1")
+    _lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UnsupportedError
 from .tensor import RalTensor
 from .transfer import cpu_copy_for_fallback, synchronize, to_device, write_back
 
@@ -39,7 +40,16 @@ class CpuRun:
 
         cpu_args = [down(a) for a in args]
         cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
+        shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.sch.func(*cpu_args, **cpu_kwargs)
+        for (orig, cpu), before in zip(copies, shapes):
+            if (cpu.shape, cpu.stride()) != before and not _resize_by_swap(orig, cpu, dev):
+                raise UnsupportedError(
+                    f"RAL_ERROR_UNSUPPORTED: {self.sch.name} resized its ral:{dev} argument from "
+                    f"{tuple(before[0])} to {tuple(cpu.shape)}; ral tensors cannot be resized in place "
+                    "(pass an out= tensor of the result shape)",
+                    op=self.sch.name,
+                )
         # Mutated arguments: host-mappable views were written in place; copies go back.
         mutated = {id(full[p]) for p in self.sch.mutated_positions if type(full[p]) is RalTensor}
         for orig, cpu in copies:
@@ -47,6 +57,17 @@ class CpuRun:
                 write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
         return _up(result, by_cpu, dev)
+
+
+def _resize_by_swap(orig: RalTensor, cpu: torch.Tensor, dev: int) -> bool:
+    """An out= op resized its argument on CPU: give the ral tensor the new shape and data by
+    swapping in a fresh device tensor (the only way to change a wrapper's sizes in place)."""
+    fresh = to_device(cpu, dev)
+    try:
+        torch.utils.swap_tensors(orig, fresh)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _host_ptr_or_none(orig, cpu):

@@ -44,7 +44,7 @@ def memory_stats_dict(device: int) -> dict[str, int]:
     """The MemoryPool counters of a device, with torch.cuda-style key names."""
     ensure_initialized()
     st = ffi.new("rt_memory_stats*")
-    check(lib.rt_memory_stats(device, st))
+    check(lib.rt_memory_stats_get(device, st))
     return {
         "allocated_bytes.all.current": st.allocated_bytes,
         "allocated_bytes.all.peak": st.peak_allocated_bytes,

@@ -23,7 +23,7 @@ _env_overrides: dict[str, str] | None = None
 
 
 def _env_key(op: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]", "_", op)
+    return re.sub(r"[^A-Za-z0-9]+", "_", op)
 
 
 def _load_env_overrides() -> dict[str, str]:

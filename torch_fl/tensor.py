@@ -85,6 +85,18 @@ class RalTensor(torch.Tensor):
         memo[id(self)] = new
         return new
 
+    @property
+    def data(self):
+        """The tensor without autograd history (shares the buffer)."""
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        # The payload lives on the Python object, which Tensor.data's setter does not copy.
+        torch.Tensor.data.__set__(self, new)
+        self._buf = new._buf
+        self._dev = new._dev
+
     def numpy(self, *, force: bool = False):
         """Copy to host and return a NumPy array (like a CUDA tensor's .cpu().numpy())."""
         from .transfer import to_cpu

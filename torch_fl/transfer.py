@@ -60,6 +60,17 @@ def host_view(t: RalTensor) -> torch.Tensor | None:
 
 
 _HOST_BASES: dict = {}
+_MAPPABLE: dict[int, bool] = {}
+
+
+def host_mappable(dev: int) -> bool:
+    """Whether the host can address ral:dev memory directly (zero-copy fallback)."""
+    m = _MAPPABLE.get(dev)
+    if m is None:
+        from .runtime import device_records
+
+        m = _MAPPABLE[dev] = device_records()[dev].host_mappable
+    return m
 
 
 def _host_base(buf) -> torch.Tensor | None:
@@ -68,15 +79,13 @@ def _host_base(buf) -> torch.Tensor | None:
     hit = _HOST_BASES.get(id(buf))
     if hit is not None and hit[0]() is buf:
         return hit[1]
-    out = ffi.new("uint64_t*")
-    nbytes = max(buf.nbytes, 1)
-    status = lib.rt_host_address(buf.device, buf.ptr, 0, nbytes, out)
-    if status == lib.RAL_ERROR_UNSUPPORTED:
+    if not host_mappable(buf.device):
         return None
-    check(status)
     if buf.nbytes == 0:
         base = torch.empty(0, dtype=torch.uint8)
     else:
+        out = ffi.new("uint64_t*")
+        check(lib.rt_host_address(buf.device, buf.ptr, 0, buf.nbytes, out))
         base = torch.frombuffer(ffi.buffer(ffi.cast("char*", out[0]), buf.nbytes), dtype=torch.uint8)
     key = id(buf)
     _HOST_BASES[key] = (weakref.ref(buf, lambda _r, k=key: _HOST_BASES.pop(k, None)), base)

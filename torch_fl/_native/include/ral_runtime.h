@@ -32,7 +32,10 @@ enum {
   RT_PLUGIN_MISSING_DEPS = 1,
   RT_PLUGIN_ABI_MISMATCH = 2,
   RT_PLUGIN_LOAD_FAILED = 3,
-  RT_PLUGIN_GONE = 4
+  RT_PLUGIN_GONE = 4,
+  /* Another plugin of the same name was found first (earlier root or directory);
+   * this copy is not loaded. Re-evaluated on rescan. */
+  RT_PLUGIN_SHADOWED = 5
 };
 
 /* Where a plugin came from, in discovery order. */
@@ -128,13 +131,17 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr);
 int rt_free(int32_t device, uint64_t ptr);
 /* Check that [ptr+offset, ptr+offset+nbytes) lies in a live allocation of `device`. */
 int rt_check_pointer(int32_t device, uint64_t ptr, uint64_t offset, uint64_t nbytes);
-int rt_memory_stats(int32_t device, rt_memory_stats* out);
+/* Copy the pool statistics (named _get: rt_memory_stats is the struct type). */
+int rt_memory_stats_get(int32_t device, rt_memory_stats* out);
 int rt_reset_peak_stats(int32_t device);
 /* Synchronize the device and hand every cached block back to the plugin. */
 int rt_empty_cache(int32_t device);
 /* Set the per-device limit in bytes (0 = none). TORCH_FL_MEMORY_LIMIT sets the initial
  * limit for every device ("512MB", "2GiB", "1048576"). */
 int rt_set_memory_limit(int32_t device, uint64_t limit_bytes);
+/* Parse a size the way TORCH_FL_MEMORY_LIMIT is read: a number with an optional unit,
+ * case-insensitive; K/KiB/M/MiB/G/GiB/T/TiB are powers of 1024, kB/MB/GB/TB of 1000. */
+int rt_parse_size(const char* text, uint64_t* bytes);
 /* For host-mappable devices: the host address of ptr+offset (validated), else
  * RAL_ERROR_UNSUPPORTED. */
 int rt_host_address(int32_t device, uint64_t ptr, uint64_t offset, uint64_t nbytes,

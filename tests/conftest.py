@@ -1,0 +1,65 @@
+"""Shared fixtures: the device under test, CPU-reference comparison, subprocess runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_fl
+
+REPO = Path(__file__).resolve().parent.parent
+# The device the capability tests run on. TORCH_FL_TEST_DEVICE=ral:1 reruns them on the
+# second plugin (e.g. OpenCL) with only the device string changed.
+DEVICE = os.environ.get("TORCH_FL_TEST_DEVICE", "ral:0")
+
+
+def host_device_present() -> bool:
+    return any(p.record.name == "host" and p.devices for p in torch_fl.plugins())
+
+
+@pytest.fixture(scope="session")
+def dev() -> str:
+    """The ral device string under test; skips everything if no ral device exists."""
+    if torch.ral.device_count() == 0:
+        pytest.skip("no ral device: the host plugin was not built (run .ci/setup.sh)")
+    return DEVICE
+
+
+def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
+    """Compare a ral result with its CPU reference (moved to CPU first)."""
+    if isinstance(actual, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, rtol, atol)
+        return
+    if isinstance(actual, torch.Tensor):
+        assert actual.device.type == "ral", f"result left the device: {actual.device}"
+        actual = actual.cpu()
+    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run code in a fresh interpreter (for settings that are fixed at import time)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def launch_count(device_index: int = 0) -> int:
+    """How many kernel launches reached the plugin of a device so far."""
+    from torch_fl._native import lib
+
+    return lib.rt_launch_count(device_index)

@@ -1,0 +1,1 @@
+"""Deliberately broken RAL plugins and the helpers that build them for tests."""

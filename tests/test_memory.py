@@ -1,0 +1,72 @@
+"""Capability: the MemoryPool as seen from torch (stats, caching, limits, OOM)."""
+
+import torch
+from conftest import run_python
+
+import torch_fl
+
+
+def test_stats_track_allocations(dev):
+    torch.ral.synchronize()
+    base = torch.ral.memory_allocated(dev)
+    t = torch.empty(1024, 1024, device=dev)
+    assert torch.ral.memory_allocated(dev) - base >= 4 * 1024 * 1024
+    assert torch.ral.max_memory_allocated(dev) >= torch.ral.memory_allocated(dev)
+    assert torch.ral.memory_reserved(dev) >= torch.ral.memory_allocated(dev)
+    del t
+    assert torch.ral.memory_allocated(dev) == base
+    stats = torch.ral.memory_stats(dev)
+    assert stats["allocation.all.allocated"] >= 1
+
+
+def test_freed_blocks_are_reused(dev):
+    a = torch.empty(3000, device=dev)
+    del a
+    hits = torch.ral.memory_stats(dev)["cache_hits"]
+    b = torch.empty(3000, device=dev)
+    assert torch.ral.memory_stats(dev)["cache_hits"] == hits + 1
+    del b
+    torch.ral.empty_cache()
+    assert torch.ral.memory_stats(dev)["cached_blocks"] == 0
+
+
+def test_out_of_memory_is_specific_and_recoverable():
+    res = run_python(
+        """
+        import torch, torch_fl
+        keep = torch.arange(1000.0, device="ral:0")
+        chunks = [torch.empty(16 * 2**20, dtype=torch.uint8, device="ral:0") for _ in range(3)]
+        try:
+            more = torch.empty(64 * 2**20, dtype=torch.uint8, device="ral:0")
+        except torch_fl.OutOfMemoryError as exc:
+            assert isinstance(exc, torch.OutOfMemoryError)
+            msg = str(exc)
+            assert "RAL_ERROR_OUT_OF_MEMORY" in msg, msg
+        else:
+            raise SystemExit("no OOM")
+        assert keep.sum().item() == sum(range(1000)), "other tensors must survive"
+        del chunks
+        ok = torch.empty(40 * 2**20, dtype=torch.uint8, device="ral:0")  # works again once freed
+        print("OK", torch.ral.memory_stats()["num_ooms"])
+        """,
+        env={"TORCH_FL_MEMORY_LIMIT": "100MB"},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    assert "OK" in res.stdout
+
+
+def test_set_memory_limit_api(dev):
+    try:
+        torch.ral.empty_cache()
+        limit = torch.ral.memory_reserved(dev) + 8 * 2**20
+        torch.ral.set_memory_limit(limit, dev)
+        try:
+            torch.empty(16 * 2**20, dtype=torch.uint8, device=dev)
+        except torch_fl.OutOfMemoryError:
+            pass
+        else:
+            raise AssertionError("limit not enforced")
+        small = torch.ones(10, device=dev)
+        assert small.sum().item() == 10
+    finally:
+        torch.ral.set_memory_limit(0, dev)

@@ -1,0 +1,153 @@
+"""Capability: the KernelRouter (tiers, caching, manifest constraints, reload, overrides)."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, assert_close, run_python
+
+import torch_fl
+from torch_fl import router
+
+
+@pytest.fixture(scope="module")
+def template_root(tmp_path_factory) -> Path:
+    """A plugin root holding a freshly built copy of plugins/template."""
+    root = tmp_path_factory.mktemp("plugins")
+    out = root / "template"
+    out.mkdir()
+    subprocess.run(["make", "-s", "-C", str(REPO / "plugins" / "template"), f"OUT={out}"], check=True)
+    shutil.copy(REPO / "manifests" / "template.json", out / "manifest.json")
+    return root
+
+
+def _manifest(root: Path) -> Path:
+    return root / "template" / "manifest.json"
+
+
+def _run(root: Path, code: str, **env):
+    res = run_python("import torch, torch_fl\nDEV = 'ral:%d' % (torch.ral.device_count() - 1)\n" + code,
+                     env={"TORCH_FL_PLUGIN_PATH": str(root), **env})
+    assert res.returncode == 0, res.stdout + res.stderr[-4000:]
+    return res.stdout
+
+
+def test_decision_is_cached_per_signature(dev):
+    a = torch.randn(8).to(dev)
+    router.invalidate()
+    a + a
+    n = len(router.DECISIONS)
+    for _ in range(5):
+        a + a
+    assert len(router.DECISIONS) == n
+    a.view(2, 4) + a.view(2, 4)
+    assert len(router.DECISIONS) == n + 1
+
+
+def test_coverage_counts_tiers(dev):
+    a = torch.randn(8, 8).to(dev)
+    with torch_fl.coverage() as cov:
+        for _ in range(3):
+            a + a
+    assert cov.counts[("aten::add.Tensor", "vendor")] == 3
+    assert cov.tier_shares() == {"vendor": 1.0}
+
+
+def test_api_override_forces_cpu_and_back(dev):
+    a = torch.randn(16).to(dev)
+    try:
+        torch_fl.set_op_override("aten::add.Tensor", "cpu")
+        with torch_fl.coverage() as cov:
+            out = a + a
+        assert cov.counts[("aten::add.Tensor", "cpu")] == 1
+        assert_close(out, a.cpu() * 2)
+    finally:
+        torch_fl.set_op_override("aten::add.Tensor", None)
+    with torch_fl.coverage() as cov:
+        a + a
+    assert cov.counts[("aten::add.Tensor", "vendor")] == 1
+
+
+def test_override_unknown_op_or_tier_is_clear():
+    with pytest.raises(LookupError, match="unknown operator"):
+        torch_fl.set_op_override("aten::not_an_op.Tensor", "cpu")
+    with pytest.raises(ValueError, match="tier must be one of"):
+        torch_fl.set_op_override("aten::add.Tensor", "gpu")
+
+
+def test_env_override(template_root):
+    out = _run(template_root, """
+        a = torch.ones(4, device=DEV)
+        with torch_fl.coverage() as cov:
+            b = a + a
+        print(dict(cov.counts), b.sum().item())
+    """.replace("\n        ", "\n"), TORCH_FL_OP_aten_add_Tensor="cpu")
+    assert "('aten::add.Tensor', 'cpu'): 1" in out and "8.0" in out
+
+
+def test_manifest_constraints(template_root):
+    out = _run(template_root, """
+        def tier(fn):
+            with torch_fl.coverage() as cov:
+                r = fn()
+            return sorted(t for (op, t) in cov.counts if op == "aten::add.Tensor"), r
+        a = torch.randn(6, 5).to(DEV)
+        print("f32", tier(lambda: a + a)[0])
+        print("f64", tier(lambda: a.double() + a.double())[0])
+        t, r = tier(lambda: a.t() + a.t())          # strided: made contiguous on the device
+        torch.testing.assert_close(r.cpu(), a.cpu().t() * 2)
+        print("strided", t)
+        t, r = tier(lambda: a + torch.ones(5, device=DEV))   # broadcast: expanded on the device
+        torch.testing.assert_close(r.cpu(), a.cpu() + 1)
+        print("bcast", t)
+    """.replace("\n        ", "\n"))
+    assert "f32 ['vendor']" in out
+    assert "f64 ['cpu']" in out
+    assert "strided ['vendor']" in out
+    assert "bcast ['vendor']" in out
+
+
+def test_rank_numel_constraints_and_reload(template_root, tmp_path):
+    root = tmp_path / "plugins"
+    shutil.copytree(template_root, root)
+    m = json.loads(_manifest(root).read_text())
+    m["kernels"][0]["max_rank"] = 1
+    m["kernels"][0]["max_numel"] = 100
+    _manifest(root).write_text(json.dumps(m))
+    out = _run(root, f"""
+        import json, pathlib
+        def tier(fn):
+            with torch_fl.coverage() as cov:
+                fn()
+            return [t for (op, t) in cov.counts if op == "aten::add.Tensor"]
+        a1 = torch.ones(50, device=DEV); a2 = torch.ones(5, 5, device=DEV); big = torch.ones(500, device=DEV)
+        print("rank1", tier(lambda: a1 + a1), "rank2", tier(lambda: a2 + a2), "big", tier(lambda: big + big))
+        p = pathlib.Path({str(_manifest(root))!r})
+        m = json.loads(p.read_text()); m["kernels"] = m["kernels"][1:]; p.write_text(json.dumps(m))
+        torch_fl.reload_manifests()
+        print("reloaded", tier(lambda: a1 + a1), (a1 + a1).sum().item())
+    """.replace("\n        ", "\n"))
+    assert "rank1 ['vendor'] rank2 ['cpu'] big ['cpu']" in out
+    assert "reloaded ['cpu'] 100.0" in out
+
+
+def test_missing_symbol_degrades_and_falls_back(template_root, tmp_path):
+    root = tmp_path / "plugins"
+    shutil.copytree(template_root, root)
+    m = json.loads(_manifest(root).read_text())
+    m["kernels"][0]["kernel"] = "template_no_such_symbol"
+    _manifest(root).write_text(json.dumps(m))
+    out = _run(root, """
+        p = [p for p in torch_fl.plugins() if p.record.name == "template"][0]
+        print(p.status, "|", p.reason)
+        a = torch.arange(4.0, device=DEV)
+        with torch_fl.coverage() as cov:
+            r = a + a
+        print(dict(cov.counts), r.tolist())
+    """.replace("\n        ", "\n"))
+    assert "DEGRADED | 1 manifest entry disabled: aten::add.Tensor" in out
+    assert "template_no_such_symbol" in out
+    assert "('aten::add.Tensor', 'cpu'): 1" in out and "[0.0, 2.0, 4.0, 6.0]" in out

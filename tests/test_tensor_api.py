@@ -1,0 +1,141 @@
+"""Capability: RalTensor behaves like a device tensor (repr, numpy, save/load, deepcopy, .data)."""
+
+import copy
+import io
+
+import torch
+from conftest import assert_close
+
+import torch_fl
+from torch_fl.tensor import RalTensor
+
+
+def test_factories_land_on_device(dev):
+    for t in (
+        torch.empty(3, 4, device=dev),
+        torch.zeros(3, 4, device=dev),
+        torch.ones(3, device=dev, dtype=torch.float16),
+        torch.full((2, 2), 7.5, device=dev),
+        torch.arange(10, device=dev),
+        torch.tensor([[1, 2], [3, 4]], device=dev),
+        torch.eye(3, device=dev),
+    ):
+        assert type(t) is RalTensor and t.device == torch.device(dev)
+    assert_close(torch.zeros(3, 4, device=dev), torch.zeros(3, 4))
+    assert_close(torch.full((2, 2), 7.5, device=dev), torch.full((2, 2), 7.5))
+    assert_close(torch.arange(10, device=dev), torch.arange(10))
+    assert_close(torch.tensor([[1, 2], [3, 4]], device=dev), torch.tensor([[1, 2], [3, 4]]))
+    assert_close(torch.eye(3, device=dev), torch.eye(3))
+
+
+def test_to_and_back_all_dtypes(dev):
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                  torch.int8, torch.uint8, torch.bool):
+        src = (torch.randn(5, 7) * 10).to(dtype)
+        r = src.to(dev)
+        assert r.dtype == dtype
+        torch.testing.assert_close(r.cpu(), src, rtol=0, atol=0)
+
+
+def test_to_with_cast_on_device(dev):
+    src = torch.randn(4, 5)
+    for dtype in (torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.bool):
+        out = src.to(dev).to(dtype)
+        torch.testing.assert_close(out.cpu(), src.to(dtype), rtol=0, atol=0)
+
+
+def test_non_blocking_transfers(dev):
+    src = torch.randn(64, 64)
+    r = src.to(dev, non_blocking=True)
+    back = r.to("cpu", non_blocking=True)
+    torch.ral.synchronize()
+    torch.testing.assert_close(back, src, rtol=0, atol=0)
+
+
+def test_repr_numpy_tolist_item(dev):
+    src = torch.tensor([[1.5, -2.0], [3.25, 4.0]])
+    r = src.to(dev)
+    text = repr(r)
+    assert "device='ral:" in text and "1.5000" in text
+    assert (r.numpy() == src.numpy()).all()
+    assert r.tolist() == src.tolist()
+    assert r[1, 0].item() == 3.25
+    assert str(r.sum().item()) == str(src.sum().item())
+
+
+def test_save_load_roundtrip_and_map_location(dev):
+    src = torch.randn(3, 4)
+    r = src.to(dev)
+    buf = io.BytesIO()
+    torch.save({"w": r, "n": 3}, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert type(back["w"]) is RalTensor and back["w"].device == r.device
+    torch.testing.assert_close(back["w"].cpu(), src, rtol=0, atol=0)
+    buf.seek(0)
+    cpu = torch.load(buf, map_location="cpu")["w"]
+    assert cpu.device.type == "cpu" and type(cpu) is torch.Tensor
+    torch.testing.assert_close(cpu, src, rtol=0, atol=0)
+
+
+def test_save_load_module_state_dict(dev):
+    m = torch.nn.Linear(4, 3).to(dev)
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    buf.seek(0)
+    m2 = torch.nn.Linear(4, 3)
+    m2.load_state_dict(torch.load(buf, map_location="cpu"))
+    torch.testing.assert_close(m2.weight, m.weight.cpu(), rtol=0, atol=0)
+
+
+def test_deepcopy(dev):
+    r = torch.randn(3, 3).to(dev)
+    c = copy.deepcopy(r)
+    assert type(c) is RalTensor and c._buf is not r._buf
+    torch.testing.assert_close(c.cpu(), r.cpu(), rtol=0, atol=0)
+    m = torch.nn.Linear(3, 2).to(dev)
+    m2 = copy.deepcopy(m)
+    assert m2.weight.device == m.weight.device and m2.weight._buf is not m.weight._buf
+    torch.testing.assert_close(m2.weight.cpu(), m.weight.cpu(), rtol=0, atol=0)
+
+
+def test_data_assignment(dev):
+    p = torch.nn.Parameter(torch.zeros(3).to(dev))
+    new = torch.arange(3.0).to(dev)
+    p.data = new
+    torch.testing.assert_close(p.cpu(), torch.arange(3.0), rtol=0, atol=0)
+    assert (p.data + 1).cpu().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_tensor_flatten_and_module_to_dtype(dev):
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    r = torch.randn(2, 2).to(dev)
+    assert is_traceable_wrapper_subclass(r)
+    names, ctx = r.__tensor_flatten__()
+    inner = {n: getattr(r, n) for n in names}
+    rebuilt = RalTensor.__tensor_unflatten__(inner, ctx, r.shape, r.stride())
+    torch.testing.assert_close(rebuilt.cpu(), r.cpu(), rtol=0, atol=0)
+    m = torch.nn.Linear(4, 4).to(dev)
+    ref = m.weight.cpu()
+    m.to(torch.float64)
+    assert m.weight.dtype == torch.float64 and m.weight.device.type == "ral"
+    torch.testing.assert_close(m.weight.cpu(), ref.double(), rtol=0, atol=0)
+    m.half()
+    assert m.weight.dtype == torch.float16 and isinstance(m.weight, torch.nn.Parameter)
+
+
+def test_cpu_mixing_error_matches_cuda_kind(dev):
+    r = torch.ones(3).to(dev)
+    try:
+        r + torch.ones(3)
+    except RuntimeError as exc:
+        assert "Expected all tensors to be on the same device" in str(exc)
+    else:
+        raise AssertionError("mixing a ral tensor with a non-scalar CPU tensor did not raise")
+    # 0-dim CPU tensors are scalars and may mix, as with CUDA.
+    assert_close(r * torch.tensor(2.0), torch.ones(3) * 2)
+
+
+def test_is_torch_fl_exported():
+    assert issubclass(torch_fl.OutOfMemoryError, torch.OutOfMemoryError)

@@ -1,0 +1,91 @@
+"""Capability: views and aliasing share the device buffer; detach runs no kernel."""
+
+import torch
+from conftest import assert_close, launch_count
+
+
+def test_view_shares_buffer_and_inplace_reaches_base(dev):
+    base_cpu = torch.arange(12.0).reshape(3, 4)
+    base = base_cpu.clone().to(dev)
+    v = base[1]
+    assert v._buf is base._buf
+    v.mul_(10)
+    base_cpu[1].mul_(10)
+    assert_close(base, base_cpu)
+    t = base.t()
+    t[0].add_(1)
+    base_cpu.t()[0].add_(1)
+    assert_close(base, base_cpu)
+
+
+def test_view_chain_metadata_matches_cpu(dev):
+    cpu = torch.arange(24.0).reshape(2, 3, 4)
+    r = cpu.to(dev)
+    for fn in (
+        lambda x: x.transpose(0, 2),
+        lambda x: x.permute(2, 0, 1)[1:, :, ::2],
+        lambda x: x.view(6, 4)[::2],
+        lambda x: x.unsqueeze(1).expand(2, 5, 3, 4),
+        lambda x: x.select(1, 2),
+        lambda x: x.narrow(2, 1, 2),
+        lambda x: x.flatten(),
+        lambda x: x.unflatten(2, (2, 2)),
+        lambda x: x.diagonal(dim1=1, dim2=2),
+        lambda x: x.as_strided((2, 2), (1, 2), 3),
+    ):
+        out_r, out_c = fn(r), fn(cpu)
+        assert out_r.shape == out_c.shape and out_r.stride() == out_c.stride()
+        assert out_r.storage_offset() == out_c.storage_offset()
+        assert_close(out_r, out_c)
+
+
+def test_multi_output_views(dev):
+    cpu = torch.arange(10.0)
+    r = cpu.to(dev)
+    for a, b in zip(r.split(3), cpu.split(3)):
+        assert_close(a, b)
+    for a, b in zip(r.view(2, 5).unbind(1), cpu.view(2, 5).unbind(1)):
+        assert_close(a, b)
+    for a, b in zip(r.chunk(4), cpu.chunk(4)):
+        assert_close(a, b)
+
+
+def test_detach_and_alias_run_no_kernel(dev):
+    r = torch.randn(4, 4).to(dev)
+    torch.ral.synchronize()
+    idx = torch.device(dev).index
+    before = launch_count(idx)
+    d = r.detach()
+    a = torch.ops.aten.alias(r)
+    v = r.view(16).t() if r.dim() == 1 else r.view(16)
+    assert launch_count(idx) == before
+    assert d._buf is r._buf and a._buf is r._buf and v._buf is r._buf
+
+
+def test_dtype_view(dev):
+    cpu = torch.tensor([1.0, 2.0, -3.5])
+    r = cpu.to(dev)
+    assert_close(r.view(torch.int32), cpu.view(torch.int32))
+    assert_close(r[1:].view(torch.int16), cpu[1:].view(torch.int16))
+
+
+def test_inplace_on_noncontiguous_view(dev):
+    cpu = torch.randn(6, 5)
+    r = cpu.clone().to(dev)
+    r[:, 1::2].add_(torch.ones(6, 2).to(dev))
+    cpu[:, 1::2].add_(torch.ones(6, 2))
+    assert_close(r, cpu)
+    r.t()[2:4].zero_()
+    cpu.t()[2:4].zero_()
+    assert_close(r, cpu)
+
+
+def test_metadata_mutation_is_a_clear_error(dev):
+    r = torch.randn(2, 3).to(dev)
+    try:
+        r.t_()
+    except NotImplementedError as exc:
+        assert "in place" in str(exc)
+    else:
+        raise AssertionError("t_ did not raise")
+    assert_close(r + 0, r.cpu())
