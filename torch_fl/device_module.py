@@ -77,7 +77,12 @@ class device:
 
 def synchronize(device=None) -> None:
     """Wait for all work on a ral device; raises the first asynchronous kernel error."""
-    check(lib.rt_device_synchronize(_index(device)))
+    from .transfer import SYNC_OBSERVERS
+
+    idx = _index(device)
+    for obs in SYNC_OBSERVERS:
+        obs(idx, "torch.ral.synchronize")
+    check(lib.rt_device_synchronize(idx))
 
 
 def get_device_name(device=None) -> str:

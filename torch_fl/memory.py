@@ -7,6 +7,11 @@ from .runtime import check, ensure_initialized
 
 
 
+# Allocation observers (the tracer): callables (event, buffer) with event "alloc" or "free".
+# Empty unless a trace is recording, so the per-op cost is one truth test.
+ALLOC_OBSERVERS: list = []
+
+
 class Buffer:
     """One allocation from the runtime's MemoryPool; freed back to the pool when collected.
 
@@ -23,6 +28,9 @@ class Buffer:
     def __del__(self):
         # Interpreter shutdown may have torn `lib` down already; nothing to free then.
         try:
+            if ALLOC_OBSERVERS:
+                for obs in ALLOC_OBSERVERS:
+                    obs("free", self)
             lib.rt_free(self.device, self.ptr)
         except Exception:
             pass
@@ -37,7 +45,11 @@ def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
     status = lib.rt_malloc(device, nbytes, stream, out)
     if status:
         check(status)
-    return Buffer(device, out[0], nbytes)
+    buf = Buffer(device, out[0], nbytes)
+    if ALLOC_OBSERVERS:
+        for obs in ALLOC_OBSERVERS:
+            obs("alloc", buf)
+    return buf
 
 
 def memory_stats_dict(device: int) -> dict[str, int]:

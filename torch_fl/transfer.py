@@ -28,8 +28,15 @@ def extent_elems(shape, stride) -> int:
     return 1 + sum((n - 1) * s for n, s in zip(shape, stride))
 
 
-def synchronize(dev: int) -> None:
+# Sync observers (the tracer): callables (device, reason). Empty unless tracing.
+SYNC_OBSERVERS: list = []
+
+
+def synchronize(dev: int, reason: str = "stream") -> None:
     """Wait for the device's current stream; surfaces asynchronous kernel errors."""
+    if SYNC_OBSERVERS:
+        for obs in SYNC_OBSERVERS:
+            obs(dev, reason)
     check(lib.rt_stream_synchronize(dev, current(dev)))
 
 

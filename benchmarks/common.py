@@ -1,0 +1,56 @@
+"""Timing helpers shared by the benchmark cases: medians of repeats, ratios in one run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Result:
+    """One benchmark row: a case, its baseline, and the ratio between them."""
+
+    case: str
+    subject: str
+    subject_s: float
+    baseline: str
+    baseline_s: float
+    target: float | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.subject_s / self.baseline_s
+
+    @property
+    def meets_target(self) -> bool | None:
+        return None if self.target is None else self.ratio <= self.target
+
+
+def median_time(fn, *, repeats: int = 7, warmup: int = 2, inner: int = 1) -> float:
+    """Median seconds per call of fn (each sample runs fn `inner` times)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples)
+
+
+def interleaved(fns: dict, *, repeats: int = 7, warmup: int = 2, inner: int = 1) -> dict:
+    """Median time of several functions sampled alternately, so drift hits all alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / inner)
+    return {k: statistics.median(v) for k, v in samples.items()}
