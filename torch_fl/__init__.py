@@ -7,31 +7,58 @@ CPU code on a device.
 
 from __future__ import annotations
 
-from . import backend as _backend
-from .errors import (  # noqa: F401
-    AbiMismatchError,
-    CompileError,
-    DeviceLostError,
-    InvalidPointerError,
-    KernelError,
-    ManifestError,
-    MissingDependencyError,
-    OutOfMemoryError,
-    RalError,
-    UnsupportedError,
-)
-from .registry import REGISTRY as _REGISTRY
-from .router import clear_op_overrides, set_op_override  # noqa: F401
-from .runtime import ensure_initialized as _ensure_initialized
-from .tensor import RalTensor  # noqa: F401
-from .mode import ral_mode  # noqa: F401
-from .op_coverage import Coverage, coverage  # noqa: F401
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
 
-_ensure_initialized()
-_backend.register()
-_REGISTRY.reload()
+
+def _light_import() -> bool:
+    # The console tools (ralctl, ral-trace) need only the torch-free modules (runtime, manifest,
+    # _native). A console script cannot run code before this import, so the tools are known by
+    # their script name; TORCH_FL_LIGHT_IMPORT=1 asks for the same (python -m torch_fl.tools.*).
+    if _os.environ.get("TORCH_FL_LIGHT_IMPORT") == "1":
+        return True
+    argv = getattr(_sys, "argv", None) or [""]
+    return _os.path.basename(argv[0] or "") in ("ralctl", "ral-trace")
+
+
+def trace(path="trace.json"):
+    """Record every op, allocation and sync into a Chrome trace file: `with torch_fl.trace(path):`."""
+    from .tools.trace.recorder import trace as _trace
+
+    return _trace(path)
+
+
+if not _light_import():
+    from . import backend as _backend
+    from .errors import (  # noqa: F401
+        AbiMismatchError,
+        CompileError,
+        DeviceLostError,
+        InvalidPointerError,
+        KernelError,
+        ManifestError,
+        MissingDependencyError,
+        OutOfMemoryError,
+        RalError,
+        UnsupportedError,
+    )
+    from .registry import REGISTRY as _REGISTRY
+    from .router import clear_op_overrides, set_op_override  # noqa: F401
+    from .runtime import ensure_initialized as _ensure_initialized
+    from .tensor import RalTensor  # noqa: F401
+    from .mode import ral_mode  # noqa: F401
+    from .op_coverage import Coverage, coverage  # noqa: F401
+
+    _ensure_initialized()
+    _backend.register()
+    _REGISTRY.reload()
+    if _os.environ.get("TORCH_FL_TRACE"):
+        # Set by `ral-trace run`: record this whole process (see torch_fl/tools/README.md).
+        from .tools.trace.recorder import start_from_env as _start_trace
+
+        _start_trace()
 
 
 def reload_manifests() -> None:

@@ -53,6 +53,12 @@ def signature(sch, full):
                     dev = d
                 key.append((d, t.shape, t.dtype, t.is_contiguous()))
             elif isinstance(t, torch.Tensor):
+                if t.layout != torch.strided:
+                    from .errors import UnsupportedError
+
+                    raise UnsupportedError(
+                        f"RAL_ERROR_UNSUPPORTED: {sch.name}: {t.layout} tensors are not supported on ral devices; "
+                        "convert with .to_dense() first", op=sch.name)
                 if t.dim() != 0 or t.device.type != "cpu":
                     raise _device_error("ral", str(t.device))
                 key.append(("cpu0", t.dtype))
@@ -75,6 +81,8 @@ def route(func, args, kwargs):
     if sch is None:
         sch = _SCHEMAS[func] = schema_of(func)
     if sch.is_view:
+        if sch.composite_implicit:
+            return func.decompose(*args, **kwargs)
         return view_op(func, args, kwargs)
     full = sch.normalize(args, kwargs)
     dev, key = signature(sch, full)

@@ -43,7 +43,7 @@ class CpuRun:
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.sch.func(*cpu_args, **cpu_kwargs)
         for (orig, cpu), before in zip(copies, shapes):
-            if (cpu.shape, cpu.stride()) != before and not _resize_by_swap(orig, cpu, dev):
+            if (cpu.shape, cpu.stride()) != before and not _adopt_resized(orig, cpu, dev):
                 raise UnsupportedError(
                     f"RAL_ERROR_UNSUPPORTED: {self.sch.name} resized its ral:{dev} argument from "
                     f"{tuple(before[0])} to {tuple(cpu.shape)}; ral tensors cannot be resized in place "
@@ -59,14 +59,12 @@ class CpuRun:
         return _up(result, by_cpu, dev)
 
 
-def _resize_by_swap(orig: RalTensor, cpu: torch.Tensor, dev: int) -> bool:
-    """An out= op resized its argument on CPU: give the ral tensor the new shape and data by
-    swapping in a fresh device tensor (the only way to change a wrapper's sizes in place)."""
+def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> bool:
+    """An out= op resized its argument on CPU: give the ral tensor the new geometry and data."""
+    from .restride import restride
+
     fresh = to_device(cpu, dev)
-    try:
-        torch.utils.swap_tensors(orig, fresh)
-    except RuntimeError:
-        return False
+    restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
     return True
 
 
@@ -79,6 +77,8 @@ def _host_ptr_or_none(orig, cpu):
 
 
 def _up(v, by_cpu, dev):
+    if type(v) is RalTensor:
+        return v  # the CPU kernel itself created a device tensor (an explicit device= argument)
     if isinstance(v, torch.Tensor):
         o = by_cpu.get(id(v))
         if o is not None:

@@ -56,6 +56,7 @@ class OpSchema:
         "returns_tensor",
         "has_tensor_list",
         "pointwise",
+        "composite_implicit",
     )
 
     def __init__(self, func):
@@ -100,6 +101,11 @@ class OpSchema:
         self.returns_tensor = all(isinstance(r.type, torch.TensorType) for r in s.returns) and self.n_returns > 0
         self.has_tensor_list = TENSOR_LIST in self.kinds
         self.pointwise = torch.Tag.pointwise in func.tags
+        # Such ops reach a backend only under inference_mode or a dispatch mode; their
+        # alias annotations describe "may alias" (e.g. aten.to), so they are decomposed.
+        self.composite_implicit = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        )
 
     def normalize(self, args, kwargs) -> list:
         """All arguments in schema order, defaults filled in."""

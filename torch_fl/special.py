@@ -7,6 +7,7 @@ import torch
 from . import transfer
 from .errors import UnsupportedError
 from .tensor import RalTensor, wrap
+from .restride import resize, restride
 from .views import alias, as_strided, view_op
 
 aten = torch.ops.aten
@@ -72,6 +73,23 @@ def _like_factory(fill):
     return handler
 
 
+def _new_factory(fill):
+    def handler(func, args, kwargs):
+        src, size = args[0], args[1]
+        dtype = kwargs.get("dtype") or src.dtype
+        target = _device_index(kwargs.get("device"), src._dev)
+        if target is None:
+            return func(torch.empty(0, dtype=src.dtype), *args[1:], **kwargs)
+        out = transfer.empty_on(target, size, dtype)
+        if fill is not None:
+            fill(out, args)
+        if kwargs.get("requires_grad"):
+            out.requires_grad_(True)
+        return out
+
+    return handler
+
+
 def _sdp_choice(func, args, kwargs):
     # No fused attention kernel is exposed through the ABI: use the math path, which
     # decomposes into matmul/softmax ops that plugins do implement.
@@ -86,12 +104,47 @@ def _false(func, args, kwargs):
     return False
 
 
-def _unsupported_metadata_mutation(func, args, kwargs):
-    raise UnsupportedError(
-        f"RAL_ERROR_UNSUPPORTED: {func} changes a tensor's shape/strides in place, which ral "
-        "tensors do not support; use the out-of-place form (e.g. x = x.t() instead of x.t_())",
-        op=str(func),
-    )
+def _inplace_view(func, args, kwargs):
+    """t_, squeeze_, unsqueeze_, transpose_, ...: compute the out-of-place view's geometry,
+    then give it to the tensor itself."""
+    t = args[0]
+    v = view_op(_out_of_place(func), args, kwargs)
+    return restride(t, t._buf, v.shape, v.stride(), v.storage_offset())
+
+
+def _out_of_place(func):
+    """The functional view overload with the same arguments as an in-place view op."""
+    packet = getattr(aten, func._schema.name.split("::")[1].rstrip("_"))
+    if func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    names = [a.name for a in func._schema.arguments]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if [a.name for a in cand._schema.arguments] == names:
+            return cand
+    raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: no functional form of {func}", op=str(func))
+
+
+def _as_strided_(func, args, kwargs):
+    t, size, stride = args[0], args[1], args[2]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    return restride(t, t._buf, size, stride, t.storage_offset() if offset is None else offset)
+
+
+def _resize_(func, args, kwargs):
+    return resize(args[0], args[1])
+
+
+def _set_source_tensor(func, args, kwargs):
+    t, src = args[0], args[1]
+    if type(src) is not RalTensor or src._dev != t._dev:
+        raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: set_ needs a source tensor on {t.device}", op=str(func))
+    return restride(t, src._buf, src.shape, src.stride(), src.storage_offset())
+
+
+def _set_empty(func, args, kwargs):
+    t = args[0]
+    return restride(t, transfer.empty_on(t._dev, (0,), t.dtype)._buf, (0,), (1,), 0)
 
 
 def _detach_(func, args, kwargs):
@@ -110,14 +163,22 @@ SPECIAL: dict = {
     aten.zeros_like.default: _like_factory(lambda out, a, k: aten.zero_.default(out)),
     aten.ones_like.default: _like_factory(lambda out, a, k: aten.fill_.Scalar(out, 1)),
     aten.full_like.default: _like_factory(lambda out, a, k: aten.fill_.Scalar(out, a[1])),
+    aten.new_empty.default: _new_factory(None),
+    aten.new_zeros.default: _new_factory(lambda out, a: aten.zero_.default(out)),
+    aten.new_ones.default: _new_factory(lambda out, a: aten.fill_.Scalar(out, 1)),
+    aten.new_full.default: _new_factory(lambda out, a: aten.fill_.Scalar(out, a[2])),
     aten._fused_sdp_choice.default: _sdp_choice,
     aten.record_stream.default: _noop,
     aten.is_pinned.default: _false,
     aten.detach_.default: _detach_,
 }
-for _name in ("t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_"):
+SPECIAL[aten.as_strided_.default] = _as_strided_
+SPECIAL[aten.resize_.default] = _resize_
+SPECIAL[aten.set_.source_Tensor] = _set_source_tensor
+SPECIAL[aten.set_.default] = _set_empty
+for _name in ("t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_"):
     for _ov in getattr(aten, _name).overloads():
-        SPECIAL[getattr(getattr(aten, _name), _ov)] = _unsupported_metadata_mutation
+        SPECIAL[getattr(getattr(aten, _name), _ov)] = _inplace_view
 
 VIEW = view_op
 __all__ = ["SPECIAL", "VIEW", "wrap"]

@@ -141,6 +141,8 @@ def write_back(dst: RalTensor, cpu: torch.Tensor) -> None:
 
 def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None) -> RalTensor:
     """Upload a CPU tensor to ral:dev as a new contiguous tensor."""
+    if src.device.type != "cpu":
+        raise TypeError(f"torch_fl: to_device expects a CPU tensor, got one on {src.device}")
     if dtype is not None and src.dtype != dtype:
         src = src.to(dtype)
     src = src.contiguous()

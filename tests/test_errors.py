@@ -1,0 +1,113 @@
+"""Bad input: each case raises a specific error naming plugin/op/reason and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import launch_count, run_python
+
+import torch_fl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plugins.build import build_template_plugin, build_test_plugin  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bad_root(tmp_path_factory) -> Path:
+    """A plugin root with one good plugin and one of each kind of broken plugin."""
+    root = tmp_path_factory.mktemp("bad_plugins")
+    build_template_plugin(root)
+    for name in ("abi2", "corrupt", "faulty"):
+        build_test_plugin(name, root)
+    # A template-based plugin whose manifest is malformed (bad dtype in entry 1).
+    bad = build_test_plugin("badmanifest", root, source="named")
+    m = json.loads((Path(__file__).resolve().parent.parent / "manifests" / "template.json").read_text())
+    m["plugin"] = "badmanifest"
+    m["kernels"][1]["dtypes"] = ["float33"]
+    (bad / "manifest.json").write_text(json.dumps(m))
+    # The faulty plugin: mul.Tensor fails synchronously, add.Tensor asynchronously.
+    fm = json.loads((root / "faulty" / "manifest.json").read_text())
+    fm["kernels"] = [fm["kernels"][0], dict(fm["kernels"][1], op="aten::mul.Tensor")]
+    (root / "faulty" / "manifest.json").write_text(json.dumps(fm))
+    return root
+
+
+def _run(root, code):
+    res = run_python(
+        "import torch, torch_fl\n"
+        "P = {p.record.name: p for p in torch_fl.plugins()}\n"
+        "def dev_of(name): return 'ral:%d' % P[name].devices[0]\n" + code,
+        env={"TORCH_FL_PLUGIN_PATH": str(root)},
+    )
+    assert res.returncode == 0, res.stdout + res.stderr[-4000:]
+    return res.stdout
+
+
+def test_plugin_failures_are_classified_and_others_still_load(bad_root):
+    out = _run(bad_root, """
+for name in ("abi2", "corrupt", "badmanifest", "template", "faulty"):
+    print(name, P[name].status, "|", P[name].reason)
+x = torch.ones(3, device=dev_of("template"))
+print("template works", (x + x).tolist())
+y = torch.ones(3, device=dev_of("badmanifest"))
+with torch_fl.coverage() as cov:
+    z = (y * y).tolist()
+print("badmanifest falls back", z, sorted(cov.counts))
+""")
+    assert "abi2 ABI_MISMATCH | plugin is built for ABI 2.0; this runtime implements ABI 1.0" in out
+    assert "corrupt LOAD_FAILED |" in out and "invalid ELF header" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("badmanifest INVALID_MANIFEST"))
+    assert "badmanifest/manifest.json" in line and "kernels[1]" in line and "'dtypes.0'" in line and "float33" in line
+    assert "template LOADED" in out and "template works [2.0, 2.0, 2.0]" in out
+    assert "badmanifest falls back [1.0, 1.0, 1.0] [('aten::mul.Tensor', 'cpu')]" in out
+
+
+def test_kernel_error_names_plugin_op_and_message(bad_root):
+    out = _run(bad_root, """
+d = dev_of("faulty")
+keep = torch.arange(4.0, device=d)
+a = torch.ones(4, device=d)
+try:
+    (a * a)
+except torch_fl.KernelError as exc:
+    print("sync:", exc.plugin, exc.op, "|", exc)
+b = a + a                       # queued: fails at the next sync point
+try:
+    b.cpu()
+except torch_fl.KernelError as exc:
+    print("async:", exc)
+print("still alive", keep.tolist(), (keep - keep).tolist())
+""")
+    assert "sync: faulty aten::mul.Tensor | RAL_ERROR_KERNEL_FAILED: [faulty] aten::mul.Tensor (kernel faulty_sync_kernel): injected failure" in out
+    assert "async: RAL_ERROR_KERNEL_FAILED: [faulty]" in out and "aten::add.Tensor (kernel faulty_kernel): injected failure" in out
+    assert "still alive [0.0, 1.0, 2.0, 3.0] [0.0, 0.0, 0.0, 0.0]" in out
+
+
+def test_invalid_pointer_never_reaches_plugin(dev):
+    from torch_fl.memory import Buffer
+    from torch_fl.tensor import wrap
+
+    idx = torch.device(dev).index
+    good = torch.arange(16.0, device=dev)
+    forged = wrap(Buffer(idx, 0x7F8A12345000, 64), (16,), (1,), 0, torch.float32)
+    torch.ral.synchronize()
+    before = launch_count(idx)
+    with pytest.raises(torch_fl.InvalidPointerError, match=r"RAL_ERROR_INVALID_POINTER: buffer 0x7f8a12345000 not mapped to device \d"):
+        forged + forged
+    assert launch_count(idx) == before
+    # A view reaching past its allocation is refused too.
+    past = wrap(good._buf, (16,), (1,), 8, torch.float32)
+    with pytest.raises(torch_fl.InvalidPointerError, match="exceeds buffer"):
+        past + past
+    del forged  # freeing a forged buffer is refused by the runtime, silently
+    assert (good + good).sum().item() == 240.0
+
+
+def test_unknown_device_in_mode_is_clear(dev):
+    n = torch.ral.device_count()
+    with pytest.raises(RuntimeError, match=f"ral:{n + 3} does not exist"):
+        torch_fl.ral_mode(f"ral:{n + 3}")

@@ -1,0 +1,159 @@
+"""Capability: ral_mode runs unmodified CPU code on a ral device."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import pytest
+import torch
+from conftest import assert_close
+
+import torch_fl
+from torch_fl import mode as mode_mod
+from torch_fl.tensor import RalTensor
+
+
+def test_factories_and_results_land_on_device(dev):
+    with torch_fl.ral_mode(dev):
+        a = torch.ones(3, 4)
+        b = torch.arange(4.0)
+        c = a * b + torch.randn(3, 4) * 0
+    for t in (a, b, c):
+        assert type(t) is RalTensor and t.device == torch.device(dev)
+    # usable after the block
+    assert c.cpu().tolist() == [[0.0, 1.0, 2.0, 3.0]] * 3
+    assert c.sum().item() == 18.0
+    assert (c.numpy() == c.cpu().numpy()).all()
+    assert "device='ral:" in repr(c)
+
+
+def test_explicit_cpu_device_is_respected(dev):
+    with torch_fl.ral_mode(dev):
+        t = torch.zeros(2, device="cpu")
+    assert t.device.type == "cpu"
+
+
+def test_cpu_tensor_uploaded_once_until_it_changes(dev):
+    x = torch.randn(64, 64)
+    with torch_fl.ral_mode(dev):
+        before = dict(mode_mod.stats)
+        y1 = x @ x
+        y2 = x + 1
+        assert mode_mod.stats["uploads"] - before["uploads"] == 1
+        x.add_(1)  # in-place on a CPU tensor: runs on CPU, bumps its version
+        y3 = x * 2
+        assert mode_mod.stats["uploads"] - before["uploads"] == 2
+    assert_close(y3, x * 2)
+    assert_close(y1, (x - 1) @ (x - 1), rtol=1e-4, atol=1e-4)
+    assert_close(y2, x)
+
+
+def test_upload_cache_does_not_keep_dead_tensors(dev):
+    x = torch.randn(32)
+    ref = weakref.ref(x)
+    with torch_fl.ral_mode(dev):
+        (x * 2).sum()
+    del x
+    gc.collect()
+    assert ref() is None
+
+
+def test_training_cpu_model_in_mode(dev):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3))
+    ref = torch.nn.Sequential(*[m for m in __import__("copy").deepcopy(model)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    x, y = torch.randn(5, 8), torch.randint(0, 3, (5,))
+    for step in range(3):
+        with torch_fl.ral_mode(dev):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            if step == 1:
+                opt.step()  # inside the mode
+        if step != 1:
+            opt.step()  # outside the mode
+        opt.zero_grad()
+        loss_ref = torch.nn.functional.cross_entropy(ref(x), y)
+        loss_ref.backward()
+        opt_ref.step()
+        opt_ref.zero_grad()
+        assert_close(loss, loss_ref.detach(), rtol=1e-5, atol=1e-5)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert p.device.type == "cpu"
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_grads_land_on_cpu_and_only_changed_params_reupload(dev):
+    model = torch.nn.Linear(4, 4)
+    with torch_fl.ral_mode(dev):
+        model(torch.randn(2, 4)).sum().backward()
+    assert model.weight.grad.device.type == "cpu" and model.bias.grad.device.type == "cpu"
+    with torch.no_grad():
+        model.bias.add_(1)
+    inp = torch.ones(2, 4)
+    with torch_fl.ral_mode(dev):
+        before = mode_mod.stats["uploads"]
+        model(inp)
+        # the new CPU input and the changed bias; the unchanged weight comes from the cache
+        assert mode_mod.stats["uploads"] - before == 2
+
+
+@pytest.mark.parametrize("ctx", [torch.no_grad, torch.inference_mode])
+def test_grad_modes(dev, ctx):
+    model = torch.nn.Linear(6, 3)
+    x = torch.randn(4, 6)
+    with ctx(), torch_fl.ral_mode(dev):
+        with torch_fl.coverage() as cov:
+            out = model(x)
+    assert type(out) is RalTensor
+    assert_close(out, model(x).detach(), rtol=1e-5, atol=1e-5)
+    assert sum(cov.counts.values()) > 0
+
+
+def test_nested_modes_innermost_wins():
+    if torch.ral.device_count() < 2:
+        pytest.skip("needs two ral devices (e.g. host + OpenCL)")
+    with torch_fl.ral_mode("ral:0"):
+        with torch_fl.ral_mode("ral:1"):
+            inner = torch.ones(2)
+        outer = torch.ones(2)
+    assert inner.device == torch.device("ral:1") and outer.device == torch.device("ral:0")
+
+
+def test_mode_is_per_thread(dev):
+    seen = {}
+
+    def worker():
+        seen["t"] = torch.ones(1).device.type
+
+    with torch_fl.ral_mode(dev):
+        th = threading.Thread(target=worker)
+        th.start()
+        th.join()
+        here = torch.ones(1).device.type
+    assert seen["t"] == "cpu" and here == "ral"
+
+
+def test_exception_in_block_leaves_no_state(dev):
+    with pytest.raises(ZeroDivisionError):
+        with torch_fl.ral_mode(dev):
+            torch.ones(2)
+            1 / 0
+    assert torch.ones(2).device.type == "cpu"
+    assert torch._C._len_torch_function_stack() == 0
+
+
+def test_unsupported_op_falls_back_correctly(dev):
+    x = torch.randn(5, 5)
+    with torch_fl.ral_mode(dev), torch_fl.coverage() as cov:
+        out = torch.linalg.det(x)
+    assert_close(out, torch.linalg.det(x), rtol=1e-4, atol=1e-5)
+    assert any(tier != "vendor" for (_, tier) in cov.counts)
+
+
+def test_bad_device_rejected_at_entry():
+    with pytest.raises(ValueError, match="needs a ral device"):
+        torch_fl.ral_mode("cpu")
