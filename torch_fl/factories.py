@@ -10,6 +10,25 @@ from .streams_state import current
 from .tensor import wrap
 
 _lib = None
+_PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.PythonTLSSnapshot
+)
+
+
+def _with_python_key(fn):
+    """PyTorch may call backend kernels with the Python key excluded (e.g. inside
+    torch.tensor(..., device=...)); ops on RalTensors inside our kernels need it back."""
+
+    def wrapper(*args, **kwargs):
+        exclude = torch._C._dispatch_tls_local_exclude_set()
+        if not exclude.has(torch._C.DispatchKey.Python):
+            return fn(*args, **kwargs)
+        include = torch._C._dispatch_tls_local_include_set()
+        with torch._C._ForceDispatchKeyGuard(include, exclude - _PYTHON_KEYS):
+            return fn(*args, **kwargs)
+
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 def _dev_index(device) -> int:
@@ -71,11 +90,11 @@ def register() -> None:
     if _lib is not None:
         return
     _lib = torch.library.Library("aten", "IMPL")
-    _lib.impl("empty.memory_format", empty_memory_format, "PrivateUse1")
-    _lib.impl("empty_strided", empty_strided, "PrivateUse1")
+    _lib.impl("empty.memory_format", _with_python_key(empty_memory_format), "PrivateUse1")
+    _lib.impl("empty_strided", _with_python_key(empty_strided), "PrivateUse1")
     for name in HOST_COMPUTED_FACTORIES:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")
-        _lib.impl(name, _host_computed(op), "PrivateUse1")
-    _lib.impl("_copy_from", copy_from, "PrivateUse1")
-    _lib.impl("_copy_from_and_resize", copy_from_and_resize, "PrivateUse1")
+        _lib.impl(name, _with_python_key(_host_computed(op)), "PrivateUse1")
+    _lib.impl("_copy_from", _with_python_key(copy_from), "PrivateUse1")
+    _lib.impl("_copy_from_and_resize", _with_python_key(copy_from_and_resize), "PrivateUse1")

@@ -42,11 +42,13 @@ def seed_of(dev: int) -> int:
 def get_state(dev: int) -> torch.Tensor:
     """The RNG state of a device as a uint8 CPU tensor (16 bytes: seed, offset)."""
     seed, offset = _st(dev)
-    return torch.tensor([seed, offset], dtype=torch.int64).view(torch.uint8).clone()
+    with torch._C.DisableTorchFunction():  # a CPU state even when called inside ral_mode
+        return torch.tensor([seed, offset], dtype=torch.int64, device="cpu").view(torch.uint8).clone()
 
 
 def set_state(dev: int, state: torch.Tensor) -> None:
     """Restore a state from get_state."""
-    seed, offset = state.clone().view(torch.int64).tolist()
+    with torch._C.DisableTorchFunction():
+        seed, offset = state.cpu().clone().view(torch.int64).tolist()
     with _lock:
         _state[dev] = [seed, offset]

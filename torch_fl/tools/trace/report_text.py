@@ -1,0 +1,44 @@
+"""`ral-trace report trace.json`: the hotspot tables and a one-paragraph summary in the terminal."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .analysis import HotRow, Summary
+from .units import fmt_bytes, fmt_share, fmt_us
+
+
+def _hot_table(title: str, rows: list[HotRow], first: str, with_tier: bool) -> Table:
+    table = Table(title=title, title_justify="left")
+    table.add_column(first)
+    if with_tier:
+        table.add_column("TIER")
+    for col in ("CALLS", "TOTAL", "MEAN", "SHARE"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        cells = [r.name] + ([r.tier] if with_tier else [])
+        table.add_row(*cells, str(r.calls), fmt_us(r.total_us), fmt_us(r.mean_us), fmt_share(r.share))
+    return table
+
+
+def print_report(summary: Summary, console: Console, top: int = 20) -> None:
+    """Print the summary line, hotspots by op (top N) and by tier, and the fallback total."""
+    s = summary
+    state = "complete" if s.complete else "INCOMPLETE (the process did not finish recording)"
+    console.print(f"[bold]{s.path}[/]: {len(s.ops)} ops over {fmt_us(s.span_us)}, {fmt_us(s.op_time_us)} in ops; {state}")
+    if s.exit_error:
+        console.print(f"[red]the traced code raised[/] {s.exit_error}")
+    for d in s.devices:
+        console.print(f"  {d.label} ({d.vendor or 'unknown vendor'}): peak {fmt_bytes(d.peak_bytes)}, {d.syncs} syncs")
+    shown = s.by_op[:top]
+    more = f" (top {top} of {len(s.by_op)})" if len(s.by_op) > top else ""
+    console.print(_hot_table(f"Hotspots by op{more}", shown, "OP", True))
+    console.print(_hot_table("Time by tier", s.by_tier, "TIER", False))
+    if s.fallbacks:
+        share = s.fallback_us / s.op_time_us if s.op_time_us else 0.0
+        names = ", ".join(r.name for r in s.fallbacks[:5])
+        console.print(f"Fallbacks (tier cpu): {len(s.fallbacks)} ops, {fmt_us(s.fallback_us)} = {fmt_share(share)} of op time: {names}")
+    if s.leaks:
+        console.print(f"Alive at end: {sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)} "
+                      "(see --html for their stacks)")
