@@ -7,7 +7,7 @@ import torch
 from . import transfer
 from .memory import allocate
 from .streams_state import current
-from .tensor import wrap
+from .tensor import outside_modes, wrap
 
 _lib = None
 _PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
@@ -18,6 +18,8 @@ _PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.D
 def _with_python_key(fn):
     """PyTorch may call backend kernels with the Python key excluded (e.g. inside
     torch.tensor(..., device=...)); ops on RalTensors inside our kernels need it back."""
+
+    fn = outside_modes(fn)
 
     def wrapper(*args, **kwargs):
         exclude = torch._C._dispatch_tls_local_exclude_set()

@@ -17,6 +17,23 @@ def torch_device(index: int) -> torch.device:
 
 
 _make = torch.Tensor._make_wrapper_subclass
+_modes_on = torch._C._is_torch_function_mode_enabled
+_NoTorchFunction = torch._C.DisableTorchFunction
+
+
+def outside_modes(fn):
+    """Run fn with torch-function modes (ral_mode) off: torch_fl's own tensor plumbing
+    must create CPU tensors where it says CPU, even inside a user's ral_mode block."""
+
+    def wrapper(*args, **kwargs):
+        if _modes_on():
+            with _NoTorchFunction():
+                return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 class RalTensor(torch.Tensor):
@@ -46,6 +63,9 @@ class RalTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if _modes_on():
+            with _NoTorchFunction():
+                return _dispatch(func, args, kwargs or {})
         return _dispatch(func, args, kwargs or {})
 
     def __tensor_flatten__(self):
@@ -62,6 +82,7 @@ class RalTensor(torch.Tensor):
         inner = inner_tensors["_flat_payload"]
         return wrap(inner._buf, outer_size, outer_stride, inner.storage_offset(), inner.dtype)
 
+    @outside_modes
     def __repr__(self, *, tensor_contents=None):
         from .transfer import to_cpu
 
@@ -70,11 +91,13 @@ class RalTensor(torch.Tensor):
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"tensor({body}, device='{self.device}'{grad})"
 
+    @outside_modes
     def __reduce_ex__(self, protocol):
         from .serialization import reduce_ral_tensor
 
         return reduce_ral_tensor(self)
 
+    @outside_modes
     def __deepcopy__(self, memo):
         if id(self) in memo:
             return memo[id(self)]
@@ -97,12 +120,14 @@ class RalTensor(torch.Tensor):
         self._buf = new._buf
         self._dev = new._dev
 
+    @outside_modes
     def numpy(self, *, force: bool = False):
         """Copy to host and return a NumPy array (like a CUDA tensor's .cpu().numpy())."""
         from .transfer import to_cpu
 
         return to_cpu(self.detach()).numpy()
 
+    @outside_modes
     def tolist(self):
         """Copy to host and return nested Python lists."""
         from .transfer import to_cpu

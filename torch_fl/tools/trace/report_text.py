@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .analysis import HotRow, Summary
-from .units import fmt_bytes, fmt_share, fmt_us
+from ..units import fmt_bytes, fmt_share, fmt_us
 
 
 def _hot_table(title: str, rows: list[HotRow], first: str, with_tier: bool) -> Table:

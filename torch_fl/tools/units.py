@@ -1,4 +1,4 @@
-"""Human-readable figures shared by the terminal and HTML reports."""
+"""Human-readable figures shared by ralctl and the trace reports."""
 
 from __future__ import annotations
 
