@@ -46,12 +46,15 @@ def signature(sch, full):
             if t is None:
                 key.append(None)
             elif type(t) is RalTensor:
-                d = t._dev
+                sig = t._sig
+                if sig is None:
+                    sig = t._sig = (t._dev, tuple(t.shape), t.dtype, t.is_contiguous())
+                d = sig[0]
                 if dev != d:
                     if dev >= 0:
                         raise _device_error(f"ral:{dev}", f"ral:{d}")
                     dev = d
-                key.append((d, t.shape, t.dtype, t.is_contiguous()))
+                key.append(sig)
             elif isinstance(t, torch.Tensor):
                 if t.layout != torch.strided:
                     from .errors import UnsupportedError

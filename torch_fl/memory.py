@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from ._native import ffi, lib
 from .runtime import check, ensure_initialized
 
@@ -39,9 +41,14 @@ class Buffer:
         return f"Buffer(ral:{self.device}, 0x{self.ptr:x}, {self.nbytes} bytes)"
 
 
+_tls = threading.local()
+
+
 def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
     """Allocate nbytes on a device for use on a stream; raises torch_fl.OutOfMemoryError."""
-    out = ffi.new("uint64_t*")
+    out = getattr(_tls, "out", None)
+    if out is None:  # one result cell per thread: cffi releases the GIL during the call
+        out = _tls.out = ffi.new("uint64_t*")
     status = lib.rt_malloc(device, nbytes, stream, out)
     if status:
         check(status)

@@ -26,6 +26,7 @@ def restride(t: RalTensor, buf, size, stride, offset: int) -> RalTensor:
     _set_storage.redispatch(_META, t, placeholder.untyped_storage(), offset, list(size), list(stride))
     t._buf = buf
     t._dev = buf.device
+    t._sig = None  # geometry changed: the router recomputes the signature
     return t
 
 

@@ -61,6 +61,8 @@ class RalTensor(torch.Tensor):
         t._dev = buf.device
         return t
 
+    _sig = None
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         if _modes_on():
@@ -119,6 +121,7 @@ class RalTensor(torch.Tensor):
         torch.Tensor.data.__set__(self, new)
         self._buf = new._buf
         self._dev = new._dev
+        self._sig = None
 
     @outside_modes
     def numpy(self, *, force: bool = False):
@@ -135,18 +138,26 @@ class RalTensor(torch.Tensor):
         return to_cpu(self.detach()).tolist()
 
 
-def wrap(buf: Buffer, size, stride, offset: int, dtype: torch.dtype) -> RalTensor:
-    """Make a RalTensor over an existing buffer (a new tensor or a view)."""
-    t = _make(
-        RalTensor,
-        size,
-        strides=stride,
-        storage_offset=offset,
-        dtype=dtype,
-        device=torch_device(buf.device),
-    )
+_STRIDED = torch.strided
+
+
+def wrap(buf: Buffer, size, stride, offset: int, dtype: torch.dtype, sig=None) -> RalTensor:
+    """Make a RalTensor over an existing buffer (a new tensor or a view).
+
+    `sig` is the router's signature of the tensor (device, shape, dtype, contiguous) when
+    the caller already knows it; otherwise it is computed on first use.
+    """
+    dev = buf.device
+    try:
+        device = _DEVICES[dev]
+    except IndexError:
+        device = torch_device(dev)
+    # Positional arguments: keyword parsing is a measurable share of the per-op cost.
+    t = _make(RalTensor, size, stride, offset, None, dtype, _STRIDED, device)
     t._buf = buf
-    t._dev = buf.device
+    t._dev = dev
+    if sig is not None:
+        t._sig = sig
     return t
 
 

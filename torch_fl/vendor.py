@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from threading import get_ident
+
 import torch
 
 from . import rng
 from ._native import ffi, lib
-from .dtypes import CODE_OF_TORCH
+from .dtypes import ABSENT_CODE, CODE_OF_TORCH
 from .memory import allocate
-from .packing import TAG_INT, TAG_INT_LIST, Unpackable, check_packable, pack_absent, pack_scalar, pack_tensor
+from .packing import (
+    TAG_BOOL,
+    TAG_FLOAT,
+    TAG_INT,
+    TAG_INT_LIST,
+    Unpackable,
+    check_packable,
+    pack_absent,
+    pack_scalar,
+    pack_tensor,
+)
 from .registry import REGISTRY
 from .runtime import raise_status
 from .schema import NON_TENSOR, OPT_TENSOR, TENSOR, TENSOR_LIST
@@ -53,12 +65,109 @@ def meta_run(func, args, kwargs):
     return func(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
 
 
+class FastPlan:
+    """The packed call of a VendorRun with every constant baked in.
+
+    Within one cached signature the packed layout never changes (shapes, dtypes, ranks,
+    contiguity and scalar types are all part of the key); only pointers, offsets and
+    scalar values do. So the array is built once and patched per call: no list building,
+    no per-call ffi.new on the thread that compiled it.
+    """
+
+    __slots__ = ("template", "floats", "out_slots", "tensor_slots", "int_slots", "float_slots", "gen_slot",
+                 "strings_c", "keep", "owner", "arr", "farr", "n", "out_sigs")
+
+    def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings,
+                 out_sigs):
+        self.template = template
+        self.floats = floats
+        self.out_slots = out_slots
+        self.tensor_slots = tensor_slots
+        self.int_slots = int_slots
+        self.float_slots = float_slots
+        self.gen_slot = gen_slot
+        self.keep = [ffi.new("char[]", s.encode()) for s in strings]
+        self.strings_c = ffi.new("char*[]", self.keep) if strings else ffi.NULL
+        self.owner = get_ident()
+        self.arr = ffi.new("int64_t[]", template)
+        self.farr = ffi.new("double[]", floats) if floats else ffi.NULL
+        self.n = len(template)
+        self.out_sigs = out_sigs
+
+
+def _compile_fast(run, full):
+    """A FastPlan for this call's signature, or None if some argument needs per-call work."""
+    sch = run.sch
+    packed = [run.n_out, 0, len(run.scalars)]
+    tensor_slots = []
+    out_slots = []
+
+    def add(shape, stride, dtype):
+        idx = len(packed)
+        packed.extend((0, 0, CODE_OF_TORCH[dtype], len(shape), *shape, *stride))
+        return idx
+
+    if run.fresh:
+        out_slots = [add(shape, stride, dtype) for shape, stride, dtype, _ in run.out_specs]
+    else:
+        for p in run.out_pos:
+            t = full[p]
+            if not t.is_contiguous():
+                return None
+            tensor_slots.append((add(t.shape, contiguous_strides(t.shape), t.dtype), p, -1, t.dtype.itemsize))
+    n_in = 0
+    for pos, kind, prep, expand in run.inputs:
+        if prep is not None:
+            return None
+        v = full[pos]
+        items = list(enumerate(v)) if kind == TENSOR_LIST else [(-1, v)]
+        for j, t in items:
+            n_in += 1
+            if t is None:
+                packed.extend((0, 0, ABSENT_CODE, 0))
+                continue
+            if type(t) is not RalTensor or not t.is_contiguous():
+                return None
+            cst = contiguous_strides(t.shape)
+            if expand is None:
+                idx = add(t.shape, cst, t.dtype)
+            else:
+                out_shape, plan = expand
+                idx = add(out_shape, [0 if p < 0 else cst[p] for p in plan], t.dtype)
+            tensor_slots.append((idx, pos, j, t.dtype.itemsize))
+    packed[1] = n_in
+    int_slots, float_slots, floats, strings = [], [], [], []
+    gen_slot = -1
+    for pos, kind in run.scalars:
+        v = full[pos]
+        if kind == 1:
+            packed.extend((TAG_INT, len(v)))
+        elif kind == 2:
+            packed.extend((TAG_INT_LIST, 2, 0, 0))
+            gen_slot = len(packed) - 2
+        elif sch.value_free[pos] and v is not None:
+            tv = type(v)
+            if tv is bool or tv is int:
+                packed.extend((TAG_BOOL if tv is bool else TAG_INT, 0))
+                int_slots.append((len(packed) - 1, pos))
+            elif tv is float:
+                packed.extend((TAG_FLOAT, len(floats)))
+                float_slots.append((len(floats), pos))
+                floats.append(0.0)
+            else:
+                return None
+        else:
+            pack_scalar(v, packed, floats, strings)  # part of the key: constant
+    out_sigs = [(run.dev, shape, dtype, True) for shape, _, dtype, _ in run.out_specs] if run.fresh else []
+    return FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
+
+
 class VendorRun:
     """A cached plan for one (op, signature) on one device: allocate, pack, launch."""
 
     tier = "vendor"
     __slots__ = ("sch", "dev", "handle", "name_c", "fresh", "out_specs", "out_pos", "inputs",
-                 "scalars", "n_out", "n_in_fixed", "numel", "plugin", "kernel", "single")
+                 "scalars", "n_out", "numel", "plugin", "kernel", "single", "fast")
 
     def __init__(self, sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin):
         self.sch = sch
@@ -75,9 +184,47 @@ class VendorRun:
         self.plugin = plugin
         self.kernel = entry.kernel
         self.single = sch.n_returns == 1
+        self.fast = None
 
     def run(self, args, kwargs, full):
         """Execute the kernel for this call."""
+        fast = self.fast
+        if fast is not None:
+            return self._run_fast(fast, full)
+        return self._run_packed(full)
+
+    def _run_fast(self, fast, full):
+        dev = self.dev
+        stream = current(dev)
+        if fast.owner == get_ident():
+            arr, farr = fast.arr, fast.farr
+        else:
+            arr = ffi.new("int64_t[]", fast.template)
+            farr = ffi.new("double[]", fast.floats) if fast.floats else ffi.NULL
+        if self.fresh:
+            outs = []
+            for idx, (shape, stride, dtype, nb), sig in zip(fast.out_slots, self.out_specs, fast.out_sigs):
+                buf = allocate(dev, nb, stream)
+                arr[idx] = buf.ptr
+                outs.append(wrap(buf, shape, stride, 0, dtype, sig))
+        else:
+            outs = [full[i] for i in self.out_pos]
+        for idx, pos, j, isz in fast.tensor_slots:
+            t = full[pos] if j < 0 else full[pos][j]
+            arr[idx] = t._buf.ptr
+            arr[idx + 1] = t.storage_offset() * isz
+        for idx, pos in fast.int_slots:
+            arr[idx] = full[pos]
+        for fi, pos in fast.float_slots:
+            farr[fi] = full[pos]
+        if fast.gen_slot >= 0:
+            arr[fast.gen_slot], arr[fast.gen_slot + 1] = rng.next_philox(dev, self.numel)
+        status = lib.rt_launch(dev, stream, self.handle, arr, fast.n, farr, fast.strings_c, self.name_c)
+        if status:
+            raise_status(status, plugin=self.plugin, op=self.sch.name)
+        return outs[0] if self.single else tuple(outs)
+
+    def _run_packed(self, full):
         dev = self.dev
         stream = current(dev)
         if self.fresh:
@@ -318,7 +465,9 @@ def build_vendor(sch, args, kwargs, full, dev):
         elif kind == TENSOR_LIST:
             scalars.append((pos, 1))
     plugin = REGISTRY.plugin_of(dev).record.name
-    return VendorRun(sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin)
+    run = VendorRun(sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin)
+    run.fast = _compile_fast(run, full)
+    return run
 
 
 __all__ = ["VendorRun", "build_vendor", "NoVendor", "meta_run", "OPT_TENSOR", "TENSOR"]

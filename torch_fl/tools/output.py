@@ -21,19 +21,20 @@ def console(stderr: bool = False):
     """A rich Console (imported lazily: --json output never pays for rich)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def print_table(columns: list[str], rows: list[list[str]], empty_reason: str | None = None) -> None:
     """A table with the given header (printed even when empty), then the reason it is empty."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_lines=False)
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))  # Text: "[...]" in a reason is not markup
     out = console()
     out.print(table)
     if empty_reason:
-        out.print(empty_reason)
+        out.print(empty_reason, markup=False)

@@ -175,7 +175,8 @@ def summarize(trace: LoadedTrace) -> Summary:
         cat = e.get("cat")
         ts = float(e.get("ts", 0.0))
         pid = e.get("pid", 0)
-        t_min, t_max = min(t_min, ts), max(t_max, ts)
+        if cat != CAT_MEMORY:  # the opening counters mark when recording began, not activity
+            t_min, t_max = min(t_min, ts), max(t_max, ts)
         if cat == CAT_OP and e["ph"] == "X":
             dur = float(e.get("dur", 0.0))
             args = e.get("args") or {}

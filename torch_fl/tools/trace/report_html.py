@@ -71,7 +71,7 @@ def _memory_chart(dev: Device, t0: float, span: float, colour: str) -> str:
     span = span or 1.0
 
     def x(ts):
-        return pad + (ts - t0) / span * (w - 2 * pad)
+        return pad + max(ts - t0, 0.0) / span * (w - 2 * pad)
 
     def y(v):
         return h - pad - v / peak * (h - 2 * pad - 14)
@@ -96,10 +96,16 @@ def _memory_chart(dev: Device, t0: float, span: float, colour: str) -> str:
     )
 
 
+def _short_path(frame: str) -> str:
+    # Installed packages read better without the interpreter's prefix.
+    head, sep, tail = frame.partition("site-packages/")
+    return "…/" + tail if sep else frame
+
+
 def _leak_rows(leaks: list[LeakGroup], t0: float) -> str:
     rows = []
     for g in leaks[:MAX_LEAK_GROUPS]:
-        stack = "\n".join(escape(f) for f in g.stack) or "(no Python frames outside torch and torch_fl)"
+        stack = "\n".join(escape(_short_path(f)) for f in g.stack) or "(no Python frames outside torch and torch_fl)"
         rows.append(
             f'<tr><td>ral:{g.device}</td><td class="num" data-v="{g.count}">{g.count}</td>'
             f'<td class="num" data-v="{g.bytes}">{fmt_bytes(g.bytes)}</td>'

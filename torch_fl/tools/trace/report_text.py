@@ -42,3 +42,22 @@ def print_report(summary: Summary, console: Console, top: int = 20) -> None:
     if s.leaks:
         console.print(f"Alive at end: {sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)} "
                       "(see --html for their stacks)")
+
+
+def _row_dict(r: HotRow) -> dict:
+    return {"name": r.name, "tier": r.tier, "calls": r.calls, "total_us": round(r.total_us, 3),
+            "mean_us": round(r.mean_us, 3), "share": round(r.share, 6)}
+
+
+def summary_dict(s: Summary, top: int) -> dict:
+    """The summary as JSON-ready data (`ral-trace report --json`)."""
+    return {
+        "path": s.path, "complete": s.complete, "exit_error": s.exit_error, "ops": len(s.ops),
+        "span_us": round(s.span_us, 3), "op_time_us": round(s.op_time_us, 3),
+        "devices": [{"pid": d.pid, "label": d.label, "vendor": d.vendor, "peak_bytes": d.peak_bytes, "syncs": d.syncs}
+                    for d in s.devices],
+        "by_op": [_row_dict(r) for r in s.by_op[:top]],
+        "by_tier": [_row_dict(r) for r in s.by_tier],
+        "fallbacks": [_row_dict(r) for r in s.fallbacks],
+        "leaks": [{"device": g.device, "buffers": g.count, "bytes": g.bytes, "stack": g.stack} for g in s.leaks],
+    }
