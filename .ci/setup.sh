@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PKGS="build-essential libopenblas-openmp-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers"
+APT_PKGS="build-essential libopenblas-openmp-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers chromium"
 missing=""
 for p in $APT_PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"

@@ -44,12 +44,12 @@ if not _light_import():
         RalError,
         UnsupportedError,
     )
+    from .mode import ral_mode  # noqa: F401
+    from .op_coverage import Coverage, coverage  # noqa: F401
     from .registry import REGISTRY as _REGISTRY
     from .router import clear_op_overrides, set_op_override  # noqa: F401
     from .runtime import ensure_initialized as _ensure_initialized
     from .tensor import RalTensor  # noqa: F401
-    from .mode import ral_mode  # noqa: F401
-    from .op_coverage import Coverage, coverage  # noqa: F401
 
     _ensure_initialized()
     _backend.register()

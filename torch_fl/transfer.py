@@ -110,6 +110,9 @@ def to_cpu(t: RalTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
     out = torch.empty(t.shape, dtype=t.dtype)
     start, nbytes = _byte_range(t)
+    if SYNC_OBSERVERS:
+        for obs in SYNC_OBSERVERS:
+            obs(t._dev, "copy to host")
     if nbytes:
         check(lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 1))
     else:

@@ -21,13 +21,13 @@ SMOKE_TIMEOUT_S = 180
 
 STATUS_FIX = {
     "MISSING_DEPS": "install the vendor runtime library named in the reason (e.g. with the system package manager), "
-                    "then call torch_fl.rescan() or restart; the plugin needs no rebuild",
+    "then call torch_fl.rescan() or restart; the plugin needs no rebuild",
     "ABI_MISMATCH": "rebuild the plugin against this torch_fl's include/ral_abi.h (same ABI major version), "
-                    "or install the plugin release built for it",
+    "or install the plugin release built for it",
     "LOAD_FAILED": "check the library with `ldd` and the reason above; rebuild or reinstall the plugin",
     "INVALID_MANIFEST": "fix the manifest: `ralctl manifest validate {dir}/manifest.json` names the entry and field",
     "DEGRADED": "export the missing kernel symbols from the library, or remove those entries from {dir}/manifest.json "
-                "(`ralctl plugin-status --deep --json` lists every disabled entry)",
+    "(`ralctl plugin-status --deep --json` lists every disabled entry)",
     "GONE": "the plugin directory vanished: reinstall it, then call torch_fl.rescan()",
 }
 
@@ -44,14 +44,26 @@ class Finding:
 
 def _plugin_findings(rows: list[inventory.PluginRow]) -> list[Finding]:
     if not rows:
-        return [Finding("plugins", PROBLEM, inventory.why_no_devices(rows),
-                        "build the built-in plugins (`python setup.py native`) or set TORCH_FL_PLUGIN_PATH")]
+        return [
+            Finding(
+                "plugins",
+                PROBLEM,
+                inventory.why_no_devices(rows),
+                "build the built-in plugins (`python setup.py native`) or set TORCH_FL_PLUGIN_PATH",
+            )
+        ]
     out = []
     for p in rows:
         name = f"plugin {p.name}"
         if p.status == "LOADED" and not p.devices:
-            out.append(Finding(name, WARNING, f"LOADED {p.version} from {p.dir}, but it reports no device",
-                               "check that the hardware is present and its driver is loaded"))
+            out.append(
+                Finding(
+                    name,
+                    WARNING,
+                    f"LOADED {p.version} from {p.dir}, but it reports no device",
+                    "check that the hardware is present and its driver is loaded",
+                )
+            )
         elif p.status == "LOADED":
             out.append(Finding(name, OK, f"LOADED {p.version}, ABI {p.abi}, devices {p.devices}"))
         else:
@@ -63,8 +75,14 @@ def _plugin_findings(rows: list[inventory.PluginRow]) -> list[Finding]:
 def _search_path_findings() -> list[Finding]:
     missing = [path for src, path, ok in inventory.search_roots() if src == "TORCH_FL_PLUGIN_PATH" and not ok]
     if missing:
-        return [Finding("plugin search path", WARNING, f"TORCH_FL_PLUGIN_PATH names missing directories: {', '.join(missing)}",
-                        "create them or remove them from TORCH_FL_PLUGIN_PATH")]
+        return [
+            Finding(
+                "plugin search path",
+                WARNING,
+                f"TORCH_FL_PLUGIN_PATH names missing directories: {', '.join(missing)}",
+                "create them or remove them from TORCH_FL_PLUGIN_PATH",
+            )
+        ]
     roots = ", ".join(path for _, path, ok in inventory.search_roots() if ok)
     return [Finding("plugin search path", OK, f"searching {roots or 'no existing directory'}")]
 
@@ -74,7 +92,9 @@ def _torch_requirement() -> str:
         reqs = metadata.requires("torch_fl") or []
     except metadata.PackageNotFoundError:
         reqs = []
-    return next((r.split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch>")), FALLBACK_TORCH_REQUIREMENT)
+    return next(
+        (r.split(";")[0].strip() for r in reqs if r.replace(" ", "").startswith("torch>")), FALLBACK_TORCH_REQUIREMENT
+    )
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -93,14 +113,22 @@ def _torch_finding() -> Finding:
     except metadata.PackageNotFoundError:
         return Finding("torch", PROBLEM, "torch is not installed", f'pip install "{requirement}"')
     if _version_tuple(installed) < _version_tuple(minimum):
-        return Finding("torch", PROBLEM, f"torch {installed} is older than torch_fl needs ({requirement})",
-                       f'pip install --upgrade "{requirement}"')
+        return Finding(
+            "torch",
+            PROBLEM,
+            f"torch {installed} is older than torch_fl needs ({requirement})",
+            f'pip install --upgrade "{requirement}"',
+        )
     t0 = time.perf_counter()
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - a broken torch install shows up as anything
-        return Finding("torch", PROBLEM, f"torch {installed} is installed but does not import: {exc}",
-                       "reinstall torch (pip install --force-reinstall torch)")
+        return Finding(
+            "torch",
+            PROBLEM,
+            f"torch {installed} is installed but does not import: {exc}",
+            "reinstall torch (pip install --force-reinstall torch)",
+        )
     ms = (time.perf_counter() - t0) * 1000
     return Finding("torch", OK, f"torch {torch.__version__} ({requirement}); import took {ms:.0f} ms")
 
@@ -117,8 +145,14 @@ def _cache_findings() -> list[Finding]:
             state = "exists" if d.exists() else "will be created"
             out.append(Finding(f"cache {d}", OK, f"writable ({state})"))
         else:
-            out.append(Finding(f"cache {d}", PROBLEM, f"{probe} is not writable, so build products cannot be cached",
-                               f"fix its permissions (chmod u+w {probe}) or set XDG_CACHE_HOME to a writable directory"))
+            out.append(
+                Finding(
+                    f"cache {d}",
+                    PROBLEM,
+                    f"{probe} is not writable, so build products cannot be cached",
+                    f"fix its permissions (chmod u+w {probe}) or set XDG_CACHE_HOME to a writable directory",
+                )
+            )
     return out
 
 
@@ -138,16 +172,25 @@ def _smoke_finding(n_devices: int) -> Finding:
     # In a child process: a crashing plugin must not take the doctor down with it.
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_FL_LIGHT_IMPORT", "TORCH_FL_TRACE")}
     try:
-        res = subprocess.run([sys.executable, "-c", SMOKE_CODE], env=env, capture_output=True, text=True,
-                             timeout=SMOKE_TIMEOUT_S)
+        res = subprocess.run(
+            [sys.executable, "-c", SMOKE_CODE], env=env, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S
+        )
     except subprocess.TimeoutExpired:
-        return Finding("device smoke test", PROBLEM, f"`import torch_fl` and one op per device took over {SMOKE_TIMEOUT_S} s",
-                       "run `python -c 'import torch_fl'` by hand to see where it hangs")
+        return Finding(
+            "device smoke test",
+            PROBLEM,
+            f"`import torch_fl` and one op per device took over {SMOKE_TIMEOUT_S} s",
+            "run `python -c 'import torch_fl'` by hand to see where it hangs",
+        )
     if res.returncode == 0:
         return Finding("device smoke test", OK, f"import torch_fl and a multiply on {n_devices} device(s) worked")
     tail = (res.stderr.strip().splitlines() or [res.stdout.strip() or f"exit code {res.returncode}"])[-1]
-    return Finding("device smoke test", PROBLEM, f"import torch_fl or an op failed: {tail}",
-                   "run `python -c 'import torch, torch_fl; print(torch.ones(2, device=\"ral:0\") * 2)'` to see the traceback")
+    return Finding(
+        "device smoke test",
+        PROBLEM,
+        f"import torch_fl or an op failed: {tail}",
+        "run `python -c 'import torch, torch_fl; print(torch.ones(2, device=\"ral:0\") * 2)'` to see the traceback",
+    )
 
 
 def run_checks(smoke: bool = True) -> list[Finding]:
@@ -155,7 +198,9 @@ def run_checks(smoke: bool = True) -> list[Finding]:
     try:
         inventory.runtime()
     except inventory.RuntimeUnavailable as exc:
-        findings = [Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl")]
+        findings = [
+            Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl")
+        ]
         return findings + [_torch_finding()]
     from .._native import _ral
 

@@ -119,8 +119,17 @@ def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[Plu
     for rec in rt.plugin_records():
         devices = devices_of.get(rec.index, [])
         manifest, problem = _read_manifest(rec.dir)
-        row = PluginRow(rec.name, rec.version, f"{rec.abi[0]}.{rec.abi[1]}", rec.status,
-                        list(manifest.dependencies) if manifest else [], rec.reason, devices, rec.source, rec.dir)
+        row = PluginRow(
+            rec.name,
+            rec.version,
+            f"{rec.abi[0]}.{rec.abi[1]}",
+            rec.status,
+            list(manifest.dependencies) if manifest else [],
+            rec.reason,
+            devices,
+            rec.source,
+            rec.dir,
+        )
         if rec.status == "LOADED" and problem:
             row.status, row.reason = "INVALID_MANIFEST", problem
         elif rec.status == "LOADED":
@@ -128,7 +137,9 @@ def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[Plu
             if row.disabled:
                 extra = f" (and {len(row.disabled) - 1} more)" if len(row.disabled) > 1 else ""
                 row.status = "DEGRADED"
-                row.reason = f"{len(row.disabled)} of {len(manifest.entries)} kernels disabled: {row.disabled[0]}{extra}"
+                row.reason = (
+                    f"{len(row.disabled)} of {len(manifest.entries)} kernels disabled: {row.disabled[0]}{extra}"
+                )
         rows.append(row)
     return rows
 
@@ -145,9 +156,19 @@ def device_rows(plugins: list[PluginRow] | None = None) -> list[DeviceRow]:
         if not d.present:
             status, reason = "GONE", "the device disappeared; call torch_fl.rescan() after it returns"
         elif plugin is not None and plugin.status != "LOADED":
-            status, reason = "DEGRADED", f"plugin {plugin.name} is {plugin.status}: {plugin.reason}"
-        rows.append(DeviceRow(f"ral:{d.index}", d.type, d.name, d.vendor, d.total_memory, status,
-                              plugin.name if plugin else "?", reason))
+            status, reason = "DEGRADED", f"plugin {plugin.name} is {plugin.status}; see `ralctl plugin-status`"
+        rows.append(
+            DeviceRow(
+                f"ral:{d.index}",
+                d.type,
+                d.name,
+                d.vendor,
+                d.total_memory,
+                status,
+                plugin.name if plugin else "?",
+                reason,
+            )
+        )
     return rows
 
 
@@ -155,8 +176,10 @@ def why_no_devices(plugins: list[PluginRow]) -> str:
     """One sentence on why there is no device: no plugin found, or what the plugins reported."""
     if not plugins:
         where = "; ".join(f"{path} ({src}{'' if ok else ', missing'})" for src, path, ok in search_roots())
-        return (f"No plugins found. Searched: {where}. Put a plugin directory (library + manifest.json) in one of "
-                "them, or point TORCH_FL_PLUGIN_PATH at the folder that holds it.")
+        return (
+            f"No plugins found. Searched: {where}. Put a plugin directory (library + manifest.json) in one of "
+            "them, or point TORCH_FL_PLUGIN_PATH at the folder that holds it."
+        )
     parts = [f"{p.name}: {p.status}" + (f" ({p.reason})" if p.reason else ", 0 devices") for p in plugins]
     return "No ral device. Plugins: " + "; ".join(parts)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 # Exit codes of both tools (also in README.md).
@@ -10,6 +11,7 @@ OK = 0
 PROBLEM = 1  # the command ran and found something wrong: no device, a bad plugin, an invalid file
 USAGE = 2  # click's own code for a bad command line
 NO_RUNTIME = 3  # torch_fl's native runtime could not be loaded at all
+PIPE_WIDTH = 160
 
 
 def print_json(obj) -> None:
@@ -21,7 +23,10 @@ def console(stderr: bool = False):
     """A rich Console (imported lazily: --json output never pays for rich)."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    out = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = PIPE_WIDTH  # logs and pipes read better with long reasons kept on one line
+    return out
 
 
 def print_table(columns: list[str], rows: list[list[str]], empty_reason: str | None = None) -> None:

@@ -43,15 +43,26 @@ def list_devices(as_json: bool):
     if as_json:
         output.print_json({"devices": [d.as_dict() for d in devices], "reason": reason})
     else:
-        rows = [[d.id, d.type, d.name, d.vendor, fmt_bytes(d.memory) if d.memory else "unknown",
-                 d.status + (f" ({d.reason})" if d.reason else "")] for d in devices]
+        rows = [
+            [
+                d.id,
+                d.type,
+                d.name,
+                d.vendor,
+                fmt_bytes(d.memory) if d.memory else "unknown",
+                d.status + (f" ({d.reason})" if d.reason else ""),
+            ]
+            for d in devices
+        ]
         output.print_table(["ID", "TYPE", "NAME", "VENDOR", "MEMORY", "STATUS"], rows, reason)
     raise SystemExit(OK if devices else PROBLEM)
 
 
 @cli.command("plugin-status", epilog=EXIT_CODES)
 @json_option
-@click.option("--deep", is_flag=True, help="Also check every manifest op name against the installed torch (imports torch).")
+@click.option(
+    "--deep", is_flag=True, help="Also check every manifest op name against the installed torch (imports torch)."
+)
 def plugin_status(as_json: bool, deep: bool):
     """Table of PLUGIN, VERSION, ABI, STATUS, DEPENDENCIES and REASON (exit 1 unless all LOADED)."""
     try:
@@ -60,10 +71,17 @@ def plugin_status(as_json: bool, deep: bool):
         _runtime_failure(exc, as_json, "plugins")
     reason = None if plugins else inventory.why_no_devices(plugins)
     if as_json:
-        output.print_json({"plugins": [p.as_dict() for p in plugins], "reason": reason,
-                           "search_path": [{"source": s, "dir": d, "exists": e} for s, d, e in inventory.search_roots()]})
+        output.print_json(
+            {
+                "plugins": [p.as_dict() for p in plugins],
+                "reason": reason,
+                "search_path": [{"source": s, "dir": d, "exists": e} for s, d, e in inventory.search_roots()],
+            }
+        )
     else:
-        rows = [[p.name, p.version, p.abi, p.status, ", ".join(p.dependencies) or "-", p.reason or "-"] for p in plugins]
+        rows = [
+            [p.name, p.version, p.abi, p.status, ", ".join(p.dependencies) or "-", p.reason or "-"] for p in plugins
+        ]
         output.print_table(["PLUGIN", "VERSION", "ABI", "STATUS", "DEPENDENCIES", "REASON"], rows, reason)
     healthy = plugins and all(p.status == "LOADED" for p in plugins)
     raise SystemExit(OK if healthy else PROBLEM)
@@ -91,11 +109,22 @@ def manifest_validate(file: str, as_json: bool):
             click.echo(f"INVALID {exc}", err=True)
         raise SystemExit(PROBLEM) from None
     if as_json:
-        output.print_json({"file": file, "valid": True, "error": None, "plugin": m.plugin, "version": m.version,
-                           "entries": len(m.entries), "ops": sorted({e.op for e in m.entries})})
+        output.print_json(
+            {
+                "file": file,
+                "valid": True,
+                "error": None,
+                "plugin": m.plugin,
+                "version": m.version,
+                "entries": len(m.entries),
+                "ops": sorted({e.op for e in m.entries}),
+            }
+        )
     else:
-        click.echo(f"OK {file}: plugin {m.plugin} {m.version}, {len(m.entries)} kernel entries "
-                   f"for {len({e.op for e in m.entries})} ops")
+        click.echo(
+            f"OK {file}: plugin {m.plugin} {m.version}, {len(m.entries)} kernel entries "
+            f"for {len({e.op for e in m.entries})} ops"
+        )
     raise SystemExit(OK)
 
 

@@ -1,7 +1,7 @@
 """`ral-trace`: record a program's ops, allocations and syncs on ral devices, and report on them.
 
-    ral-trace run [-o trace.json] -- python script.py [args]
-    ral-trace report trace.json [--html report.html]
+ral-trace run [-o trace.json] -- python script.py [args]
+ral-trace report trace.json [--html report.html]
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from .. import __version__
 from . import output
 from .output import OK, PROBLEM
 
-EXIT_CODES = ("Exit codes: `run` returns the traced command's own code (1 if it succeeded but left no trace, "
-              "127 if it cannot start); `report`: 0 done, 1 unreadable or foreign trace, 2 bad command line.")
+EXIT_CODES = (
+    "Exit codes: `run` returns the traced command's own code (1 if it succeeded but left no trace, "
+    "127 if it cannot start); `report`: 0 done, 1 unreadable or foreign trace, 2 bad command line."
+)
 # Variables the parent must not hand to the traced program: it has to import torch_fl fully.
 _PARENT_ONLY_ENV = ("TORCH_FL_LIGHT_IMPORT",)
 
@@ -38,8 +40,15 @@ def child_env(trace_path: str, flush_every: int | None = None) -> dict[str, str]
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=EXIT_CODES)
-@click.option("-o", "--output", "out", default="trace.json", show_default=True, type=click.Path(dir_okay=False),
-              help="Where to write the Chrome trace JSON.")
+@click.option(
+    "-o",
+    "--output",
+    "out",
+    default="trace.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the Chrome trace JSON.",
+)
 @click.option("--html", type=click.Path(dir_okay=False), help="Also write the HTML report here when the run ends.")
 @click.option("--flush-every", type=int, default=None, help="Events buffered before each write (default 4096).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -54,11 +63,17 @@ def run(out: str, html: str | None, flush_every: int | None, command: tuple[str,
         click.echo(f"ral-trace: cannot run {command[0]!r}: {exc.strerror or exc}", err=True)
         raise SystemExit(127) from None
     if not os.path.exists(path):
-        click.echo(f"ral-trace: {command[0]} exited with code {rc} and recorded nothing: the program never "
-                   "imported torch_fl (tracing starts at `import torch_fl`).", err=True)
+        click.echo(
+            f"ral-trace: {command[0]} exited with code {rc} and recorded nothing: the program never "
+            "imported torch_fl (tracing starts at `import torch_fl`).",
+            err=True,
+        )
         raise SystemExit(rc or PROBLEM)
-    click.echo(f"ral-trace: trace written to {out} (open it in https://ui.perfetto.dev or chrome://tracing; "
-               f"`ral-trace report {out} --html report.html` for the report)", err=True)
+    click.echo(
+        f"ral-trace: trace written to {out} (open it in https://ui.perfetto.dev or chrome://tracing; "
+        f"`ral-trace report {out} --html report.html` for the report)",
+        err=True,
+    )
     if html:
         _report(path, html, top=20, as_json=False, quiet=True)
     raise SystemExit(rc)

@@ -130,7 +130,12 @@ def _leaks_from_events(trace: LoadedTrace) -> list[dict]:
         args = e.get("args") or {}
         key = (e["pid"], args.get("ptr"))
         if e.get("name") == "alloc":
-            live[key] = {"device": e["pid"], "bytes": args.get("bytes", 0), "ts": e.get("ts", 0), "stack": args.get("stack")}
+            live[key] = {
+                "device": e["pid"],
+                "bytes": args.get("bytes", 0),
+                "ts": e.get("ts", 0),
+                "stack": args.get("stack"),
+            }
         else:
             live.pop(key, None)
     return list(live.values())
@@ -154,6 +159,24 @@ def _leak_groups(trace: LoadedTrace) -> list[LeakGroup]:
     return sorted(groups.values(), key=lambda g: (-g.bytes, g.device, g.first_ts))
 
 
+def _memory_series(counters: list[tuple[float, int]], deltas: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """Bytes allocated over time: the first counter replayed through every alloc and free.
+
+    The recorder coalesces counters to one per op, so the alloc/free events give the exact
+    curve (peaks inside an op included); counters alone are the fallback.
+    """
+    counters.sort()
+    if not deltas:
+        return counters
+    deltas.sort()
+    t, used = counters[0] if counters else (deltas[0][0], 0)
+    series = [(t, used)]
+    for ts, d in deltas:
+        used += d
+        series.append((ts, used))
+    return series
+
+
 def _device(devices: dict[int, Device], pid: int) -> Device:
     dev = devices.get(pid)
     if dev is None:
@@ -168,6 +191,8 @@ def summarize(trace: LoadedTrace) -> Summary:
     by_tier: dict[str, HotRow] = {}
     ops: list[OpSpan] = []
     streams: dict[int, set[int]] = defaultdict(set)
+    counters: dict[int, list[tuple[float, int]]] = defaultdict(list)
+    deltas: dict[int, list[tuple[float, int]]] = defaultdict(list)
     t_min, t_max = float("inf"), 0.0
     for e in trace.events:
         if e["ph"] == "M":
@@ -182,7 +207,10 @@ def summarize(trace: LoadedTrace) -> Summary:
             args = e.get("args") or {}
             tier = str(args.get("tier", "?"))
             name = str(e.get("name", "?"))
-            for row in (by_op.setdefault((name, tier), HotRow(name, tier)), by_tier.setdefault(tier, HotRow(tier, tier))):
+            for row in (
+                by_op.setdefault((name, tier), HotRow(name, tier)),
+                by_tier.setdefault(tier, HotRow(tier, tier)),
+            ):
                 row.calls += 1
                 row.total_us += dur
             ops.append(OpSpan(pid, e.get("tid", 0), ts, dur, name, tier, _shapes_text(args)))
@@ -190,14 +218,17 @@ def summarize(trace: LoadedTrace) -> Summary:
             _device(devices, pid)
             t_max = max(t_max, ts + dur)
         elif cat == CAT_MEMORY and e["ph"] == "C":
-            dev = _device(devices, pid)
-            used = int((e.get("args") or {}).get("allocated", 0))
-            dev.memory.append((ts, used))
-            dev.peak_bytes = max(dev.peak_bytes, used)
+            counters[pid].append((ts, int((e.get("args") or {}).get("allocated", 0))))
+        elif cat == CAT_ALLOC:
+            n = int((e.get("args") or {}).get("bytes", 0))
+            deltas[pid].append((ts, n if e.get("name") == "alloc" else -n))
         elif cat == CAT_SYNC:
             _device(devices, pid).sync_ts.append(ts)
+    for pid in counters.keys() | deltas.keys():
+        dev = _device(devices, pid)
+        dev.memory = _memory_series(counters.get(pid, []), deltas.get(pid, []))
+        dev.peak_bytes = max((v for _, v in dev.memory), default=0)
     for pid, dev in devices.items():
-        dev.memory.sort()
         dev.sync_ts.sort()
         dev.streams = sorted(streams.get(pid, ()))
     op_time = sum(r.total_us for r in by_tier.values())

@@ -16,7 +16,36 @@ CAT_MEMORY = "ral.memory"
 ALLOCATOR_TID = 1_000_000
 FORMAT_VERSION = 1
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+# The hot event kinds are formatted directly: same JSON as json.dumps, a fraction of the cost.
+# String arguments arrive already JSON-quoted.
+def op_event(name: str, tier: str, pid: int, tid: int, ts: float, dur: float, args: str) -> str:
+    """A complete ("X") event for one op; args is the inside of an object (shapes, dtypes)."""
+    return (
+        f'{{"ph":"X","cat":"{CAT_OP}","name":{name},"pid":{pid},"tid":{tid},"ts":{ts:.3f},"dur":{dur:.3f},'
+        f'"args":{{"tier":{tier},{args}}}}}'
+    )
+
+
+def alloc_event(kind: str, pid: int, ptr: int, nbytes: int, ts: float, stack: int | None) -> str:
+    """An instant ("i") event for an allocation or a free on the device's allocator track."""
+    extra = f',"stack":{stack}' if stack is not None else ""
+    return (
+        f'{{"ph":"i","s":"t","cat":"{CAT_ALLOC}","name":"{kind}","pid":{pid},"tid":{ALLOCATOR_TID},'
+        f'"ts":{ts:.3f},"args":{{"ptr":"{ptr:#x}","bytes":{nbytes}{extra}}}}}'
+    )
+
+
+def counter_event(pid: int, ts: float, allocated: int) -> str:
+    """A counter ("C") event: bytes allocated on the device."""
+    return f'{{"ph":"C","cat":"{CAT_MEMORY}","name":"allocated bytes","pid":{pid},"ts":{ts:.3f},"args":{{"allocated":{allocated}}}}}'
+
+
+def sync_event(pid: int, tid: int, ts: float, reason: str) -> str:
+    """An instant ("i") event for a synchronization on a stream."""
+    return f'{{"ph":"i","s":"t","cat":"{CAT_SYNC}","name":"sync","pid":{pid},"tid":{tid},"ts":{ts:.3f},"args":{{"reason":{reason}}}}}'
 
 
 def process_metadata(pid: int, label: str, vendor: str) -> list[dict]:
@@ -52,7 +81,7 @@ class TraceWriter:
         self.path = os.fspath(path)
         self._f = open(self.path, "wb")  # noqa: SIM115 - lives as long as the recording
         header = {"displayTimeUnit": "ms", "otherData": other_data}
-        self._f.write(_dumps(header)[:-1].encode() + b',"traceEvents":[\n')
+        self._f.write(dumps(header)[:-1].encode() + b',"traceEvents":[\n')
         self._end = self._f.tell()
         self._count = 0
 
@@ -61,17 +90,16 @@ class TraceWriter:
         """Events written so far."""
         return self._count
 
-    def write(self, events: list[dict], summary: dict) -> None:
-        """Append events and rewrite the trailing summary."""
+    def write(self, events: list[str], summary: dict) -> None:
+        """Append events (each one JSON object text) and rewrite the trailing summary."""
         f = self._f
         f.seek(self._end)
         if events:
-            lines = [_dumps(e) for e in events]
             sep = ",\n" if self._count else ""
-            f.write((sep + ",\n".join(lines)).encode())
-            self._count += len(lines)
+            f.write((sep + ",\n".join(events)).encode())
+            self._count += len(events)
             self._end = f.tell()
-        f.write(b'\n],"torch_fl":' + _dumps(summary).encode() + b"}\n")
+        f.write(b'\n],"torch_fl":' + dumps(summary).encode() + b"}\n")
         f.truncate()
         f.flush()
 

@@ -62,14 +62,14 @@ def load_trace(path) -> LoadedTrace:
         events, meta, other = doc["traceEvents"], doc.get("torch_fl") or {}, doc.get("otherData") or {}
     else:
         raise TraceError(
-            f"{path}: not a Chrome trace: expected an object with a \"traceEvents\" list, found {_kind(doc)}"
+            f'{path}: not a Chrome trace: expected an object with a "traceEvents" list, found {_kind(doc)}'
         )
     good = [e for e in events if isinstance(e, dict) and isinstance(e.get("ph"), str)]
     if not isinstance(meta, dict):
         meta = {}
     if not meta and not any(e.get("cat") == CAT_OP for e in good):
         raise TraceError(
-            f"{path}: a Chrome trace, but not one torch_fl wrote (no {CAT_OP} events and no \"torch_fl\" "
+            f'{path}: a Chrome trace, but not one torch_fl wrote (no {CAT_OP} events and no "torch_fl" '
             "section); record one with `ral-trace run -- python script.py` or `with torch_fl.trace(path):`"
         )
     return LoadedTrace(path, good, meta, other if isinstance(other, dict) else {}, len(events) - len(good))

@@ -30,30 +30,28 @@ _SKIP_PREFIXES = (
     str(Path(__file__).resolve().parents[2]) + os.sep,
     "<frozen ",
 )
-_DTYPE_NAMES: dict = {}
 _active: Recorder | None = None
 _active_lock = threading.Lock()
+# Kinds of the compact records buffered between flushes (formatted to JSON only when written).
+_OP, _ALLOC, _FREE, _COUNTER, _SYNC, _META = range(6)
 
 
-def _dtype_name(dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return name
-
-
-def _describe_args(full) -> tuple[list, list]:
-    """Shapes and dtypes of the tensor arguments of one call (tensor lists give nested lists)."""
-    shapes, dtypes = [], []
+def _args_key(full) -> tuple:
+    """Hashable shapes and dtypes of the tensor arguments of one call (no tensor is kept)."""
+    key = []
     Tensor = torch.Tensor
     for v in full:
         if isinstance(v, Tensor):
-            shapes.append(list(v.shape))
-            dtypes.append(_dtype_name(v.dtype))
+            key += (v.shape, v.dtype)
         elif type(v) in (list, tuple) and v and isinstance(v[0], Tensor):
-            shapes.append([list(t.shape) for t in v if t is not None])
-            dtypes.append(_dtype_name(v[0].dtype))
-    return shapes, dtypes
+            key += (tuple(t.shape for t in v if t is not None), v[0].dtype)
+    return tuple(key)
+
+
+def _args_json(key: tuple) -> str:
+    shapes = [list(s) if isinstance(s, torch.Size) else [list(x) for x in s] for s in key[::2]]
+    dtypes = [str(d).removeprefix("torch.") for d in key[1::2]]
+    return chrome.dumps({"shapes": shapes, "dtypes": dtypes})[1:-1]
 
 
 def _exception_text(exc_type, exc) -> str | None:
@@ -63,7 +61,11 @@ def _exception_text(exc_type, exc) -> str | None:
 
 
 class Recorder:
-    """Observer of dispatch, allocator and sync hooks that streams events into a TraceWriter."""
+    """Observer of the dispatch, allocator and sync hooks that streams events into a TraceWriter.
+
+    The hooks append small tuples; JSON is produced only when a batch is written, and memory
+    counters are coalesced to one per op per device (the alloc/free events stay exact).
+    """
 
     def __init__(self, path: str | os.PathLike, flush_every: int = FLUSH_EVERY):
         self.path = os.fspath(path)
@@ -71,36 +73,48 @@ class Recorder:
         self.complete = False
         self.exit_error: str | None = None
         self._t0 = self._last_flush = time.perf_counter()
-        self._pending: list[dict] = []
+        self._pending: list[tuple] = []
         self._lock = threading.RLock()
         self._flushing = False
         self._stacks: list[list[str]] = []
         self._stack_ids: dict[tuple, int] = {}
-        self._skip: dict[str, bool] = {}
+        # id(code) -> (skip?, code); holding the code object keeps its id from being reused.
+        self._skip: dict[int, tuple[bool, object]] = {}
+        self._args: dict[tuple, str] = {}
+        self._names: dict[str, str] = {}
         self._live: dict[tuple[int, int], tuple[int, float, int]] = {}
         self._allocated: dict[int, int] = {}
+        self._dirty: set[int] = set()
         self._streams: set[tuple[int, int]] = set()
         self._devices = [self._device_entry(d) for d in runtime.device_records()]
         self._writer = chrome.TraceWriter(
             self.path,
-            {"producer": "torch_fl", "format": chrome.FORMAT_VERSION, "pid": os.getpid(),
-             "argv": list(sys.argv), "start_unix_s": time.time(), "torch": torch.__version__},
+            {
+                "producer": "torch_fl",
+                "format": chrome.FORMAT_VERSION,
+                "pid": os.getpid(),
+                "argv": list(sys.argv),
+                "start_unix_s": time.time(),
+                "torch": torch.__version__,
+            },
         )
-        self._writer.write(self._opening_events(), self._summary())
+        for d in self._devices:
+            for event in chrome.process_metadata(d["pid"], d["label"], d["vendor"]):
+                self._pending.append((_META, event))
+            self._allocated[d["pid"]] = memory.memory_stats_dict(d["pid"])["allocated_bytes.all.current"]
+            self._pending.append((_COUNTER, d["pid"], self._t0, self._allocated[d["pid"]]))
+        self.flush()
 
     @staticmethod
     def _device_entry(rec) -> dict:
-        return {"pid": rec.index, "label": f"ral:{rec.index} {rec.name}", "name": rec.name, "vendor": rec.vendor,
-                "type": rec.type, "total_memory": rec.total_memory}
-
-    def _opening_events(self) -> list[dict]:
-        events = []
-        for d in self._devices:
-            events += chrome.process_metadata(d["pid"], d["label"], d["vendor"])
-            used = memory.memory_stats_dict(d["pid"])["allocated_bytes.all.current"]
-            self._allocated[d["pid"]] = used
-            events.append(self._counter(d["pid"], 0.0, used))
-        return events
+        return {
+            "pid": rec.index,
+            "label": f"ral:{rec.index} {rec.name}",
+            "name": rec.name,
+            "vendor": rec.vendor,
+            "type": rec.type,
+            "total_memory": rec.total_memory,
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Recorder:
@@ -112,10 +126,14 @@ class Recorder:
 
     def stop(self, exit_error: str | None = None) -> None:
         """Detach, write the remaining events and the final summary, and close the file."""
-        for hooks, fn in ((dispatch.OBSERVERS, self._on_op), (memory.ALLOC_OBSERVERS, self._on_alloc),
-                          (transfer.SYNC_OBSERVERS, self._on_sync)):
+        for hooks, fn in (
+            (dispatch.OBSERVERS, self._on_op),
+            (memory.ALLOC_OBSERVERS, self._on_alloc),
+            (transfer.SYNC_OBSERVERS, self._on_sync),
+        ):
             if fn in hooks:
                 hooks.remove(fn)
+        self._counters(time.perf_counter())
         self.exit_error = exit_error
         self.complete = True
         self.flush()
@@ -126,81 +144,121 @@ class Recorder:
         """Events in the file so far."""
         return self._writer.count
 
-    # -- observers -------------------------------------------------------------------------
-    def _now_us(self) -> float:
-        return round((time.perf_counter() - self._t0) * 1e6, 3)
-
+    # -- observers (hot: keep them to a few appends) ---------------------------------------
     def _on_op(self, op, tier, dev, t0, t1, full):
-        stream = streams_state.current(dev)
+        current = streams_state.CURRENT
+        stream = current[dev] if dev < len(current) else 0
         if (dev, stream) not in self._streams:
             self._name_stream(dev, stream)
-        shapes, dtypes = _describe_args(full)
-        self._emit({"ph": "X", "cat": chrome.CAT_OP, "name": op, "pid": dev, "tid": stream,
-                    "ts": round((t0 - self._t0) * 1e6, 3), "dur": round((t1 - t0) * 1e6, 3),
-                    "args": {"tier": tier, "shapes": shapes, "dtypes": dtypes}})
+        self._pending.append((_OP, op, tier, dev, stream, t0, t1, _args_key(full)))
+        if self._dirty:
+            self._counters(t1)
+        self._maybe_flush()
 
     def _on_alloc(self, event, buf):
-        ts = self._now_us()
-        dev, n = buf.device, buf.nbytes
-        args = {"ptr": hex(buf.ptr), "bytes": n}
+        t = time.perf_counter()
+        dev, ptr, n = buf.device, buf.ptr, buf.nbytes
         if event == "alloc":
-            sid = args["stack"] = self._stack_id()
-            self._live[(dev, buf.ptr)] = (n, ts, sid)
-            used = self._allocated[dev] = self._allocated.get(dev, 0) + n
+            sid = self._stack_id()
+            self._live[(dev, ptr)] = (n, t, sid)
+            self._allocated[dev] = self._allocated.get(dev, 0) + n
+            self._pending.append((_ALLOC, dev, ptr, n, t, sid))
         else:
-            self._live.pop((dev, buf.ptr), None)  # absent when allocated before the trace began
-            used = self._allocated[dev] = self._allocated.get(dev, 0) - n
-        self._emit({"ph": "i", "s": "t", "cat": chrome.CAT_ALLOC, "name": event, "pid": dev,
-                    "tid": chrome.ALLOCATOR_TID, "ts": ts, "args": args})
-        self._emit(self._counter(dev, ts, used))
+            self._live.pop((dev, ptr), None)  # absent when allocated before the trace began
+            self._allocated[dev] = self._allocated.get(dev, 0) - n
+            self._pending.append((_FREE, dev, ptr, n, t))
+        self._dirty.add(dev)
+        self._maybe_flush()
 
     def _on_sync(self, dev, reason):
-        stream = streams_state.current(dev)
+        current = streams_state.CURRENT
+        stream = current[dev] if dev < len(current) else 0
         if (dev, stream) not in self._streams:
             self._name_stream(dev, stream)
-        self._emit({"ph": "i", "s": "t", "cat": chrome.CAT_SYNC, "name": "sync", "pid": dev, "tid": stream,
-                    "ts": self._now_us(), "args": {"reason": reason}})
+        t = time.perf_counter()
+        if self._dirty:
+            self._counters(t)
+        self._pending.append((_SYNC, dev, stream, t, reason))
+        self._maybe_flush()
 
-    @staticmethod
-    def _counter(dev: int, ts: float, used: int) -> dict:
-        return {"ph": "C", "cat": chrome.CAT_MEMORY, "name": "allocated bytes", "pid": dev, "ts": ts,
-                "args": {"allocated": used}}
+    def _counters(self, t: float) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for dev in dirty:
+            self._pending.append((_COUNTER, dev, t, self._allocated[dev]))
 
     def _name_stream(self, dev: int, stream: int) -> None:
         self._streams.add((dev, stream))
-        self._emit(chrome.thread_metadata(dev, stream, chrome.stream_name(stream)))
+        self._pending.append((_META, chrome.thread_metadata(dev, stream, chrome.stream_name(stream))))
 
-    def _emit(self, event: dict) -> None:
-        pending = self._pending
-        pending.append(event)
-        n = len(pending)
-        if n >= self.flush_every or (n & 255 == 0 and time.perf_counter() - self._last_flush > FLUSH_SECONDS):
+    def _maybe_flush(self) -> None:
+        n = len(self._pending)
+        if n >= self.flush_every or (n & 63 == 0 and time.perf_counter() - self._last_flush > FLUSH_SECONDS):
             self.flush()
 
     def _stack_id(self) -> int:
         """Index into the stack table of the allocating Python stack (user frames, innermost first)."""
         f = sys._getframe(3)  # skip _stack_id, _on_alloc and memory.allocate
         skip = self._skip
-        frames = []
+        key = []
         while f is not None:
             code = f.f_code
-            fn = code.co_filename
-            s = skip.get(fn)
+            s = skip.get(id(code))
             if s is None:
-                s = skip[fn] = fn.startswith(_SKIP_PREFIXES)
-            if not s:
-                frames.append((fn, f.f_lineno, code.co_name))
-                if len(frames) == STACK_DEPTH:
+                s = skip[id(code)] = (code.co_filename.startswith(_SKIP_PREFIXES), code)
+            if not s[0]:
+                key += (id(code), f.f_lasti)
+                if len(key) == 2 * STACK_DEPTH:
                     break
             f = f.f_back
-        key = tuple(frames)
+        key = tuple(key)
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = len(self._stacks)
-            self._stacks.append([f"{fn}:{line} in {name}" for fn, line, name in frames])
+            self._stacks.append(self._describe_stack(sys._getframe(3)))
         return sid
 
+    def _describe_stack(self, f) -> list[str]:
+        # Only on a cache miss: line numbers and names of the same user frames _stack_id keyed on.
+        frames = []
+        while f is not None and len(frames) < STACK_DEPTH:
+            if not self._skip[id(f.f_code)][0]:
+                frames.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+            f = f.f_back
+        return frames
+
     # -- output ----------------------------------------------------------------------------
+    def _format(self, rec: tuple) -> str:
+        kind = rec[0]
+        us = self._us
+        if kind == _OP:
+            _, name, tier, dev, stream, t0, t1, key = rec
+            args = self._args.get(key)
+            if args is None:
+                args = self._args[key] = _args_json(key)
+            return chrome.op_event(self._name(name), self._name(tier), dev, stream, us(t0), (t1 - t0) * 1e6, args)
+        if kind == _ALLOC:
+            _, dev, ptr, n, t, sid = rec
+            return chrome.alloc_event("alloc", dev, ptr, n, us(t), sid)
+        if kind == _FREE:
+            _, dev, ptr, n, t = rec
+            return chrome.alloc_event("free", dev, ptr, n, us(t), None)
+        if kind == _COUNTER:
+            _, dev, t, used = rec
+            return chrome.counter_event(dev, us(t), used)
+        if kind == _SYNC:
+            _, dev, stream, t, reason = rec
+            return chrome.sync_event(dev, stream, us(t), self._name(reason))
+        return chrome.dumps(rec[1])
+
+    def _us(self, t: float) -> float:
+        return (t - self._t0) * 1e6
+
+    def _name(self, text: str) -> str:
+        quoted = self._names.get(text)
+        if quoted is None:
+            quoted = self._names[text] = chrome.dumps(text)
+        return quoted
+
     def _summary(self) -> dict:
         # A GC pass could free a Buffer (and call _on_alloc) while the table is copied.
         was_enabled = gc.isenabled()
@@ -216,7 +274,10 @@ class Recorder:
             "exit_error": self.exit_error,
             "devices": self._devices,
             "stacks": self._stacks,
-            "live": [{"device": d, "ptr": hex(p), "bytes": n, "ts": ts, "stack": sid} for (d, p), (n, ts, sid) in live],
+            "live": [
+                {"device": d, "ptr": hex(p), "bytes": n, "ts": round(self._us(t), 3), "stack": sid}
+                for (d, p), (n, t, sid) in live
+            ],
         }
 
     def flush(self) -> None:
@@ -227,7 +288,7 @@ class Recorder:
             self._flushing = True
             try:
                 batch, self._pending = self._pending, []
-                self._writer.write(batch, self._summary())
+                self._writer.write([self._format(r) for r in batch], self._summary())
                 self._last_flush = time.perf_counter()
             finally:
                 self._flushing = False

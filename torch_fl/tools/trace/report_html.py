@@ -6,8 +6,8 @@ import json
 from html import escape
 from pathlib import Path
 
-from .analysis import Device, HotRow, LeakGroup, OpSpan, Summary
 from ..units import fmt_bytes, fmt_share, fmt_us
+from .analysis import Device, HotRow, LeakGroup, OpSpan, Summary
 
 _ASSETS = Path(__file__).with_name("assets")
 TIER_COLOURS = {"vendor": "#2e9e5b", "decomp": "#3b7dd8", "jit": "#8e5bd6", "cpu": "#d9534f"}
@@ -31,8 +31,10 @@ def vendor_colours(devices: list[Device]) -> dict[str, str]:
 
 
 def _share_cell(share: float) -> str:
-    return (f'<td class="num share" data-v="{share:.6f}"><span class="bar" style="width:{share * 100:.1f}%"></span>'
-            f'<span class="pct">{fmt_share(share)}</span></td>')
+    return (
+        f'<td class="num share" data-v="{share:.6f}"><span class="bar" style="width:{share * 100:.1f}%"></span>'
+        f'<span class="pct">{fmt_share(share)}</span></td>'
+    )
 
 
 def _hot_table(rows: list[HotRow], with_tier: bool, table_id: str) -> str:
@@ -41,14 +43,15 @@ def _hot_table(rows: list[HotRow], with_tier: bool, table_id: str) -> str:
     body = []
     for r in rows:
         tier = f'<td><span class="tier" style="background:{_tier_colour(r.tier)}"></span>{escape(r.tier)}</td>'
-        first = f"<td class=\"op\">{escape(r.name)}</td>{tier}" if with_tier else tier
+        first = f'<td class="op">{escape(r.name)}</td>{tier}' if with_tier else tier
         body.append(
-            f"<tr>{first}<td class=\"num\" data-v=\"{r.calls}\">{r.calls}</td>"
-            f"<td class=\"num\" data-v=\"{r.total_us:.3f}\">{fmt_us(r.total_us)}</td>"
-            f"<td class=\"num\" data-v=\"{r.mean_us:.3f}\">{fmt_us(r.mean_us)}</td>{_share_cell(r.share)}</tr>"
+            f'<tr>{first}<td class="num" data-v="{r.calls}">{r.calls}</td>'
+            f'<td class="num" data-v="{r.total_us:.3f}">{fmt_us(r.total_us)}</td>'
+            f'<td class="num" data-v="{r.mean_us:.3f}">{fmt_us(r.mean_us)}</td>{_share_cell(r.share)}</tr>'
         )
-    return (f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return (
+        f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
 
 
 def _thin(points: list[tuple[float, int]], t0: float, span: float) -> list[tuple[float, int]]:
@@ -141,15 +144,33 @@ def _timeline_data(s: Summary, colours: dict[str, str]) -> dict:
     lane_of = {d.pid: i for i, d in enumerate(s.devices)}
     ops = []
     for o, depth in zip(s.ops, _depths(s.ops)):
-        ops.append([lane_of[o.pid], o.tid, round(o.ts - s.start_us, 3), o.dur, names.setdefault(o.name, len(names)),
-                    tiers.setdefault(o.tier, len(tiers)), shapes.setdefault(o.shapes, len(shapes)), depth])
+        ops.append(
+            [
+                lane_of[o.pid],
+                o.tid,
+                round(o.ts - s.start_us, 3),
+                o.dur,
+                names.setdefault(o.name, len(names)),
+                tiers.setdefault(o.tier, len(tiers)),
+                shapes.setdefault(o.shapes, len(shapes)),
+                depth,
+            ]
+        )
     return {
         "span": s.span_us,
         "names": list(names),
         "shapes": list(shapes),
         "tiers": [{"name": t, "colour": _tier_colour(t)} for t in tiers],
-        "lanes": [{"label": d.label, "vendor": d.vendor, "colour": colours[d.vendor], "streams": d.streams or [0],
-                   "syncs": [round(t - s.start_us, 3) for t in d.sync_ts]} for d in s.devices],
+        "lanes": [
+            {
+                "label": d.label,
+                "vendor": d.vendor,
+                "colour": colours[d.vendor],
+                "streams": d.streams or [0],
+                "syncs": [round(t - s.start_us, 3) for t in d.sync_ts],
+            }
+            for d in s.devices
+        ],
         "ops": ops,
     }
 
@@ -162,8 +183,11 @@ def _script_json(obj) -> str:
 def _overview(s: Summary) -> str:
     share = s.fallback_us / s.op_time_us if s.op_time_us else 0.0
     items = [
-        ("Ops", f"{len(s.ops)}"), ("Recorded span", fmt_us(s.span_us)), ("Time in ops", fmt_us(s.op_time_us)),
-        ("Fallback share", fmt_share(share)), ("Alive at end", f"{sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)}"),
+        ("Ops", f"{len(s.ops)}"),
+        ("Recorded span", fmt_us(s.span_us)),
+        ("Time in ops", fmt_us(s.op_time_us)),
+        ("Fallback share", fmt_share(share)),
+        ("Alive at end", f"{sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)}"),
         ("Devices", ", ".join(d.label for d in s.devices) or "none"),
     ]
     cells = "".join(f'<div class="stat"><span>{k}</span><b>{escape(v)}</b></div>' for k, v in items)
@@ -176,10 +200,14 @@ def _overview(s: Summary) -> str:
 
 
 def _legend(s: Summary, colours: dict[str, str]) -> str:
-    tiers = "".join(f'<span class="key"><span class="tier" style="background:{_tier_colour(r.name)}"></span>{escape(r.name)}</span>'
-                    for r in s.by_tier)
-    vendors = "".join(f'<span class="key"><span class="tier" style="background:{c}"></span>{escape(v or "unknown")}</span>'
-                      for v, c in colours.items())
+    tiers = "".join(
+        f'<span class="key"><span class="tier" style="background:{_tier_colour(r.name)}"></span>{escape(r.name)}</span>'
+        for r in s.by_tier
+    )
+    vendors = "".join(
+        f'<span class="key"><span class="tier" style="background:{c}"></span>{escape(v or "unknown")}</span>'
+        for v, c in colours.items()
+    )
     return f'<div class="legend">Tiers: {tiers} &nbsp; Vendors: {vendors} &nbsp; <i>wheel: zoom, drag: pan, double-click: reset</i></div>'
 
 
@@ -187,9 +215,11 @@ def _fallbacks(s: Summary) -> str:
     if not s.fallbacks:
         return '<p id="no-fallbacks">No op left the device.</p>'
     share = s.fallback_us / s.op_time_us if s.op_time_us else 0.0
-    return (f'<p>{len(s.fallbacks)} ops ran on PyTorch\'s CPU kernels, with data copied off the device and back: '
-            f"<b>{fmt_us(s.fallback_us)}</b>, {fmt_share(share)} of op time.</p>"
-            + _hot_table(s.fallbacks, True, "fallback-table"))
+    return (
+        f"<p>{len(s.fallbacks)} ops ran on PyTorch's CPU kernels, with data copied off the device and back: "
+        f"<b>{fmt_us(s.fallback_us)}</b>, {fmt_share(share)} of op time.</p>"
+        + _hot_table(s.fallbacks, True, "fallback-table")
+    )
 
 
 def render_html(s: Summary) -> str:
@@ -198,7 +228,11 @@ def render_html(s: Summary) -> str:
     css = (_ASSETS / "report.css").read_text()
     js = (_ASSETS / "report.js").read_text()
     memory = "".join(_memory_chart(d, s.start_us, s.span_us, colours[d.vendor]) for d in s.devices)
-    leaks = _leak_rows(s.leaks, s.start_us) if s.leaks else '<p id="no-leaks">Every buffer allocated during the trace was freed.</p>'
+    leaks = (
+        _leak_rows(s.leaks, s.start_us)
+        if s.leaks
+        else '<p id="no-leaks">Every buffer allocated during the trace was freed.</p>'
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>ral-trace report: {escape(Path(s.path).name)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .analysis import HotRow, Summary
 from ..units import fmt_bytes, fmt_share, fmt_us
+from .analysis import HotRow, Summary
 
 
 def _hot_table(title: str, rows: list[HotRow], first: str, with_tier: bool) -> Table:
@@ -26,7 +26,9 @@ def print_report(summary: Summary, console: Console, top: int = 20) -> None:
     """Print the summary line, hotspots by op (top N) and by tier, and the fallback total."""
     s = summary
     state = "complete" if s.complete else "INCOMPLETE (the process did not finish recording)"
-    console.print(f"[bold]{s.path}[/]: {len(s.ops)} ops over {fmt_us(s.span_us)}, {fmt_us(s.op_time_us)} in ops; {state}")
+    console.print(
+        f"[bold]{s.path}[/]: {len(s.ops)} ops over {fmt_us(s.span_us)}, {fmt_us(s.op_time_us)} in ops; {state}"
+    )
     if s.exit_error:
         console.print(f"[red]the traced code raised[/] {s.exit_error}")
     for d in s.devices:
@@ -38,24 +40,40 @@ def print_report(summary: Summary, console: Console, top: int = 20) -> None:
     if s.fallbacks:
         share = s.fallback_us / s.op_time_us if s.op_time_us else 0.0
         names = ", ".join(r.name for r in s.fallbacks[:5])
-        console.print(f"Fallbacks (tier cpu): {len(s.fallbacks)} ops, {fmt_us(s.fallback_us)} = {fmt_share(share)} of op time: {names}")
+        console.print(
+            f"Fallbacks (tier cpu): {len(s.fallbacks)} ops, {fmt_us(s.fallback_us)} = {fmt_share(share)} of op time: {names}"
+        )
     if s.leaks:
-        console.print(f"Alive at end: {sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)} "
-                      "(see --html for their stacks)")
+        console.print(
+            f"Alive at end: {sum(g.count for g in s.leaks)} buffers, {fmt_bytes(s.leak_bytes)} "
+            "(see --html for their stacks)"
+        )
 
 
 def _row_dict(r: HotRow) -> dict:
-    return {"name": r.name, "tier": r.tier, "calls": r.calls, "total_us": round(r.total_us, 3),
-            "mean_us": round(r.mean_us, 3), "share": round(r.share, 6)}
+    return {
+        "name": r.name,
+        "tier": r.tier,
+        "calls": r.calls,
+        "total_us": round(r.total_us, 3),
+        "mean_us": round(r.mean_us, 3),
+        "share": round(r.share, 6),
+    }
 
 
 def summary_dict(s: Summary, top: int) -> dict:
     """The summary as JSON-ready data (`ral-trace report --json`)."""
     return {
-        "path": s.path, "complete": s.complete, "exit_error": s.exit_error, "ops": len(s.ops),
-        "span_us": round(s.span_us, 3), "op_time_us": round(s.op_time_us, 3),
-        "devices": [{"pid": d.pid, "label": d.label, "vendor": d.vendor, "peak_bytes": d.peak_bytes, "syncs": d.syncs}
-                    for d in s.devices],
+        "path": s.path,
+        "complete": s.complete,
+        "exit_error": s.exit_error,
+        "ops": len(s.ops),
+        "span_us": round(s.span_us, 3),
+        "op_time_us": round(s.op_time_us, 3),
+        "devices": [
+            {"pid": d.pid, "label": d.label, "vendor": d.vendor, "peak_bytes": d.peak_bytes, "syncs": d.syncs}
+            for d in s.devices
+        ],
         "by_op": [_row_dict(r) for r in s.by_op[:top]],
         "by_tier": [_row_dict(r) for r in s.by_tier],
         "fallbacks": [_row_dict(r) for r in s.fallbacks],

@@ -123,7 +123,7 @@
         for (const ts of lane.syncs) {
           if (ts < t0 || ts > t1) continue;
           const x = xOf(ts);
-          ctx.beginPath(); ctx.moveTo(x - 4, lane.y + HEADER - 2); ctx.lineTo(x + 4, lane.y + HEADER - 2); ctx.lineTo(x, lane.y + HEADER + 4); ctx.fill();
+          ctx.beginPath(); ctx.moveTo(x - 3, lane.y + 1); ctx.lineTo(x + 3, lane.y + 1); ctx.lineTo(x, lane.y + 7); ctx.fill();
         }
       });
       for (const row of rows) {

@@ -1,0 +1,239 @@
+/*
+ * blas.c -- mm, bmm, addmm, baddbmm, dot through OpenBLAS.
+ *
+ * A transposed operand (nn.Linear's W.t(), strides (1, in_features)) is passed to BLAS
+ * as CblasTrans with its own leading dimension: no copy. An output stored column-major
+ * flips the whole call to CblasColMajor. Only operands BLAS cannot describe (broadcast
+ * 0-strides, overlapping rows, general strides) and half-precision operands go through a
+ * contiguous float scratch copy. float16/bfloat16 compute in float32 (sgemm).
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "host.h"
+
+/* A batch of matrices: element (b, i, j) at p + (b*bs + i*sr + j*sc) elements. */
+typedef struct {
+  char* p;
+  int32_t dtype;
+  int64_t nb, rows, cols, bs, sr, sc;
+  void* scratch;
+} mat;
+
+static mat mat_of(const ral_tensor* t) {
+  mat m = {host_ptr(t), t->dtype, 1, 1, 1, 0, 0, 0, NULL};
+  int b = t->ndim == 3;
+  if (b) {
+    m.nb = t->sizes[0];
+    m.bs = t->strides[0];
+  }
+  m.rows = t->sizes[b];
+  m.cols = t->ndim > b + 1 ? t->sizes[b + 1] : 1;
+  m.sr = t->strides[b];
+  m.sc = t->ndim > b + 1 ? t->strides[b + 1] : 1;
+  return m;
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* How row-major BLAS sees m: NoTrans with ld, or Trans with ld. 0 if it cannot. */
+static int blas_form(const mat* m, enum CBLAS_TRANSPOSE* tr, int64_t* ld) {
+  int64_t sr = m->rows <= 1 ? m->cols : m->sr, sc = m->cols <= 1 ? 1 : m->sc;
+  if (sc == 1 && sr >= m->cols) {
+    *tr = CblasNoTrans;
+    *ld = max3(sr, m->cols, 1);
+    return *ld <= INT_MAX;
+  }
+  sr = m->rows <= 1 ? 1 : m->sr;
+  sc = m->cols <= 1 ? m->rows : m->sc;
+  if (sr == 1 && sc >= m->rows) {
+    *tr = CblasTrans;
+    *ld = max3(sc, m->rows, 1);
+    return *ld <= INT_MAX;
+  }
+  return 0;
+}
+
+static int32_t compute_dtype(int32_t dtype) {
+  return dtype == RAL_DTYPE_FLOAT64 ? RAL_DTYPE_FLOAT64 : RAL_DTYPE_FLOAT32;
+}
+
+/* Views m as a tensor (for host_copy). */
+static void mat_view(host_view* v, const mat* m, void* data, int contiguous) {
+  int64_t sizes[3] = {m->nb, m->rows, m->cols};
+  if (contiguous) {
+    host_view_contiguous(v, data, compute_dtype(m->dtype), 3, sizes);
+    return;
+  }
+  int64_t strides[3] = {m->bs, m->sr, m->sc};
+  for (int d = 0; d < 3; d++) {
+    v->sizes[d] = sizes[d];
+    v->strides[d] = strides[d];
+  }
+  v->t = (ral_tensor){m->p, 0, m->dtype, 3, v->sizes, v->strides};
+}
+
+/* Replaces m by a contiguous compute-dtype copy when BLAS cannot use it as is. */
+static ral_status stage(mat* m, int load) {
+  enum CBLAS_TRANSPOSE tr;
+  int64_t ld;
+  if (m->dtype == compute_dtype(m->dtype) && blas_form(m, &tr, &ld)) return RAL_OK;
+  int64_t n = m->nb * m->rows * m->cols;
+  m->scratch = malloc((size_t)(n ? n : 1) * (size_t)host_dtype_size(compute_dtype(m->dtype)));
+  if (!m->scratch) return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for a matmul scratch");
+  if (load) {
+    host_view src, dst;
+    mat_view(&src, m, NULL, 0);
+    mat_view(&dst, m, m->scratch, 1);
+    host_copy(&dst.t, &src.t);
+  }
+  return RAL_OK;
+}
+
+/* Copies a staged output back and releases it. */
+static void unstage(mat* m, const mat* orig) {
+  if (!m->scratch) return;
+  if (orig) {
+    host_view src, dst;
+    mat_view(&src, orig, m->scratch, 1);
+    mat_view(&dst, orig, NULL, 0);
+    host_copy(&dst.t, &src.t);
+  }
+  free(m->scratch);
+  m->scratch = NULL;
+}
+
+static void make_staged(mat* m) {
+  if (!m->scratch) return;
+  m->p = m->scratch;
+  m->dtype = compute_dtype(m->dtype);
+  m->bs = m->rows * m->cols;
+  m->sr = m->cols;
+  m->sc = 1;
+}
+
+/* C = alpha * A @ B + beta * C for every batch. */
+static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha, double beta) {
+  enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans, tc = CblasNoTrans;
+  int64_t lda, ldb, ldc;
+  blas_form(A, &ta, &lda);
+  blas_form(B, &tb, &ldb);
+  blas_form(C, &tc, &ldc);
+  enum CBLAS_ORDER order = CblasRowMajor;
+  if (tc == CblasTrans) { /* C is column-major: the same operands in ColMajor terms */
+    order = CblasColMajor;
+    ta = ta == CblasTrans ? CblasNoTrans : CblasTrans;
+    tb = tb == CblasTrans ? CblasNoTrans : CblasTrans;
+  }
+  const int M = (int)C->rows, N = (int)C->cols, K = (int)A->cols;
+  const int64_t es = host_dtype_size(C->dtype);
+  const int dbl = C->dtype == RAL_DTYPE_FLOAT64;
+  /* small matrices: one BLAS call per thread beats threading inside each call */
+  int per_thread = C->nb > 1 && (double)M * N * K < 64.0 * 64 * 64 * 8;
+#pragma omp parallel for schedule(static) if (per_thread)
+  for (int64_t b = 0; b < C->nb; b++) {
+    const char* a = A->p + b * A->bs * es;
+    const char* bb = B->p + b * B->bs * es;
+    char* c = C->p + b * C->bs * es;
+    if (dbl)
+      cblas_dgemm(order, ta, tb, M, N, K, alpha, (const double*)a, (int)lda, (const double*)bb,
+                  (int)ldb, beta, (double*)c, (int)ldc);
+    else
+      cblas_sgemm(order, ta, tb, M, N, K, (float)alpha, (const float*)a, (int)lda,
+                  (const float*)bb, (int)ldb, (float)beta, (float*)c, (int)ldc);
+  }
+}
+
+/* out = beta * out + alpha * A @ B (out already holds the addend when beta != 0). */
+static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
+                         const ral_tensor* b, double alpha, double beta) {
+  int32_t dt = out->dtype;
+  if (!host_dtype_is_float(dt) || a->dtype != dt || b->dtype != dt)
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "dtypes %s @ %s -> %s are not supported",
+                     host_dtype_name(a->dtype), host_dtype_name(b->dtype), host_dtype_name(dt));
+  mat A = mat_of(a), B = mat_of(b), C = mat_of(out), C0 = C;
+  if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols || A.nb != C.nb || B.nb != C.nb)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                     "shapes [%lld, %lld, %lld] @ [%lld, %lld, %lld] -> [%lld, %lld, %lld] mismatch",
+                     (long long)A.nb, (long long)A.rows, (long long)A.cols, (long long)B.nb,
+                     (long long)B.rows, (long long)B.cols, (long long)C.nb, (long long)C.rows,
+                     (long long)C.cols);
+  if (A.rows > INT_MAX || A.cols > INT_MAX || B.cols > INT_MAX)
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "a matrix dimension exceeds 2^31");
+  if (C.nb == 0 || C.rows == 0 || C.cols == 0) return RAL_OK;
+  ral_status st = stage(&A, 1);
+  if (st == RAL_OK) st = stage(&B, 1);
+  if (st == RAL_OK) st = stage(&C, beta != 0);
+  if (st == RAL_OK) {
+    make_staged(&A);
+    make_staged(&B);
+    make_staged(&C);
+    gemm_batches(&C, &A, &B, alpha, beta);
+  }
+  unstage(&A, NULL);
+  unstage(&B, NULL);
+  unstage(&C, st == RAL_OK ? &C0 : NULL);
+  return st == RAL_OK ? st : host_fail(c, st, "%s", host_last_error());
+}
+
+/* Output and the two matrix operands (the last two inputs) have rank `rank`. */
+static ral_status check_ranks(const ral_kernel_call* c, int n_in, int rank) {
+  ral_status st = host_check_arity(c, 1, n_in, 0);
+  if (st != RAL_OK) return st;
+  for (int i = 0; i <= n_in; i++) {
+    if (i == 1 && n_in == 3) continue; /* the addend broadcasts */
+    if (c->tensors[i].ndim != rank)
+      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "tensor %d has rank %d, expected %d", i,
+                       c->tensors[i].ndim, rank);
+  }
+  return RAL_OK;
+}
+
+/* addmm/baddbmm: out = beta * self + alpha * (mat1 @ mat2); scalars [beta, alpha]. */
+static ral_status add_matmul(const ral_kernel_call* c, int rank) {
+  ral_status st = check_ranks(c, 3, rank);
+  if (st != RAL_OK) return st;
+  double beta = 1, alpha = 1;
+  int64_t unused;
+  host_scalar_num(c, 0, &beta, &unused);
+  host_scalar_num(c, 1, &alpha, &unused);
+  const ral_tensor *out = host_out(c, 0), *self = host_in(c, 0);
+  if (beta != 0 && (self->data != out->data || self->byte_offset != out->byte_offset)) {
+    host_view addend; /* self broadcasts to the output (a bias row for nn.Linear) */
+    if (!host_view_expand(&addend, self, out->ndim, out->sizes))
+      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "self does not broadcast to the output");
+    st = host_copy(out, &addend.t);
+    if (st != RAL_OK) return host_fail(c, st, "%s", host_last_error());
+  }
+  return matmul(c, out, host_in(c, 1), host_in(c, 2), alpha, beta);
+}
+
+ral_status host_mm(const ral_kernel_call* c) {
+  ral_status st = check_ranks(c, 2, 2);
+  return st != RAL_OK ? st : matmul(c, host_out(c, 0), host_in(c, 0), host_in(c, 1), 1.0, 0.0);
+}
+
+ral_status host_bmm(const ral_kernel_call* c) {
+  ral_status st = check_ranks(c, 2, 3);
+  return st != RAL_OK ? st : matmul(c, host_out(c, 0), host_in(c, 0), host_in(c, 1), 1.0, 0.0);
+}
+
+ral_status host_addmm(const ral_kernel_call* c) { return add_matmul(c, 2); }
+ral_status host_baddbmm(const ral_kernel_call* c) { return add_matmul(c, 3); }
+
+/* dot(self, tensor): a [1, n] @ [n, 1] product into the 0-d output. */
+ral_status host_dot(const ral_kernel_call* c) {
+  ral_status st = host_check_arity(c, 1, 2, 0);
+  if (st != RAL_OK) return st;
+  const ral_tensor *x = host_in(c, 0), *y = host_in(c, 1), *out = host_out(c, 0);
+  if (x->ndim != 1 || y->ndim != 1 || x->sizes[0] != y->sizes[0] || host_numel(out) != 1)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expects two 1-d tensors of one length");
+  ral_tensor row = {x->data, x->byte_offset, x->dtype, 2, (int64_t[]){1, x->sizes[0]},
+                    (int64_t[]){x->sizes[0] * x->strides[0], x->strides[0]}};
+  ral_tensor col = {y->data, y->byte_offset, y->dtype, 2, (int64_t[]){y->sizes[0], 1},
+                    (int64_t[]){y->strides[0], 1}};
+  ral_tensor res = {out->data, out->byte_offset, out->dtype, 2, (int64_t[]){1, 1},
+                    (int64_t[]){1, 1}};
+  return matmul(c, &res, &row, &col, 1.0, 0.0);
+}

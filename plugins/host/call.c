@@ -1,0 +1,156 @@
+/*
+ * call.c -- reading a ral_kernel_call (tensors, tagged scalars) and reporting errors
+ * through the thread-local last-error text.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "host.h"
+
+static _Thread_local char tls_error[1024];
+
+ral_status host_error(ral_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+ral_status host_fail(const ral_kernel_call* c, ral_status status, const char* fmt, ...) {
+  char reason[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  return host_error(status, "%s: %s", c && c->op_name ? c->op_name : "?", reason);
+}
+
+const char* host_last_error(void) { return tls_error; }
+
+const char* host_dtype_name(int32_t dtype) {
+  static const char* names[RAL_DTYPE_COUNT] = {
+      "bool",    "uint8",    "int8",    "int16",   "int32",     "int64",
+      "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
+  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? names[dtype] : "absent";
+}
+
+int64_t host_numel(const ral_tensor* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
+int host_is_contiguous(const ral_tensor* t) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+    expect *= t->sizes[d];
+  }
+  return 1;
+}
+
+int host_same_shape(const ral_tensor* a, const ral_tensor* b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d]) return 0;
+  return 1;
+}
+
+int host_is_single_value(const ral_tensor* t) {
+  if (host_numel(t) < 1) return 0;
+  for (int d = 0; d < t->ndim; d++)
+    if (t->sizes[d] > 1 && t->strides[d] != 0) return 0;
+  return 1;
+}
+
+ral_status host_check_arity(const ral_kernel_call* c, int n_out, int n_in, int n_scalars) {
+  if (c->n_outputs != n_out || c->n_inputs != n_in || c->n_scalars < n_scalars)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                     "expected %d outputs, %d inputs, %d scalars; got %d, %d, %d", n_out, n_in,
+                     n_scalars, c->n_outputs, c->n_inputs, c->n_scalars);
+  return RAL_OK;
+}
+
+int host_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v) {
+  if (i >= c->n_scalars) return 0;
+  const ral_scalar* s = &c->scalars[i];
+  switch (s->tag) {
+    case RAL_SCALAR_INT:
+    case RAL_SCALAR_BOOL:
+      *f = (double)s->v.i;
+      *v = s->v.i;
+      return 1;
+    case RAL_SCALAR_FLOAT:
+      *f = s->v.f;
+      *v = (int64_t)s->v.f;
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+int host_scalar_is_none(const ral_kernel_call* c, int i) {
+  return i >= c->n_scalars || c->scalars[i].tag == RAL_SCALAR_NONE;
+}
+
+int64_t host_scalar_int(const ral_kernel_call* c, int i, int64_t dflt) {
+  double f;
+  int64_t v;
+  return host_scalar_num(c, i, &f, &v) ? v : dflt;
+}
+
+const int64_t* host_scalar_list(const ral_kernel_call* c, int i, int* n) {
+  *n = 0;
+  if (i >= c->n_scalars) return NULL;
+  const ral_scalar* s = &c->scalars[i];
+  if (s->tag == RAL_SCALAR_INT) { /* int[1] given as a bare int */
+    *n = 1;
+    return &s->v.i;
+  }
+  if (s->tag != RAL_SCALAR_INT_LIST) return NULL;
+  *n = s->count;
+  return s->v.list;
+}
+
+int host_wrap_dim(int64_t dim, int ndim) {
+  int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 / -1 */
+  if (dim < 0) dim += n;
+  return dim >= 0 && dim < n ? (int)dim : -1;
+}
+
+void host_view_contiguous(host_view* v, void* data, int32_t dtype, int ndim,
+                          const int64_t* sizes) {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; d--) {
+    v->sizes[d] = sizes[d];
+    v->strides[d] = stride;
+    stride *= sizes[d];
+  }
+  v->t = (ral_tensor){data, 0, dtype, ndim, v->sizes, v->strides};
+}
+
+void host_view_of(host_view* v, const ral_tensor* t) {
+  for (int d = 0; d < t->ndim; d++) {
+    v->sizes[d] = t->sizes[d];
+    v->strides[d] = t->strides[d];
+  }
+  v->t = *t;
+  v->t.sizes = v->sizes;
+  v->t.strides = v->strides;
+}
+
+int host_view_expand(host_view* v, const ral_tensor* t, int ndim, const int64_t* sizes) {
+  if (t->ndim > ndim) return 0;
+  v->t = *t;
+  v->t.ndim = ndim;
+  v->t.sizes = v->sizes;
+  v->t.strides = v->strides;
+  for (int d = ndim - 1, s = t->ndim - 1; d >= 0; d--, s--) {
+    int64_t n = s >= 0 ? t->sizes[s] : 1;
+    if (n != sizes[d] && n != 1) return 0;
+    v->sizes[d] = sizes[d];
+    v->strides[d] = n == sizes[d] && s >= 0 ? t->strides[s] : 0;
+  }
+  return 1;
+}

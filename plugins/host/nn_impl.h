@@ -1,0 +1,217 @@
+/*
+ * nn_impl.h -- softmax and layer-norm rows and drivers, written once for a compute type.
+ * nn.c includes this file twice: T = float (float32/float16/bfloat16 data) and
+ * T = double (float64 data). It needs T, TDT (the ral_dtype of T) and NN(name) defined.
+ *
+ * Rows are gathered into per-thread scratch of T unless the data already is a
+ * contiguous row of T, in which case the kernel works in place on it.
+ */
+
+/* Per-thread scratch of n T; NULL (and *failed set) when memory is short. */
+static T* NN(scratch)(size_t n, int* failed) {
+  T* p = malloc(sizeof(T) * (n ? n : 1));
+  if (!p) {
+#pragma omp atomic write
+    *failed = 1;
+  }
+  return p;
+}
+
+/* ---------------------------------------------------------------- softmax rows */
+static void NN(softmax_row)(int64_t D, T* restrict y, const T* restrict x, nn_kind kind) {
+  T m = -INFINITY;
+  for (int64_t k = 0; k < D; k++) m = x[k] > m || x[k] != x[k] ? x[k] : m;
+  if (kind == NN_SAFE_SOFTMAX && m == -INFINITY) {
+    for (int64_t k = 0; k < D; k++) y[k] = 0;
+    return;
+  }
+  double s = 0;
+  if (kind == NN_LOG_SOFTMAX) {
+    for (int64_t k = 0; k < D; k++) s += (double)exp(x[k] - m);
+    T shift = m + (T)log(s);
+    for (int64_t k = 0; k < D; k++) y[k] = x[k] - shift;
+    return;
+  }
+  for (int64_t k = 0; k < D; k++) {
+    y[k] = exp(x[k] - m);
+    s += (double)y[k];
+  }
+  T inv = (T)(1.0 / s);
+  for (int64_t k = 0; k < D; k++) y[k] *= inv;
+}
+
+/* grad_input from (grad_output g, forward output y) */
+static void NN(softmax_bw_row)(int64_t D, T* restrict gi, const T* restrict g,
+                               const T* restrict y, nn_kind kind) {
+  double s = 0;
+  if (kind == NN_LOG_SOFTMAX_BW) {
+    for (int64_t k = 0; k < D; k++) s += (double)g[k];
+    for (int64_t k = 0; k < D; k++) gi[k] = g[k] - exp(y[k]) * (T)s;
+    return;
+  }
+  for (int64_t k = 0; k < D; k++) s += (double)(g[k] * y[k]);
+  for (int64_t k = 0; k < D; k++) gi[k] = y[k] * (g[k] - (T)s);
+}
+
+/* A row of D elements with stride `st` bytes, as T: in place when possible, else staged. */
+static const T* NN(row_in)(const char* p, int32_t dtype, int64_t st, int64_t D, T* buf) {
+  if (dtype == TDT && st == (int64_t)sizeof(T)) return (const T*)p;
+  host_load_row(buf, TDT, p, st, dtype, D);
+  return buf;
+}
+
+static T* NN(row_out)(char* p, int32_t dtype, int64_t st, T* buf) {
+  return dtype == TDT && st == (int64_t)sizeof(T) ? (T*)p : buf;
+}
+
+static void NN(row_done)(char* p, int32_t dtype, int64_t st, const T* y, int64_t D) {
+  if ((const char*)y != p) host_store_row(p, st, dtype, y, TDT, D);
+}
+
+/* Softmax family along `dim` of contiguous tensors; in1 is the forward output for the
+ * backward kinds (NULL otherwise). */
+static ral_status NN(softmax_run)(const ral_tensor* out, const ral_tensor* in0,
+                                  const ral_tensor* in1, int dim, nn_kind kind) {
+  int64_t D = in0->ndim ? in0->sizes[dim] : 1, inner = 1, outer = 1;
+  for (int d = dim + 1; d < in0->ndim; d++) inner *= in0->sizes[d];
+  for (int d = 0; d < dim; d++) outer *= in0->sizes[d];
+  int64_t rows = outer * inner;
+  if (rows == 0 || D == 0) return RAL_OK;
+  int64_t es0 = host_dtype_size(in0->dtype), eso = host_dtype_size(out->dtype);
+  int64_t es1 = in1 ? host_dtype_size(in1->dtype) : 0;
+  int failed = 0;
+#pragma omp parallel if (rows * D > HOST_GRAIN_HEAVY && rows > 1)
+  {
+    T* buf = NN(scratch)((size_t)D * 3, &failed);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      if (!buf) continue;
+      int64_t o = r / inner, i = r % inner, base = o * D * inner + i;
+      const T* x = NN(row_in)(host_ptr(in0) + base * es0, in0->dtype, inner * es0, D, buf);
+      char* po = host_ptr(out) + base * eso;
+      T* y = NN(row_out)(po, out->dtype, inner * eso, buf + 2 * D);
+      if (in1) {
+        const T* fy = NN(row_in)(host_ptr(in1) + base * es1, in1->dtype, inner * es1, D, buf + D);
+        NN(softmax_bw_row)(D, y, x, fy, kind);
+      } else {
+        NN(softmax_row)(D, y, x, kind);
+      }
+      NN(row_done)(po, out->dtype, inner * eso, y, D);
+    }
+    free(buf);
+  }
+  return failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
+}
+
+/* ---------------------------------------------------------------- layer norm */
+/* y = (x - mean) * rstd * w + b over rows of N; mean/rstd per row. */
+static ral_status NN(layer_norm_run)(const ral_tensor* const* o, const ral_tensor* x,
+                                     const ral_tensor* w, const ral_tensor* b, int64_t M,
+                                     int64_t N, double eps) {
+  int64_t esx = host_dtype_size(x->dtype), esy = host_dtype_size(o[0]->dtype);
+  T* wb = malloc(sizeof(T) * (size_t)(2 * N + 1));
+  if (!wb) return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for weight scratch");
+  T *wt = w ? wb : NULL, *bt = b ? wb + N : NULL;
+  if (w) host_load_row(wt, TDT, host_ptr(w), host_dtype_size(w->dtype), w->dtype, N);
+  if (b) host_load_row(bt, TDT, host_ptr(b), host_dtype_size(b->dtype), b->dtype, N);
+  int failed = 0;
+#pragma omp parallel if (M * N > HOST_GRAIN && M > 1)
+  {
+    T* buf = NN(scratch)((size_t)(2 * N + 1), &failed);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+      if (!buf) continue;
+      const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf);
+      char* py = host_ptr(o[0]) + r * N * esy;
+      T* y = NN(row_out)(py, o[0]->dtype, esy, buf + N);
+      double s = 0, ss = 0;
+      for (int64_t k = 0; k < N; k++) s += (double)xr[k];
+      double mean = s / (double)N;
+      for (int64_t k = 0; k < N; k++) {
+        double d = (double)xr[k] - mean;
+        ss += d * d;
+      }
+      double rstd = 1.0 / sqrt(ss / (double)N + eps);
+      T tm = (T)mean, tr = (T)rstd;
+      for (int64_t k = 0; k < N; k++) {
+        T v = (xr[k] - tm) * tr;
+        if (wt) v *= wt[k];
+        if (bt) v += bt[k];
+        y[k] = v;
+      }
+      NN(row_done)(py, o[0]->dtype, esy, y, N);
+      host_store_value(host_ptr(o[1]) + r * host_dtype_size(o[1]->dtype), o[1]->dtype, mean, 0);
+      host_store_value(host_ptr(o[2]) + r * host_dtype_size(o[2]->dtype), o[2]->dtype, rstd, 0);
+    }
+    free(buf);
+  }
+  free(wb);
+  return failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
+}
+
+/* grad_input / grad_weight / grad_bias of layer norm; a NULL output is not computed. */
+static ral_status NN(layer_norm_bw_run)(const ral_tensor* const* o, const ral_tensor* g,
+                                        const ral_tensor* x, const ral_tensor* mean,
+                                        const ral_tensor* rstd, const ral_tensor* w, int64_t M,
+                                        int64_t N) {
+  int64_t esg = host_dtype_size(g->dtype), esx = host_dtype_size(x->dtype);
+  int64_t esi = o[0] ? host_dtype_size(o[0]->dtype) : 0;
+  int nth = omp_get_max_threads();
+  int par = M * N > HOST_GRAIN && M > 1;
+  int want_wb = o[1] || o[2];
+  T* wt = w ? malloc(sizeof(T) * (size_t)N) : NULL;
+  /* per-thread partial sums of g * xhat (weight) and g (bias) */
+  double* part = want_wb ? calloc((size_t)nth * 2 * (size_t)N, sizeof(double)) : NULL;
+  if ((w && !wt) || (want_wb && !part)) {
+    free(wt);
+    free(part);
+    return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for layer-norm scratch");
+  }
+  if (w) host_load_row(wt, TDT, host_ptr(w), host_dtype_size(w->dtype), w->dtype, N);
+  int failed = 0;
+#pragma omp parallel if (par)
+  {
+    T* buf = NN(scratch)((size_t)(3 * N + 1), &failed);
+    double* pw = part ? part + (size_t)omp_get_thread_num() * 2 * (size_t)N : NULL;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < M; r++) {
+      if (!buf) continue;
+      const T* gr = NN(row_in)(host_ptr(g) + r * N * esg, g->dtype, esg, N, buf);
+      const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf + N);
+      T mu = (T)host_load_f64(host_ptr(mean) + r * host_dtype_size(mean->dtype), mean->dtype);
+      T rs = (T)host_load_f64(host_ptr(rstd) + r * host_dtype_size(rstd->dtype), rstd->dtype);
+      if (pw)
+        for (int64_t k = 0; k < N; k++) {
+          pw[k] += (double)(gr[k] * ((xr[k] - mu) * rs));
+          pw[N + k] += (double)gr[k];
+        }
+      if (!o[0]) continue;
+      double a = 0, bsum = 0;
+      for (int64_t k = 0; k < N; k++) {
+        T wg = wt ? gr[k] * wt[k] : gr[k];
+        a += (double)wg;
+        bsum += (double)(wg * ((xr[k] - mu) * rs));
+      }
+      T ma = (T)(a / (double)N), mb = (T)(bsum / (double)N);
+      char* pi = host_ptr(o[0]) + r * N * esi;
+      T* gi = NN(row_out)(pi, o[0]->dtype, esi, buf + 2 * N);
+      for (int64_t k = 0; k < N; k++) {
+        T wg = wt ? gr[k] * wt[k] : gr[k];
+        gi[k] = rs * (wg - ma - ((xr[k] - mu) * rs) * mb);
+      }
+      NN(row_done)(pi, o[0]->dtype, esi, gi, N);
+    }
+    free(buf);
+  }
+  if (part) {
+    for (int t = 1; t < nth; t++)
+      for (int64_t k = 0; k < 2 * N; k++) part[k] += part[(size_t)t * 2 * (size_t)N + (size_t)k];
+    if (o[1]) host_store_row(host_ptr(o[1]), host_dtype_size(o[1]->dtype), o[1]->dtype, part,
+                             RAL_DTYPE_FLOAT64, N);
+    if (o[2]) host_store_row(host_ptr(o[2]), host_dtype_size(o[2]->dtype), o[2]->dtype, part + N,
+                             RAL_DTYPE_FLOAT64, N);
+  }
+  free(wt);
+  free(part);
+  return failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
+}

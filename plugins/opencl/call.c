@@ -1,0 +1,142 @@
+/* call.c -- reading a ral_kernel_call and reporting errors through last_error. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "ocl.h"
+
+static _Thread_local char tls_error[8192];
+
+ral_status ocl_error(ral_status status, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+ral_status ocl_fail(const ral_kernel_call* c, ral_status status, const char* fmt, ...) {
+  char reason[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  return ocl_error(status, "%s: %s", c && c->op_name ? c->op_name : "?", reason);
+}
+
+ral_status ocl_cl_fail(cl_int err, const char* what) {
+  ral_status st = err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ||
+                          err == CL_INVALID_BUFFER_SIZE
+                      ? RAL_ERROR_OUT_OF_MEMORY
+                  : err == CL_OUT_OF_RESOURCES ? RAL_ERROR_KERNEL_FAILED
+                                               : RAL_ERROR_INTERNAL;
+  return ocl_error(st, "%s failed: %s (%d)", what, ocl_cl_error_name(err), err);
+}
+
+const char* ocl_last_error(void) { return tls_error; }
+
+const char* ocl_dtype_name(int32_t dtype) {
+  static const char* names[RAL_DTYPE_COUNT] = {"bool",    "uint8",    "int8",    "int16",
+                                               "int32",   "int64",    "float16", "bfloat16",
+                                               "float32", "float64",  "complex64", "complex128"};
+  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? names[dtype] : "absent";
+}
+
+int ocl_dtype_size(int32_t dtype) {
+  static const int sizes[RAL_DTYPE_COUNT] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16};
+  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? sizes[dtype] : 0;
+}
+
+int ocl_dtype_is_float(int32_t dtype) {
+  return dtype == RAL_DTYPE_FLOAT16 || dtype == RAL_DTYPE_FLOAT32 || dtype == RAL_DTYPE_FLOAT64 ||
+         dtype == RAL_DTYPE_BFLOAT16;
+}
+
+int64_t ocl_numel(const ral_tensor* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
+int ocl_is_contiguous(const ral_tensor* t) {
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
+    expect *= t->sizes[d];
+  }
+  return 1;
+}
+
+int64_t ocl_elem_off(const ral_tensor* t) {
+  int es = ocl_dtype_size(t->dtype);
+  return es ? (int64_t)(t->byte_offset / (uint64_t)es) : 0;
+}
+
+ral_status ocl_check_arity(const ral_kernel_call* c, int n_out, int n_in, int n_scalars) {
+  if (c->n_outputs != n_out || c->n_inputs != n_in || c->n_scalars < n_scalars)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                    "expected %d outputs, %d inputs, %d scalars; got %d, %d, %d", n_out, n_in,
+                    n_scalars, c->n_outputs, c->n_inputs, c->n_scalars);
+  return RAL_OK;
+}
+
+ral_status ocl_check_rank(const ral_kernel_call* c) {
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (t->ndim > OCL_MAXR)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d has rank %d; OpenCL kernels take at most %d",
+                      i, t->ndim, OCL_MAXR);
+    if (!ocl_absent(t) && t->byte_offset % (uint64_t)(ocl_dtype_size(t->dtype) ? ocl_dtype_size(t->dtype) : 1))
+      return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "tensor %d: byte offset %llu is not aligned to its %s elements",
+                      i, (unsigned long long)t->byte_offset, ocl_dtype_name(t->dtype));
+  }
+  return RAL_OK;
+}
+
+int ocl_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v) {
+  if (i >= c->n_scalars) return 0;
+  const ral_scalar* s = &c->scalars[i];
+  switch (s->tag) {
+    case RAL_SCALAR_INT:
+    case RAL_SCALAR_BOOL:
+      *f = (double)s->v.i;
+      *v = s->v.i;
+      return 1;
+    case RAL_SCALAR_FLOAT:
+      *f = s->v.f;
+      *v = (int64_t)s->v.f;
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+double ocl_scalar_f(const ral_kernel_call* c, int i, double dflt) {
+  double f;
+  int64_t v;
+  return ocl_scalar_num(c, i, &f, &v) ? f : dflt;
+}
+
+int64_t ocl_scalar_i(const ral_kernel_call* c, int i, int64_t dflt) {
+  double f;
+  int64_t v;
+  return ocl_scalar_num(c, i, &f, &v) ? v : dflt;
+}
+
+const int64_t* ocl_scalar_list(const ral_kernel_call* c, int i, int* n) {
+  *n = 0;
+  if (i >= c->n_scalars) return NULL;
+  const ral_scalar* s = &c->scalars[i];
+  if (s->tag == RAL_SCALAR_INT) { /* int[1] given as a bare int */
+    *n = 1;
+    return &s->v.i;
+  }
+  if (s->tag != RAL_SCALAR_INT_LIST) return NULL;
+  *n = s->count;
+  return s->v.list;
+}
+
+int ocl_wrap_dim(int64_t dim, int ndim) {
+  int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 / -1 */
+  if (dim < 0) dim += n;
+  return dim >= 0 && dim < n ? (int)dim : -1;
+}

@@ -1,0 +1,94 @@
+/* common.cl -- typed loads/stores by ral dtype code and N-d index decoding, prepended
+ * (after shared.h) to every kernel program. */
+#ifdef OCL_HAS_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+typedef __global char* gbuf;
+typedef __global const char* gcbuf;
+
+/* Element e of a buffer holding `dt` values, as float. */
+inline float ld_f(gcbuf p, long e, int dt) {
+  switch (dt) {
+    case DT_F32: return ((__global const float*)p)[e];
+    case DT_I64: return (float)((__global const long*)p)[e];
+    case DT_I32: return (float)((__global const int*)p)[e];
+    case DT_I16: return (float)((__global const short*)p)[e];
+    case DT_I8: return (float)((__global const char*)p)[e];
+    case DT_F16: return vload_half(e, (__global const half*)p);
+#ifdef OCL_HAS_FP64
+    case DT_F64: return (float)((__global const double*)p)[e];
+#endif
+    default: return (float)((__global const uchar*)p)[e];
+  }
+}
+
+/* Element e as long (exact for every integer dtype). */
+inline long ld_i(gcbuf p, long e, int dt) {
+  switch (dt) {
+    case DT_I64: return ((__global const long*)p)[e];
+    case DT_I32: return ((__global const int*)p)[e];
+    case DT_I16: return ((__global const short*)p)[e];
+    case DT_I8: return ((__global const char*)p)[e];
+    case DT_F32: return (long)((__global const float*)p)[e];
+    case DT_F16: return (long)vload_half(e, (__global const half*)p);
+#ifdef OCL_HAS_FP64
+    case DT_F64: return (long)((__global const double*)p)[e];
+#endif
+    default: return ((__global const uchar*)p)[e];
+  }
+}
+
+inline void st_f(gbuf p, long e, int dt, float v) {
+  switch (dt) {
+    case DT_F32: ((__global float*)p)[e] = v; break;
+    case DT_I64: ((__global long*)p)[e] = (long)v; break;
+    case DT_I32: ((__global int*)p)[e] = (int)v; break;
+    case DT_I16: ((__global short*)p)[e] = (short)v; break;
+    case DT_I8: ((__global char*)p)[e] = (char)v; break;
+    case DT_BOOL: ((__global uchar*)p)[e] = v != 0.0f; break;
+    case DT_F16: vstore_half(v, e, (__global half*)p); break;
+#ifdef OCL_HAS_FP64
+    case DT_F64: ((__global double*)p)[e] = v; break;
+#endif
+    default: ((__global uchar*)p)[e] = (uchar)v; break;
+  }
+}
+
+inline void st_i(gbuf p, long e, int dt, long v) {
+  switch (dt) {
+    case DT_I64: ((__global long*)p)[e] = v; break;
+    case DT_I32: ((__global int*)p)[e] = (int)v; break;
+    case DT_I16: ((__global short*)p)[e] = (short)v; break;
+    case DT_I8: ((__global char*)p)[e] = (char)v; break;
+    case DT_BOOL: ((__global uchar*)p)[e] = v != 0; break;
+    case DT_F32: ((__global float*)p)[e] = (float)v; break;
+    case DT_F16: vstore_half((float)v, e, (__global half*)p); break;
+#ifdef OCL_HAS_FP64
+    case DT_F64: ((__global double*)p)[e] = (double)v; break;
+#endif
+    default: ((__global uchar*)p)[e] = (uchar)v; break;
+  }
+}
+
+/* Element offsets of operands 0..nt-1 at linear position i of an ocl_geom. */
+inline void geom_offsets(const ocl_geom* g, long i, long* e, int nt) {
+  for (int k = 0; k < nt; k++) e[k] = g->off[k];
+  if (g->ndim == 1) {
+    for (int k = 0; k < nt; k++) e[k] += i * g->st[k][0];
+    return;
+  }
+  for (int d = g->ndim - 1; d >= 0; d--) {
+    long c = i % g->size[d];
+    i /= g->size[d];
+    for (int k = 0; k < nt; k++) e[k] += c * g->st[k][d];
+  }
+}
+
+/* Coordinates of linear position i over g->size (row-major). */
+inline void geom_coords(const ocl_geom* g, long i, long* c) {
+  for (int d = g->ndim - 1; d >= 0; d--) {
+    c[d] = i % g->size[d];
+    i /= g->size[d];
+  }
+}

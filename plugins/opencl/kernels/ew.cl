@@ -1,0 +1,205 @@
+/* ew.cl -- element-wise ops over up to three inputs, computed in float (floating
+ * operands) or long (integer/bool operands), plus a byte copy for same-dtype copies. */
+
+#define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_K1 0.044715f
+
+inline float rem_f(float a, float b) {
+  float r = fmod(a, b);
+  return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
+}
+
+inline float pow_s(float a, float e) {
+  if (e == 2.0f) return a * a;
+  if (e == 1.0f) return a;
+  if (e == 0.5f) return sqrt(a);
+  if (e == -1.0f) return 1.0f / a;
+  if (e == 3.0f) return a * a * a;
+  return pow(a, e);
+}
+
+inline float maxf_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : fmax(a, b); }
+inline float minf_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : fmin(a, b); }
+
+inline float gelu_bw(float g, float x, long approx) {
+  if (approx) {
+    float x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = tanh(inner);
+    float left = 0.5f * x, right = 1.0f + t;
+    float dright = left * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
+    return g * (0.5f * right + dright);
+  }
+  float cdf = 0.5f * (1.0f + erf(x * M_SQRT1_2_F));
+  float pdf = exp(-0.5f * x * x) * 0.3989422804014327f;
+  return g * (cdf + x * pdf);
+}
+
+/* One element of op `op` in float. */
+inline float ew_f(int op, float a, float b, float c, const ocl_geom* g) {
+  float f0 = g->lf[0], f1 = g->lf[1];
+  switch (op) {
+    case EW_COPY: return a;
+    case EW_FILL: return f0;
+    case EW_ADD: return a + f0 * b;
+    case EW_SUB: return a - f0 * b;
+    case EW_MUL: return a * b;
+    case EW_DIV: return a / b;
+    case EW_POW: return pow(a, b);
+    case EW_MAX: return maxf_nan(a, b);
+    case EW_MIN: return minf_nan(a, b);
+    case EW_REM: return rem_f(a, b);
+    case EW_ADDS: return a + f0;
+    case EW_MULS: return a * f0;
+    case EW_DIVS: return a / f0;
+    case EW_RSUBS: return f0 - f1 * a;
+    case EW_POWS: return pow_s(a, f0);
+    case EW_REMS: return rem_f(a, f0);
+    case EW_NEG: return -a;
+    case EW_SQRT: return sqrt(a);
+    case EW_RSQRT: return rsqrt(a);
+    case EW_EXP: return exp(a);
+    case EW_LOG: return log(a);
+    case EW_TANH: return tanh(a);
+    case EW_SIN: return sin(a);
+    case EW_COS: return cos(a);
+    case EW_SIGMOID: return 1.0f / (1.0f + exp(-a));
+    case EW_ABS: return fabs(a);
+    case EW_RECIP: return 1.0f / a;
+    case EW_ERF: return erf(a);
+    case EW_FLOOR: return floor(a);
+    case EW_SILU: return a / (1.0f + exp(-a));
+    case EW_GELU:
+      if (g->li[0]) return 0.5f * a * (1.0f + tanh(GELU_K0 * (a + GELU_K1 * a * a * a)));
+      return 0.5f * a * (1.0f + erf(a * M_SQRT1_2_F));
+    case EW_RELU: return a < 0.0f ? 0.0f : a;
+    case EW_LNOT: return a == 0.0f ? 1.0f : 0.0f;
+    case EW_CLAMP: {
+      float r = a;
+      if ((g->flags & 1) && r < f0) r = f0;
+      if ((g->flags & 2) && r > f1) r = f1;
+      return isnan(a) ? a : r;
+    }
+    case EW_EQ: return a == b;
+    case EW_NE: return a != b;
+    case EW_LT: return a < b;
+    case EW_GT: return a > b;
+    case EW_LE: return a <= b;
+    case EW_GE: return a >= b;
+    case EW_EQS: return a == f0;
+    case EW_NES: return a != f0;
+    case EW_LTS: return a < f0;
+    case EW_GTS: return a > f0;
+    case EW_LES: return a <= f0;
+    case EW_GES: return a >= f0;
+    case EW_SILU_BW: {
+      float s = 1.0f / (1.0f + exp(-b));
+      return a * s * (1.0f + b * (1.0f - s));
+    }
+    case EW_GELU_BW: return gelu_bw(a, b, g->li[0]);
+    case EW_TANH_BW: return a * (1.0f - b * b);
+    case EW_SIGMOID_BW: return a * (1.0f - b) * b;
+    case EW_THRESH_BW: return b <= f0 ? 0.0f : a;
+    case EW_WHERE: return a != 0.0f ? b : c;
+    case EW_ADDCDIV: return a + f0 * (b / c);
+    case EW_ADDCMUL: return a + f0 * b * c;
+    case EW_LERPS: return f0 < 0.5f ? a + f0 * (b - a) : b - (b - a) * (1.0f - f0);
+    case EW_MFILLS: return b != 0.0f ? f0 : a;
+    case EW_MFILLT: return b != 0.0f ? c : a;
+    default: return NAN;
+  }
+}
+
+inline long rem_i(long a, long b) {
+  if (b == 0) return 0;
+  long r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+/* One element of op `op` in long; the plugin only routes integer-safe ops here. */
+inline long ew_i(int op, long a, long b, long c, const ocl_geom* g) {
+  long l0 = g->li[0], l1 = g->li[1];
+  switch (op) {
+    case EW_COPY: return a;
+    case EW_FILL: return l0;
+    case EW_ADD: return a + l0 * b;
+    case EW_SUB: return a - l0 * b;
+    case EW_MUL: return a * b;
+    case EW_MAX: return max(a, b);
+    case EW_MIN: return min(a, b);
+    case EW_REM: return rem_i(a, b);
+    case EW_ADDS: return a + l0;
+    case EW_MULS: return a * l0;
+    case EW_RSUBS: return l0 - l1 * a;
+    case EW_REMS: return rem_i(a, l0);
+    case EW_NEG: return -a;
+    case EW_ABS: return a < 0 ? -a : a;
+    case EW_LNOT: return a == 0;
+    case EW_BNOT: return ~a;
+    case EW_RELU: return a < 0 ? 0 : a;
+    case EW_CLAMP: {
+      long r = a;
+      if ((g->flags & 1) && r < l0) r = l0;
+      if ((g->flags & 2) && r > l1) r = l1;
+      return r;
+    }
+    case EW_EQ: return a == b;
+    case EW_NE: return a != b;
+    case EW_LT: return a < b;
+    case EW_GT: return a > b;
+    case EW_LE: return a <= b;
+    case EW_GE: return a >= b;
+    case EW_EQS: return a == l0;
+    case EW_NES: return a != l0;
+    case EW_LTS: return a < l0;
+    case EW_GTS: return a > l0;
+    case EW_LES: return a <= l0;
+    case EW_GES: return a >= l0;
+    case EW_WHERE: return a != 0 ? b : c;
+    case EW_MFILLS: return b != 0 ? l0 : a;
+    case EW_MFILLT: return b != 0 ? c : a;
+    default: return 0;
+  }
+}
+
+/* Any dtypes, any strides: operands are decoded per element. */
+__kernel void ew_any(gbuf p0, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long e[4];
+  geom_offsets(&g, i, e, 1 + g.nin);
+  if (g.cfl) {
+    float a = g.nin > 0 ? ld_f(p1, e[1], g.dt[1]) : 0.0f;
+    float b = g.nin > 1 ? ld_f(p2, e[2], g.dt[2]) : 0.0f;
+    float c = g.nin > 2 ? ld_f(p3, e[3], g.dt[3]) : 0.0f;
+    st_f(p0, e[0], g.dt[0], ew_f(g.op, a, b, c, &g));
+  } else {
+    long a = g.nin > 0 ? ld_i(p1, e[1], g.dt[1]) : 0;
+    long b = g.nin > 1 ? ld_i(p2, e[2], g.dt[2]) : 0;
+    long c = g.nin > 2 ? ld_i(p3, e[3], g.dt[3]) : 0;
+    st_i(p0, e[0], g.dt[0], ew_i(g.op, a, b, c, &g));
+  }
+}
+
+/* Fast path: every operand float32 and contiguous. */
+__kernel void ew_f32(__global float* o, __global const float* a, __global const float* b,
+                     __global const float* c, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  float x = g.nin > 0 ? a[g.off[1] + i] : 0.0f;
+  float y = g.nin > 1 ? b[g.off[2] + i] : 0.0f;
+  float z = g.nin > 2 ? c[g.off[3] + i] : 0.0f;
+  o[g.off[0] + i] = ew_f(g.op, x, y, z, &g);
+}
+
+/* Same-dtype copy of any strides, moving elements of g.flags bytes. */
+__kernel void copy_bytes(gbuf dst, gcbuf src, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long e[2];
+  geom_offsets(&g, i, e, 2);
+  switch (g.flags) {
+    case 8: ((__global long*)dst)[e[0]] = ((__global const long*)src)[e[1]]; break;
+    case 4: ((__global int*)dst)[e[0]] = ((__global const int*)src)[e[1]]; break;
+    case 2: ((__global short*)dst)[e[0]] = ((__global const short*)src)[e[1]]; break;
+    default: dst[e[0]] = src[e[1]]; break;
+  }
+}

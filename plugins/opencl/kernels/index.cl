@@ -1,0 +1,158 @@
+/* index.cl -- embedding, gather/scatter/index_select and layout kernels (tril/triu,
+ * constant padding, slice_backward). Values move as float or long per g.cfl. */
+
+inline void move_elem(gbuf dst, long ed, int dtd, gcbuf src, long es, int dts, int cfl) {
+  if (cfl)
+    st_f(dst, ed, dtd, ld_f(src, es, dts));
+  else
+    st_i(dst, ed, dtd, ld_i(src, es, dts));
+}
+
+inline void put_value(gbuf dst, long ed, const ocl_geom* g) {
+  if (g->cfl)
+    st_f(dst, ed, g->dt[0], g->lf[1]);
+  else
+    st_i(dst, ed, g->dt[0], g->li[3]);
+}
+
+/* out[r, j] = w[idx[r], j]; flags = index dtype. */
+__kernel void embedding_fwd(__global float* out, __global const float* w, gcbuf idx, ocl_rows g) {
+  long i = get_global_id(0);
+  if (i >= g.rows * g.len) return;
+  long r = i / g.len, j = i % g.len;
+  long v = ld_i(idx, g.off[2] + r, g.flags);
+  out[g.off[0] + i] = w[g.off[1] + v * g.len + j];
+}
+
+/* One work-item per column j: gw[idx[r], j] += go[r, j] over all rows in order, so the
+ * result is deterministic without atomics. li0 padding_idx; op: index dtype; flags 1:
+ * scale_grad_by_freq. */
+__kernel void embedding_bwd(__global float* gw, __global const float* go, gcbuf idx, ocl_rows g) {
+  long j = get_global_id(0);
+  if (j >= g.len) return;
+  for (long r = 0; r < g.rows; r++) {
+    long v = ld_i(idx, g.off[2] + r, g.op);
+    if (v == g.li0) continue;
+    float scale = 1.0f;
+    if (g.flags & 1) {
+      long cnt = 0;
+      for (long q = 0; q < g.rows; q++) cnt += ld_i(idx, g.off[2] + q, g.op) == v;
+      scale = 1.0f / (float)cnt;
+    }
+    gw[g.off[0] + v * g.len + j] += go[g.off[1] + r * g.len + j] * scale;
+  }
+}
+
+/* out[c] = self[c with c[dim] = index[c]]; iteration over index's shape. */
+__kernel void gather_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long c[OCL_MAXR];
+  geom_coords(&g, i, c);
+  long eo = g.off[0], es = g.off[1], ei = g.off[2];
+  for (int d = 0; d < g.ndim; d++) {
+    eo += c[d] * g.st[0][d];
+    ei += c[d] * g.st[2][d];
+    if (d != g.li[0]) es += c[d] * g.st[1][d];
+  }
+  es += ld_i(index, ei, g.dt[2]) * g.st[1][g.li[0]];
+  move_elem(out, eo, g.dt[0], self, es, g.dt[1], g.cfl);
+}
+
+/* out[c] = self[c with c[dim] = index[c[dim]]]; iteration over out's shape. */
+__kernel void index_select_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long c[OCL_MAXR];
+  geom_coords(&g, i, c);
+  long eo = g.off[0], es = g.off[1];
+  for (int d = 0; d < g.ndim; d++) {
+    eo += c[d] * g.st[0][d];
+    if (d != g.li[0]) es += c[d] * g.st[1][d];
+  }
+  long k = ld_i(index, g.off[2] + c[g.li[0]] * g.st[2][0], g.dt[2]);
+  es += k * g.st[1][g.li[0]];
+  move_elem(out, eo, g.dt[0], self, es, g.dt[1], g.cfl);
+}
+
+/* One work-item per line along `dim` of index: out[.., index[..j..], ..] (+)= src[..j..],
+ * j in order, so duplicate indices resolve deterministically. op 1: add. */
+__kernel void scatter_k(gbuf out, gcbuf index, gcbuf src, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long c[OCL_MAXR];
+  geom_coords(&g, i, c);
+  int dim = (int)g.li[0];
+  long eo = g.off[0], ei = g.off[1], es = g.off[2];
+  for (int d = 0; d < g.ndim; d++) {
+    if (d == dim) continue;
+    eo += c[d] * g.st[0][d];
+    ei += c[d] * g.st[1][d];
+    es += c[d] * g.st[2][d];
+  }
+  for (long j = 0; j < g.li[1]; j++) {
+    long k = ld_i(index, ei + j * g.st[1][dim], g.dt[1]);
+    long at = eo + k * g.st[0][dim], from = es + j * g.st[2][dim];
+    if (g.op == 0) {
+      move_elem(out, at, g.dt[0], src, from, g.dt[2], g.cfl);
+    } else if (g.cfl) {
+      st_f(out, at, g.dt[0], ld_f(out, at, g.dt[0]) + ld_f(src, from, g.dt[2]));
+    } else {
+      st_i(out, at, g.dt[0], ld_i(out, at, g.dt[0]) + ld_i(src, from, g.dt[2]));
+    }
+  }
+}
+
+/* tril (op 0) / triu (op 1) of contiguous [.., R, C]: li = {R, C, diagonal}. */
+__kernel void tri_k(gbuf out, gcbuf in, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long col = i % g.li[1], row = (i / g.li[1]) % g.li[0];
+  int keep = g.op == 0 ? col - row <= g.li[2] : col - row >= g.li[2];
+  if (keep)
+    move_elem(out, g.off[0] + i, g.dt[0], in, g.off[1] + i, g.dt[1], g.cfl);
+  else
+    put_value(out, g.off[0] + i, &g);
+}
+
+/* constant_pad_nd: st[2] = padding before each dim (may be negative), st[3] = input sizes.
+ * Outside positions get the value in lf[1] / li[3] (zero for the other kernels). */
+__kernel void pad_k(gbuf out, gcbuf in, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long c[OCL_MAXR];
+  geom_coords(&g, i, c);
+  long eo = g.off[0], ei = g.off[1];
+  int inside = 1;
+  for (int d = 0; d < g.ndim; d++) {
+    long s = c[d] - g.st[2][d];
+    inside &= s >= 0 && s < g.st[3][d];
+    eo += c[d] * g.st[0][d];
+    ei += s * g.st[1][d];
+  }
+  if (inside)
+    move_elem(out, eo, g.dt[0], in, ei, g.dt[1], g.cfl);
+  else
+    put_value(out, eo, &g);
+}
+
+/* slice_backward: zeros except out[.., start + k*step, ..] = grad[.., k, ..];
+ * li = {dim, start, end}, flags = step. */
+__kernel void slice_bwd_k(gbuf out, gcbuf grad, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long c[OCL_MAXR];
+  geom_coords(&g, i, c);
+  int dim = (int)g.li[0];
+  long eo = g.off[0], eg = g.off[1];
+  long s = c[dim] - g.li[1];
+  int inside = s >= 0 && c[dim] < g.li[2] && s % g.flags == 0;
+  for (int d = 0; d < g.ndim; d++) {
+    eo += c[d] * g.st[0][d];
+    eg += (d == dim ? s / g.flags : c[d]) * g.st[1][d];
+  }
+  if (inside)
+    move_elem(out, eo, g.dt[0], grad, eg, g.dt[1], g.cfl);
+  else
+    put_value(out, eo, &g);
+}

@@ -1,0 +1,117 @@
+/* reduce.cl -- one work-group per output element; each work-item strides over the
+ * reduced elements, then a tree in local memory combines the partials. */
+
+inline long rg_offset(const ocl_rgeom* g, long j) {
+  long e = 0;
+  for (int d = g->rndim - 1; d >= 0; d--) {
+    e += (j % g->rsize[d]) * g->rst[d];
+    j /= g->rsize[d];
+  }
+  return e;
+}
+
+/* Is (a, ia) preferred over (b, ib) by an arg-reduction? NaN wins, then first index. */
+inline int arg_better(float a, long ia, float b, long ib, int want_max) {
+  if (isnan(a) || isnan(b)) return isnan(a) && (!isnan(b) || ia < ib);
+  if (a == b) return ia < ib;
+  return want_max ? a > b : a < b;
+}
+
+inline float comb_f(int op, float a, float b) {
+  switch (op) {
+    case RD_MAX: return isnan(a) || isnan(b) ? NAN : fmax(a, b);
+    case RD_MIN: return isnan(a) || isnan(b) ? NAN : fmin(a, b);
+    case RD_PROD: return a * b;
+    default: return a + b;
+  }
+}
+
+inline long comb_i(int op, long a, long b) {
+  switch (op) {
+    case RD_MAX: return max(a, b);
+    case RD_MIN: return min(a, b);
+    case RD_PROD: return a * b;
+    default: return a + b;
+  }
+}
+
+__kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
+  __local float lf[OCL_MAX_LOCAL];
+  __local long ll[OCL_MAX_LOCAL];
+  long o = get_group_id(0);
+  int lid = get_local_id(0), L = get_local_size(0);
+  long base = g.off_in, obase = g.off_out, ibase = g.off_idx, rest = o;
+  for (int d = g.ondim - 1; d >= 0; d--) {
+    long c = rest % g.osize[d];
+    rest /= g.osize[d];
+    base += c * g.ost_in[d];
+    obase += c * g.ost_out[d];
+    ibase += c * g.ost_out[d];
+  }
+  int op = g.op, arg = op == RD_ARGMAX || op == RD_ARGMIN;
+  int want_max = op == RD_ARGMAX || op == RD_MAX;
+  if (g.cfl || arg) {
+    float init = op == RD_PROD ? 1.0f : op == RD_MAX ? -INFINITY : op == RD_MIN ? INFINITY : 0.0f;
+    float acc = arg ? NAN : init;
+    long best = -1;
+    for (long j = lid; j < g.n_red; j += L) {
+      float v = ld_f(in, base + rg_offset(&g, j), g.dt_in);
+      if (arg) {
+        if (best < 0 || arg_better(v, j, acc, best, want_max)) acc = v, best = j;
+      } else {
+        acc = comb_f(op == RD_MEAN || op == RD_VAR ? RD_SUM : op, acc, v);
+      }
+    }
+    lf[lid] = acc;
+    ll[lid] = best;
+    for (int s = L / 2; s > 0; s >>= 1) {
+      barrier(CLK_LOCAL_MEM_FENCE);
+      if (lid < s) {
+        if (arg) {
+          if (ll[lid + s] >= 0 && (ll[lid] < 0 || arg_better(lf[lid + s], ll[lid + s], lf[lid], ll[lid], want_max)))
+            lf[lid] = lf[lid + s], ll[lid] = ll[lid + s];
+        } else {
+          lf[lid] = comb_f(op == RD_MEAN || op == RD_VAR ? RD_SUM : op, lf[lid], lf[lid + s]);
+        }
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (op == RD_VAR) { /* second pass around the mean */
+      float mean = lf[0] / (float)g.n_red, ss = 0.0f;
+      barrier(CLK_LOCAL_MEM_FENCE);
+      for (long j = lid; j < g.n_red; j += L) {
+        float dv = ld_f(in, base + rg_offset(&g, j), g.dt_in) - mean;
+        ss += dv * dv;
+      }
+      lf[lid] = ss;
+      for (int s = L / 2; s > 0; s >>= 1) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < s) lf[lid] += lf[lid + s];
+      }
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+      float r = lf[0];
+      if (op == RD_MEAN) r = r / (float)g.n_red;
+      if (op == RD_VAR) r = r / fmax((float)g.n_red - g.correction, 0.0f);
+      if (arg && g.scale != 0.0f) { /* max.dim / min.dim: values and indices */
+        st_f(out, obase, g.dt_out, r);
+        st_i(idx, ibase, DT_I64, ll[0] < 0 ? 0 : ll[0]);
+      } else if (arg) {
+        st_i(out, obase, g.dt_out, ll[0]);
+      } else {
+        st_f(out, obase, g.dt_out, r);
+      }
+    }
+    return;
+  }
+  long acc = op == RD_PROD ? 1 : op == RD_MAX ? LONG_MIN : op == RD_MIN ? LONG_MAX : 0;
+  for (long j = lid; j < g.n_red; j += L) acc = comb_i(op, acc, ld_i(in, base + rg_offset(&g, j), g.dt_in));
+  ll[lid] = acc;
+  for (int s = L / 2; s > 0; s >>= 1) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < s) ll[lid] = comb_i(op, ll[lid], ll[lid + s]);
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lid == 0) st_i(out, obase, g.dt_out, ll[0]);
+}

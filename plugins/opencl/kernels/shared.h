@@ -1,0 +1,91 @@
+/*
+ * shared.h -- definitions read by both the plugin's C code and its OpenCL C kernels (the
+ * Makefile prepends this file to every kernel program), so the argument structs and op
+ * codes cannot drift apart. Only types whose layout is identical in C11 and OpenCL C.
+ */
+#ifndef OCL_SHARED_H
+#define OCL_SHARED_H
+
+#ifdef __OPENCL_VERSION__
+typedef long g_i64;
+typedef int g_i32;
+#else
+typedef int64_t g_i64;
+typedef int32_t g_i32;
+#endif
+
+/* Largest rank a kernel indexes; the manifest's max_rank matches. */
+#define OCL_MAXR 8
+/* Largest work-group the reduction-style kernels use (their local arrays). */
+#define OCL_MAX_LOCAL 256
+
+/* Element-wise geometry: up to 4 operands (0 = output) over one iteration shape. */
+typedef struct {
+  g_i64 size[OCL_MAXR];
+  g_i64 st[4][OCL_MAXR]; /* element strides */
+  g_i64 off[4];          /* element offsets */
+  g_i64 n;               /* number of elements */
+  g_i64 li[4];           /* integer scalars */
+  g_i32 ndim;
+  g_i32 dt[4];           /* ral dtype codes */
+  g_i32 op;
+  g_i32 cfl;             /* 1: compute in float, 0: in long */
+  g_i32 nin;             /* number of input operands (1..3) */
+  g_i32 flags;
+  g_i32 pad0;
+  float lf[2];           /* float scalars */
+} ocl_geom;
+
+/* Reduction geometry: every output element reduces `n_red` input elements. */
+typedef struct {
+  g_i64 osize[OCL_MAXR], ost_in[OCL_MAXR], ost_out[OCL_MAXR]; /* kept dims */
+  g_i64 rsize[OCL_MAXR], rst[OCL_MAXR];                       /* reduced dims */
+  g_i64 off_in, off_out, off_idx, n_out, n_red;
+  g_i32 ondim, rndim, op, dt_in, dt_out, cfl;
+  float correction, scale;
+} ocl_rgeom;
+
+/* Row geometry for softmax-like and norm kernels over contiguous data. */
+typedef struct {
+  g_i64 rows, len, inner;   /* row r = (r / inner, r % inner); element j at stride inner */
+  g_i64 off[6];             /* element offsets of the buffers in kernel order */
+  g_i64 li0, li1;
+  g_i32 op, flags;
+  float eps, f0;
+} ocl_rows;
+
+/* Batched matmul: C[b] = beta * Cin[b] + alpha * A[b] @ B[b], any strides. */
+typedef struct {
+  g_i64 M, N, K, batch;
+  g_i64 sa_b, sa_m, sa_k, sb_b, sb_k, sb_n, sc_b, sc_m, sc_n, si_b, si_m, si_n;
+  g_i64 off_a, off_b, off_c, off_i;
+  g_i32 has_in, pad0;
+  float alpha, beta;
+} ocl_mmgeom;
+
+/* Element-wise op codes (ew_* kernels). */
+enum {
+  EW_COPY, EW_FILL, EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_POW, EW_MAX, EW_MIN, EW_REM,
+  EW_ADDS, EW_MULS, EW_DIVS, EW_RSUBS, EW_POWS, EW_REMS,
+  EW_NEG, EW_SQRT, EW_RSQRT, EW_EXP, EW_LOG, EW_TANH, EW_SIN, EW_COS, EW_SIGMOID, EW_ABS,
+  EW_RECIP, EW_ERF, EW_FLOOR, EW_SILU, EW_GELU, EW_RELU, EW_LNOT, EW_BNOT, EW_CLAMP,
+  EW_EQ, EW_NE, EW_LT, EW_GT, EW_LE, EW_GE,
+  EW_EQS, EW_NES, EW_LTS, EW_GTS, EW_LES, EW_GES,
+  EW_SILU_BW, EW_GELU_BW, EW_TANH_BW, EW_SIGMOID_BW, EW_THRESH_BW,
+  EW_WHERE, EW_ADDCDIV, EW_ADDCMUL, EW_LERPS, EW_MFILLS, EW_MFILLT,
+  EW_COUNT
+};
+
+/* Reduction op codes (reduce kernel). */
+enum { RD_SUM, RD_MEAN, RD_MAX, RD_MIN, RD_PROD, RD_ARGMAX, RD_ARGMIN, RD_VAR };
+
+/* Random distributions (random kernel). */
+enum { RNG_UNIFORM, RNG_NORMAL, RNG_BERNOULLI };
+
+/* ral dtype codes as the kernels see them (ral_plugin.h numbering). */
+enum {
+  DT_BOOL = 0, DT_U8 = 1, DT_I8 = 2, DT_I16 = 3, DT_I32 = 4, DT_I64 = 5, DT_F16 = 6,
+  DT_F32 = 8, DT_F64 = 9
+};
+
+#endif /* OCL_SHARED_H */

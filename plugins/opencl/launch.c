@@ -1,0 +1,96 @@
+/*
+ * launch.c -- setting kernel arguments and enqueueing, with the device's limits checked
+ * first so an oversized launch fails cleanly; and the element-wise geometry shared by
+ * every op that walks tensors of one shape.
+ */
+#include <string.h>
+
+#include "ocl.h"
+
+/* Work-items of one launch: the kernels index with 64-bit math, but we keep launches
+ * within 32-bit counts so every OpenCL implementation's size_t/queue limits hold. */
+#define OCL_MAX_WORK_ITEMS ((size_t)1 << 32)
+
+size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
+  cl_kernel k;
+  if (!d->kernels[kid] && ocl_kernel_get(d, kid, &k) != RAL_OK) return 1; /* enqueue reports it */
+  size_t cap = d->kernel_wg[kid] ? d->kernel_wg[kid] : 1;
+  if (cap > d->max_wg) cap = d->max_wg;
+  size_t l = 1;
+  while (l * 2 <= want && l * 2 <= cap) l *= 2;
+  return l;
+}
+
+ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
+                              pthread_mutex_t* lock, int nargs, const ocl_arg* args,
+                              cl_uint dims, const size_t* global, const size_t* local) {
+  size_t g[3], total = 1;
+  for (cl_uint i = 0; i < dims; i++) {
+    size_t l = local ? local[i] : 1;
+    if (l == 0 || global[i] > OCL_MAX_WORK_ITEMS || l > d->max_wg)
+      return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                      "launch of %zu work-items (local %zu) in dim %u exceeds the limits of %s "
+                      "(%zu work-items per launch, work-group <= %zu); nothing was queued",
+                      global[i], l, i, d->name, OCL_MAX_WORK_ITEMS, d->max_wg);
+    g[i] = (global[i] + l - 1) / l * l;
+    if (g[i] == 0) g[i] = l;
+    total *= g[i] / l;
+    if (total > OCL_MAX_WORK_ITEMS)
+      return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                      "launch of more than %zu work-groups exceeds the limits of %s; nothing was queued",
+                      OCL_MAX_WORK_ITEMS, d->name);
+  }
+  pthread_mutex_lock(lock);
+  cl_int err = CL_SUCCESS;
+  for (int i = 0; i < nargs && err == CL_SUCCESS; i++) err = CL.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
+  if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, NULL);
+  pthread_mutex_unlock(lock);
+  if (err == CL_SUCCESS) return RAL_OK;
+  ocl_cl_fail(err, "clEnqueueNDRangeKernel");
+  return ocl_fail(c, err == CL_OUT_OF_RESOURCES || err == CL_INVALID_WORK_GROUP_SIZE ||
+                             err == CL_INVALID_GLOBAL_WORK_SIZE || err == CL_INVALID_WORK_ITEM_SIZE
+                         ? RAL_ERROR_INVALID_ARGUMENT
+                         : RAL_ERROR_KERNEL_FAILED,
+                  "%s", ocl_last_error());
+}
+
+ral_status ocl_enqueue(const ral_kernel_call* c, int kid, int nargs, const ocl_arg* args,
+                       cl_uint dims, const size_t* global, const size_t* local) {
+  ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  cl_kernel k;
+  ral_status st = ocl_kernel_get(d, kid, &k);
+  if (st != RAL_OK) return st;
+  return ocl_enqueue_kernel(c, d, k, &d->lock, nargs, args, dims, global, local);
+}
+
+void ocl_geom_init(ocl_geom* g, const ral_tensor* const* ts, int nt) {
+  memset(g, 0, sizeof *g);
+  const ral_tensor* o = ts[0];
+  int nd = 0;
+  for (int d = 0; d < o->ndim; d++) {
+    if (o->sizes[d] == 1) continue; /* size-1 dims never move an index */
+    int merge = nd > 0;
+    for (int k = 0; k < nt && merge; k++)
+      merge = g->st[k][nd - 1] == ts[k]->strides[d] * o->sizes[d];
+    if (merge) {
+      g->size[nd - 1] *= o->sizes[d];
+      for (int k = 0; k < nt; k++) g->st[k][nd - 1] = ts[k]->strides[d];
+      continue;
+    }
+    g->size[nd] = o->sizes[d];
+    for (int k = 0; k < nt; k++) g->st[k][nd] = ts[k]->strides[d];
+    nd++;
+  }
+  if (nd == 0) { /* a scalar, or all dims of size 1 */
+    g->size[0] = 1;
+    nd = 1;
+  }
+  g->ndim = nd;
+  g->n = ocl_numel(o);
+  for (int k = 0; k < nt; k++) {
+    g->off[k] = ocl_elem_off(ts[k]);
+    g->dt[k] = ts[k]->dtype;
+  }
+  for (int k = nt; k < 4; k++) g->dt[k] = ts[0]->dtype;
+}

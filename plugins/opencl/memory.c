@@ -1,0 +1,86 @@
+/*
+ * memory.c -- device memory is a cl_mem handle; the runtime only ever sees it as an
+ * opaque pointer and addresses inside it by offset. Copies are enqueued on the stream.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ocl.h"
+
+ral_status ocl_malloc(int32_t device, uint64_t nbytes, void** ptr) {
+  ocl_device* d = ocl_device_get(device);
+  *ptr = NULL;
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  if (nbytes > d->max_alloc)
+    return ocl_error(RAL_ERROR_OUT_OF_MEMORY, "%llu bytes exceed the device's largest allocation (%llu bytes)",
+                     (unsigned long long)nbytes, (unsigned long long)d->max_alloc);
+  cl_int err;
+  cl_mem m = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &err);
+  if (!m) return ocl_cl_fail(err, "clCreateBuffer");
+  *ptr = m;
+  return RAL_OK;
+}
+
+ral_status ocl_free(int32_t device, void* ptr) {
+  (void)device;
+  cl_int err = ptr ? CL.clReleaseMemObject((cl_mem)ptr) : CL_SUCCESS;
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clReleaseMemObject");
+}
+
+static void CL_CALLBACK free_staging(cl_event ev, cl_int status, void* data) {
+  (void)ev, (void)status;
+  free(data);
+}
+
+ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                          uint64_t nbytes, ral_stream stream) {
+  (void)device;
+  /* The caller may reuse `src` at once: stage it, and free the copy when the write ends,
+   * so the upload stays asynchronous. */
+  void* staged = malloc(nbytes ? nbytes : 1);
+  cl_int err;
+  if (!staged) {
+    err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_TRUE, dst_offset, nbytes, src, 0, NULL, NULL);
+    return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueWriteBuffer");
+  }
+  memcpy(staged, src, nbytes);
+  cl_event ev;
+  err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_FALSE, dst_offset, nbytes, staged, 0, NULL, &ev);
+  if (err != CL_SUCCESS) {
+    free(staged);
+    return ocl_cl_fail(err, "clEnqueueWriteBuffer");
+  }
+  if (CL.clSetEventCallback(ev, CL_COMPLETE, free_staging, staged) != CL_SUCCESS) {
+    CL.clWaitForEvents(1, &ev);
+    free(staged);
+  }
+  CL.clReleaseEvent(ev);
+  CL.clFlush(stream->q);
+  return RAL_OK;
+}
+
+ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t src_offset,
+                          uint64_t nbytes, ral_stream stream) {
+  (void)device;
+  cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, NULL);
+  if (err == CL_SUCCESS) CL.clFlush(stream->q);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueReadBuffer");
+}
+
+ral_status ocl_memcpy_d2d(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                          uint64_t src_offset, uint64_t nbytes, ral_stream stream) {
+  (void)device;
+  if (nbytes == 0) return RAL_OK;
+  cl_int err = CL.clEnqueueCopyBuffer(stream->q, (cl_mem)src, (cl_mem)dst, src_offset, dst_offset, nbytes,
+                                      0, NULL, NULL);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueCopyBuffer");
+}
+
+ral_status ocl_memset(int32_t device, void* dst, uint64_t offset, int32_t value, uint64_t nbytes,
+                      ral_stream stream) {
+  (void)device;
+  if (nbytes == 0) return RAL_OK;
+  cl_uchar byte = (cl_uchar)value;
+  cl_int err = CL.clEnqueueFillBuffer(stream->q, (cl_mem)dst, &byte, 1, offset, nbytes, 0, NULL, NULL);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueFillBuffer");
+}

@@ -1,0 +1,212 @@
+/*
+ * nn.c -- softmax family, layer norm and nll_loss. Inputs are contiguous float32 (the
+ * manifest asks the router for contiguous tensors); rows map to work-groups.
+ */
+#include <string.h>
+
+#include "ocl.h"
+
+static ral_status require_f32_contiguous(const ral_kernel_call* c) {
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (ocl_absent(t)) continue;
+    int index_arg = t->dtype == RAL_DTYPE_INT64; /* targets */
+    if ((!index_arg && t->dtype != RAL_DTYPE_FLOAT32) || !ocl_is_contiguous(t))
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous float32 (is %s%s)", i,
+                      ocl_dtype_name(t->dtype), ocl_is_contiguous(t) ? "" : ", strided");
+  }
+  return RAL_OK;
+}
+
+/* Point buffer i at bufs[i] (offsets into g, handles into args) and append g itself. */
+static void bind_rows(ocl_rows* g, const ral_tensor* const* bufs, int n, ocl_arg* args) {
+  for (int i = 0; i < n; i++) {
+    g->off[i] = ocl_elem_off(bufs[i]);
+    args[i] = ocl_mem(bufs[i]);
+  }
+  args[n] = OCL_VAL(*g);
+}
+
+/* Work-group size for rows of `len` elements. */
+static size_t row_local(const ral_kernel_call* c, int kid, int64_t len) {
+  size_t want = 1;
+  while (want < (size_t)len && want < OCL_MAX_LOCAL) want *= 2;
+  return ocl_local_size(ocl_device_get(c->device), kid, want);
+}
+
+/* rows/len/inner of a reduction along `dim` of t. */
+static ral_status rows_along(const ral_kernel_call* c, const ral_tensor* t, int64_t dim, ocl_rows* g) {
+  memset(g, 0, sizeof *g);
+  int d = ocl_wrap_dim(dim, t->ndim);
+  if (d < 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "dim %lld out of range", (long long)dim);
+  int64_t outer = 1, inner = 1;
+  for (int k = 0; k < t->ndim; k++) {
+    if (k < d) outer *= t->sizes[k];
+    if (k > d) inner *= t->sizes[k];
+  }
+  g->len = t->ndim ? t->sizes[d] : 1;
+  g->inner = inner;
+  g->rows = outer * inner;
+  return RAL_OK;
+}
+
+static ral_status softmax_fwd(const ral_kernel_call* c, int op) {
+  ral_status st = ocl_check_arity(c, 1, 1, 1);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = rows_along(c, ocl_in(c, 0), ocl_scalar_i(c, 0, -1), &g);
+  if (st != RAL_OK) return st;
+  if (g.rows == 0 || g.len == 0) return RAL_OK;
+  g.op = op;
+  g.off[0] = ocl_elem_off(ocl_out(c, 0));
+  g.off[1] = ocl_elem_off(ocl_in(c, 0));
+  size_t local = row_local(c, OCL_K_softmax_fwd, g.len), global = (size_t)g.rows * local;
+  ocl_arg args[3] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), OCL_VAL(g)};
+  return ocl_enqueue(c, OCL_K_softmax_fwd, 3, args, 1, &global, &local);
+}
+
+/* _softmax(self, dim, half_to_float) */
+ral_status ocl_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 0); }
+/* _log_softmax(self, dim, half_to_float) */
+ral_status ocl_log_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 1); }
+/* _safe_softmax(self, dim, dtype?) */
+ral_status ocl_safe_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 2); }
+
+static ral_status softmax_bwd(const ral_kernel_call* c, int op) {
+  ral_status st = ocl_check_arity(c, 1, 2, 1);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = rows_along(c, ocl_in(c, 0), ocl_scalar_i(c, 0, -1), &g);
+  if (st != RAL_OK) return st;
+  if (g.rows == 0 || g.len == 0) return RAL_OK;
+  g.op = op;
+  for (int i = 0; i < 3; i++) g.off[i] = ocl_elem_off(&c->tensors[i]);
+  size_t local = row_local(c, OCL_K_softmax_bwd, g.len), global = (size_t)g.rows * local;
+  ocl_arg args[4] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), ocl_mem(ocl_in(c, 1)), OCL_VAL(g)};
+  return ocl_enqueue(c, OCL_K_softmax_bwd, 4, args, 1, &global, &local);
+}
+
+/* _softmax_backward_data(grad_output, output, dim, input_dtype) */
+ral_status ocl_softmax_backward(const ral_kernel_call* c) { return softmax_bwd(c, 0); }
+/* _log_softmax_backward_data(grad_output, output, dim, input_dtype) */
+ral_status ocl_log_softmax_backward(const ral_kernel_call* c) { return softmax_bwd(c, 1); }
+
+/* rows x len split of a layer norm input by normalized_shape (scalars[0]). */
+static ral_status norm_rows(const ral_kernel_call* c, const ral_tensor* x, ocl_rows* g) {
+  memset(g, 0, sizeof *g);
+  int nn;
+  const int64_t* shape = ocl_scalar_list(c, 0, &nn);
+  if (!shape || nn > x->ndim) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad normalized_shape");
+  g->len = 1;
+  g->rows = 1;
+  for (int k = 0; k < x->ndim; k++) {
+    if (k < x->ndim - nn)
+      g->rows *= x->sizes[k];
+    else
+      g->len *= x->sizes[k];
+  }
+  g->inner = 1;
+  return RAL_OK;
+}
+
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+ral_status ocl_layer_norm(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 3, 3, 2);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = norm_rows(c, ocl_in(c, 0), &g);
+  if (st != RAL_OK) return st;
+  if (g.rows == 0) return RAL_OK;
+  g.eps = (float)ocl_scalar_f(c, 1, 1e-5);
+  g.flags = (ocl_absent(ocl_in(c, 1)) ? 0 : 1) | (ocl_absent(ocl_in(c, 2)) ? 0 : 2);
+  const ral_tensor* bufs[6] = {ocl_out(c, 0), ocl_out(c, 1), ocl_out(c, 2), ocl_in(c, 0), ocl_in(c, 1), ocl_in(c, 2)};
+  for (int i = 4; i < 6; i++)
+    if (ocl_absent(bufs[i])) bufs[i] = bufs[0];
+  ocl_arg args[7];
+  bind_rows(&g, bufs, 6, args);
+  size_t local = row_local(c, OCL_K_layer_norm_fwd, g.len), global = (size_t)g.rows * local;
+  return ocl_enqueue(c, OCL_K_layer_norm_fwd, 7, args, 1, &global, &local);
+}
+
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+ * output_mask) -> (grad_input, grad_weight, grad_bias); masked-off outputs may be absent. */
+ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 3, 6, 2);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = norm_rows(c, ocl_in(c, 1), &g);
+  if (st != RAL_OK) return st;
+  int nm;
+  const int64_t* mask = ocl_scalar_list(c, 1, &nm);
+  int want[3];
+  for (int i = 0; i < 3; i++) want[i] = !ocl_absent(ocl_out(c, i)) && (!mask || i >= nm || mask[i]);
+  const ral_tensor *go = ocl_in(c, 0), *x = ocl_in(c, 1), *mean = ocl_in(c, 2), *rstd = ocl_in(c, 3);
+  const ral_tensor* w = ocl_in(c, 4);
+  if (want[0] && g.rows > 0) {
+    ocl_rows gi = g;
+    gi.flags = ocl_absent(w) ? 0 : 1;
+    const ral_tensor* bufs[6] = {ocl_out(c, 0), go, x, mean, rstd, ocl_absent(w) ? go : w};
+    ocl_arg args[7];
+    bind_rows(&gi, bufs, 6, args);
+    size_t local = row_local(c, OCL_K_layer_norm_bwd_input, g.len), global = (size_t)g.rows * local;
+    st = ocl_enqueue(c, OCL_K_layer_norm_bwd_input, 7, args, 1, &global, &local);
+    if (st != RAL_OK) return st;
+  }
+  if (!want[1] && !want[2]) return RAL_OK;
+  ocl_rows gp = g;
+  gp.flags = (want[1] ? 1 : 0) | (want[2] ? 2 : 0);
+  const ral_tensor* gw = want[1] ? ocl_out(c, 1) : go;
+  const ral_tensor* gb = want[2] ? ocl_out(c, 2) : go;
+  const ral_tensor* bufs[6] = {gw, gb, go, x, mean, rstd};
+  ocl_arg args[7];
+  bind_rows(&gp, bufs, 6, args);
+  size_t local = 64, global = (size_t)g.len;
+  return ocl_enqueue(c, OCL_K_layer_norm_bwd_params, 7, args, 1, &global, &local);
+}
+
+/* rows (N) and classes (C) of an nll_loss input [N, C] or [C]; target must be int64. */
+static ral_status nll_rows(const ral_kernel_call* c, const ral_tensor* x, const ral_tensor* target, ocl_rows* g) {
+  memset(g, 0, sizeof *g);
+  if (x->ndim < 1 || x->ndim > 2 || target->dtype != RAL_DTYPE_INT64)
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "nll_loss takes [N, C] or [C] input and int64 target");
+  g->rows = x->ndim == 2 ? x->sizes[0] : 1;
+  g->len = x->sizes[x->ndim - 1];
+  g->inner = 1;
+  return RAL_OK;
+}
+
+/* nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight) */
+ral_status ocl_nll_loss_forward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 2, 3, 2);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = nll_rows(c, ocl_in(c, 0), ocl_in(c, 1), &g);
+  if (st != RAL_OK) return st;
+  g.op = (int32_t)ocl_scalar_i(c, 0, 1);
+  g.li0 = ocl_scalar_i(c, 1, -100);
+  const ral_tensor* w = ocl_in(c, 2);
+  g.flags = ocl_absent(w) ? 0 : 1;
+  const ral_tensor* bufs[5] = {ocl_out(c, 0), ocl_out(c, 1), ocl_in(c, 0), ocl_in(c, 1), ocl_absent(w) ? ocl_in(c, 0) : w};
+  ocl_arg args[6];
+  bind_rows(&g, bufs, 5, args);
+  size_t local = row_local(c, OCL_K_nll_fwd, g.rows), global = local;
+  return ocl_enqueue(c, OCL_K_nll_fwd, 6, args, 1, &global, &local);
+}
+
+/* nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
+ral_status ocl_nll_loss_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 5, 2);
+  if (st == RAL_OK) st = require_f32_contiguous(c);
+  ocl_rows g;
+  if (st == RAL_OK) st = nll_rows(c, ocl_in(c, 1), ocl_in(c, 2), &g);
+  if (st != RAL_OK) return st;
+  g.op = (int32_t)ocl_scalar_i(c, 0, 1);
+  g.li0 = ocl_scalar_i(c, 1, -100);
+  const ral_tensor* w = ocl_in(c, 3);
+  g.flags = ocl_absent(w) ? 0 : 1;
+  const ral_tensor* bufs[5] = {ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 2), ocl_absent(w) ? ocl_in(c, 0) : w, ocl_in(c, 4)};
+  ocl_arg args[6];
+  bind_rows(&g, bufs, 5, args);
+  size_t local = 64, global = (size_t)(g.rows * g.len);
+  return ocl_enqueue(c, OCL_K_nll_bwd, 6, args, 1, &global, &local);
+}

@@ -1,0 +1,194 @@
+/*
+ * ocl.h -- what the OpenCL plugin's source files share: the device table, errors, the
+ * built-in kernel programs and the enqueue helper every op uses.
+ */
+#ifndef OCL_H
+#define OCL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cl_api.h"
+#include "kernels/shared.h"
+#include "ral_plugin.h"
+
+#define OCL_HIDDEN __attribute__((visibility("hidden")))
+#define OCL_MAX_DEVICES 16
+
+/* Built-in programs: one per kernels/<family>.cl, each built on first use per device. */
+#define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random)
+#define OCL_FAMILY_ENUM(name) OCL_FAM_##name,
+enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
+#undef OCL_FAMILY_ENUM
+
+/* Every __kernel of the built-in programs, with the family that defines it. */
+#define OCL_CL_KERNELS(X)                                                                  \
+  X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes)                                            \
+  X(reduce, reduce_any)                                                                    \
+  X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
+  X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd)                               \
+  X(blas, matmul_tiled)                                                                    \
+  X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
+  X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \
+  X(random, random_k)
+#define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
+enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
+#undef OCL_KERNEL_ENUM
+
+typedef struct {
+  cl_platform_id platform;
+  cl_device_id id;
+  cl_context ctx;
+  char name[128], vendor[64], driver[64], platform_name[128], type[32];
+  int fp16, fp64;
+  cl_ulong max_alloc, global_mem;
+  size_t max_wg;
+  cl_uint addr_bits;
+  /* Guards program builds and the set-args + enqueue pair of a shared cl_kernel. */
+  pthread_mutex_t lock;
+  cl_program programs[OCL_N_FAMILIES];
+  cl_kernel kernels[OCL_N_KERNELS];
+  size_t kernel_wg[OCL_N_KERNELS];
+} ocl_device;
+
+extern ocl_device g_dev[OCL_MAX_DEVICES];
+extern int g_ndev;
+
+/* ral_stream is an in-order command queue of one device. */
+struct ral_stream_s {
+  cl_command_queue q;
+  int32_t device;
+};
+
+/* ---------------------------------------------------------------- errors */
+/*! Set this thread's last-error text (printf-style) and return `status`. */
+ral_status ocl_error(ral_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+/*! Kernel-side failure prefixed with the op name. */
+ral_status ocl_fail(const ral_kernel_call* c, ral_status status, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/*! Failure of an OpenCL call: names the call and the CL error. */
+ral_status ocl_cl_fail(cl_int err, const char* what);
+/*! This thread's last-error text. */
+const char* ocl_last_error(void);
+/*! Device by plugin-local index, or NULL with last_error set. */
+ocl_device* ocl_device_get(int32_t device);
+
+/* ---------------------------------------------------------------- programs */
+/*! The cl_kernel of a built-in kernel on a device, building its program on first use. */
+ral_status ocl_kernel_get(ocl_device* d, int kid, cl_kernel* k);
+/*! Build a program for one device from source, through the disk cache. On failure
+ *  returns COMPILE_FAILED with `what` and the build log in last_error. */
+ral_status ocl_build_program(ocl_device* d, const char* source, const char* options,
+                             const char* what, cl_program* out);
+/*! Release every program and kernel of a device. */
+void ocl_programs_release(ocl_device* d);
+/*! Disk cache: load the binary for `key` into a malloc'd buffer, 0 on a hit. */
+int ocl_cache_load(const char* key, unsigned char** data, size_t* size);
+/*! Disk cache: store a binary under `key`; silently does nothing if the dir is unwritable. */
+void ocl_cache_store(const char* key, const unsigned char* data, size_t size);
+/*! Hex key of (device, driver, options, source) for the disk cache. */
+void ocl_cache_key(const ocl_device* d, const char* source, const char* options, char out[33]);
+
+/* ---------------------------------------------------------------- launching */
+typedef struct {
+  size_t size;
+  const void* ptr;
+} ocl_arg;
+
+/*! Set args and enqueue a built-in kernel on the call's stream. `global` is rounded up to
+ *  a multiple of `local` (0 = let the runtime pick); sizes beyond the device's limits
+ *  fail with RAL_ERROR_INVALID_ARGUMENT before anything is queued. */
+ral_status ocl_enqueue(const ral_kernel_call* c, int kid, int nargs, const ocl_arg* args,
+                       cl_uint dims, const size_t* global, const size_t* local);
+/*! Same for an arbitrary cl_kernel (jit modules); `lock` serialises its args. */
+ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
+                              pthread_mutex_t* lock, int nargs, const ocl_arg* args,
+                              cl_uint dims, const size_t* global, const size_t* local);
+/*! Largest power-of-two work-group <= want that a kernel accepts on the device. */
+size_t ocl_local_size(ocl_device* d, int kid, size_t want);
+
+/* ---------------------------------------------------------------- call access */
+static inline const ral_tensor* ocl_out(const ral_kernel_call* c, int i) { return &c->tensors[i]; }
+static inline const ral_tensor* ocl_in(const ral_kernel_call* c, int i) {
+  return &c->tensors[c->n_outputs + i];
+}
+static inline int ocl_absent(const ral_tensor* t) { return t->dtype == RAL_DTYPE_COUNT || !t->data; }
+/*! An ocl_arg for a tensor's buffer (its cl_mem handle). */
+static inline ocl_arg ocl_mem(const ral_tensor* t) { return (ocl_arg){sizeof(cl_mem), &t->data}; }
+#define OCL_VAL(v) ((ocl_arg){sizeof(v), &(v)})
+
+int64_t ocl_numel(const ral_tensor* t);
+int ocl_is_contiguous(const ral_tensor* t);
+int ocl_dtype_size(int32_t dtype);
+int ocl_dtype_is_float(int32_t dtype);
+const char* ocl_dtype_name(int32_t dtype);
+/*! Element offset of a tensor (byte_offset / element size). */
+int64_t ocl_elem_off(const ral_tensor* t);
+/*! Check n_outputs/n_inputs/at-least n_scalars. */
+ral_status ocl_check_arity(const ral_kernel_call* c, int n_out, int n_in, int n_scalars);
+/*! Numeric scalar i as double and int64; 0 if absent or not numeric. */
+int ocl_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v);
+/*! Double value of scalar i, or dflt. */
+double ocl_scalar_f(const ral_kernel_call* c, int i, double dflt);
+/*! Integer value of scalar i, or dflt. */
+int64_t ocl_scalar_i(const ral_kernel_call* c, int i, int64_t dflt);
+/*! INT_LIST scalar i (count in *n), or NULL. A bare INT counts as a list of one. */
+const int64_t* ocl_scalar_list(const ral_kernel_call* c, int i, int* n);
+/*! Wrap a possibly negative dim into [0, ndim); -1 if out of range. */
+int ocl_wrap_dim(int64_t dim, int ndim);
+/*! Reject ranks above OCL_MAXR with a clear message. */
+ral_status ocl_check_rank(const ral_kernel_call* c);
+
+/* ---------------------------------------------------------------- shared op pieces */
+/*! A tensor descriptor over owned size/stride arrays (to reshape or broadcast freely). */
+typedef struct {
+  ral_tensor t;
+  int64_t sizes[RAL_MAX_RANK];
+  int64_t strides[RAL_MAX_RANK];
+} ocl_view;
+/*! `in` broadcast to `shape_of`'s shape (right-aligned; size-1 and missing dims get stride 0). */
+void ocl_view_expand(ocl_view* v, const ral_tensor* in, const ral_tensor* shape_of);
+/*! A contiguous descriptor of `ndim` dims over t's buffer/offset/dtype. */
+void ocl_view_contiguous(ocl_view* v, const ral_tensor* t, int ndim, const int64_t* sizes);
+/*! Element-wise geometry over out's shape for operands ts[0..nt) (same shape), dims coalesced. */
+void ocl_geom_init(ocl_geom* g, const ral_tensor* const* ts, int nt);
+/*! Run an element-wise op: ts[0] is the output, ts[1..nt) the inputs (any dtypes). */
+ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const* ts, int nt,
+                      const double* f, const int64_t* li);
+/*! dst = src (same shape; dtype cast when they differ, any strides). */
+ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src);
+/*! Fill every byte of a contiguous-or-not tensor with zero (fresh outputs). */
+ral_status ocl_zero_tensor(const ral_kernel_call* c, const ral_tensor* t);
+/*! Compile entry helpers (compile.c). */
+ral_status ocl_compile(int32_t device, const char* lang, const char* source, const char* options,
+                       ral_module* module);
+ral_status ocl_module_get_kernel(ral_module module, const char* name, ral_kernel_fn* kernel);
+ral_status ocl_module_destroy(ral_module module);
+
+/* Memory, streams and events (memory.c, queue.c). */
+ral_status ocl_malloc(int32_t device, uint64_t nbytes, void** ptr);
+ral_status ocl_free(int32_t device, void* ptr);
+ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                          uint64_t nbytes, ral_stream stream);
+ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t src_offset,
+                          uint64_t nbytes, ral_stream stream);
+ral_status ocl_memcpy_d2d(int32_t device, void* dst, uint64_t dst_offset, const void* src,
+                          uint64_t src_offset, uint64_t nbytes, ral_stream stream);
+ral_status ocl_memset(int32_t device, void* dst, uint64_t offset, int32_t value, uint64_t nbytes,
+                      ral_stream stream);
+ral_status ocl_stream_create(int32_t device, ral_stream* stream);
+ral_status ocl_stream_destroy(int32_t device, ral_stream stream);
+ral_status ocl_stream_synchronize(int32_t device, ral_stream stream);
+ral_status ocl_stream_query(int32_t device, ral_stream stream);
+ral_status ocl_event_create(int32_t device, ral_event* event);
+ral_status ocl_event_destroy(int32_t device, ral_event event);
+ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream);
+ral_status ocl_event_synchronize(int32_t device, ral_event event);
+ral_status ocl_event_query(int32_t device, ral_event event);
+ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event event);
+ral_status ocl_event_elapsed_ms(int32_t device, ral_event start, ral_event end, float* ms);
+
+/* Built-in op kernels exported through get_kernel (kernels_list.h). */
+#include "kernels_list.h"
+
+#endif /* OCL_H */

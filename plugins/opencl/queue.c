@@ -1,0 +1,117 @@
+/*
+ * queue.c -- streams are in-order command queues (with profiling, for elapsed times);
+ * events are markers enqueued at the stream's tail.
+ */
+#include <stdlib.h>
+
+#include "ocl.h"
+
+struct ral_event_s {
+  cl_event ev; /* NULL until recorded */
+};
+
+ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
+  ocl_device* d = ocl_device_get(device);
+  *stream = NULL;
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  struct ral_stream_s* s = calloc(1, sizeof *s);
+  if (!s) return ocl_error(RAL_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
+  cl_int err;
+  s->q = CL.clCreateCommandQueue(d->ctx, d->id, CL_QUEUE_PROFILING_ENABLE, &err);
+  if (!s->q) {
+    free(s);
+    return ocl_cl_fail(err, "clCreateCommandQueue");
+  }
+  s->device = device;
+  *stream = s;
+  return RAL_OK;
+}
+
+ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
+  (void)device;
+  if (!stream) return RAL_OK;
+  CL.clFinish(stream->q);
+  CL.clReleaseCommandQueue(stream->q);
+  free(stream);
+  return RAL_OK;
+}
+
+ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
+  (void)device;
+  cl_int err = CL.clFinish(stream->q);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+}
+
+static ral_status event_state(cl_event ev) {
+  cl_int state = CL_COMPLETE;
+  cl_int err = CL.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof state, &state, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clGetEventInfo");
+  if (state < 0) return ocl_cl_fail(state, "queued work");
+  return state == CL_COMPLETE ? RAL_OK : RAL_ERROR_NOT_READY;
+}
+
+ral_status ocl_stream_query(int32_t device, ral_stream stream) {
+  (void)device;
+  cl_event ev;
+  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
+  CL.clFlush(stream->q);
+  ral_status st = event_state(ev);
+  CL.clReleaseEvent(ev);
+  return st;
+}
+
+ral_status ocl_event_create(int32_t device, ral_event* event) {
+  if (!ocl_device_get(device)) return RAL_ERROR_INVALID_ARGUMENT;
+  *event = calloc(1, sizeof **event);
+  return *event ? RAL_OK : ocl_error(RAL_ERROR_OUT_OF_MEMORY, "no host memory for an event");
+}
+
+ral_status ocl_event_destroy(int32_t device, ral_event event) {
+  (void)device;
+  if (!event) return RAL_OK;
+  if (event->ev) CL.clReleaseEvent(event->ev);
+  free(event);
+  return RAL_OK;
+}
+
+ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) {
+  (void)device;
+  cl_event ev;
+  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
+  CL.clFlush(stream->q);
+  if (event->ev) CL.clReleaseEvent(event->ev);
+  event->ev = ev;
+  return RAL_OK;
+}
+
+ral_status ocl_event_synchronize(int32_t device, ral_event event) {
+  (void)device;
+  if (!event->ev) return RAL_OK;
+  cl_int err = CL.clWaitForEvents(1, &event->ev);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clWaitForEvents");
+}
+
+ral_status ocl_event_query(int32_t device, ral_event event) {
+  (void)device;
+  return event->ev ? event_state(event->ev) : RAL_OK;
+}
+
+ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event event) {
+  (void)device;
+  if (!event->ev) return RAL_OK;
+  cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &event->ev, NULL);
+  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
+}
+
+ral_status ocl_event_elapsed_ms(int32_t device, ral_event start, ral_event end, float* ms) {
+  (void)device;
+  if (!start->ev || !end->ev) return ocl_error(RAL_ERROR_INVALID_ARGUMENT, "event was never recorded");
+  cl_ulong t0 = 0, t1 = 0;
+  cl_int err = CL.clGetEventProfilingInfo(start->ev, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
+  if (err == CL_SUCCESS) err = CL.clGetEventProfilingInfo(end->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clGetEventProfilingInfo");
+  *ms = (float)((double)((int64_t)(t1 - t0)) / 1e6);
+  return RAL_OK;
+}
