@@ -47,11 +47,11 @@ def pack_scalar(v, packed: list, floats: list, strings: list) -> None:
         packed.append(len(floats))
         floats.append(v)
     elif tv is list or tv is tuple or tv is torch.Size:
-        if any(type(x) is not int for x in v):
+        if any(type(x) is not int and type(x) is not bool for x in v):
             raise Unpackable(f"list argument {v!r}")
         packed.append(TAG_INT_LIST)
         packed.append(len(v))
-        packed.extend(v)
+        packed.extend(int(x) for x in v)  # bool[] (e.g. output_mask) travels as 0/1
     elif tv is torch.dtype:
         packed.append(TAG_DTYPE)
         packed.append(CODE_OF_TORCH[v])

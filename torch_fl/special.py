@@ -155,6 +155,8 @@ SPECIAL: dict = {
     aten.detach.default: alias,
     aten.alias.default: alias,
     aten.as_strided.default: as_strided,
+    # Not alias-annotated in its schema, but a view by contract (input is never used again).
+    aten._unsafe_view.default: view_op,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _local_scalar_dense,
