@@ -60,7 +60,14 @@ def load_op_db():
 
 def _to(v, dev):
     if isinstance(v, torch.Tensor):
-        return v.detach().to(dev).requires_grad_(v.requires_grad) if v.is_floating_point() or v.is_complex() else v.to(dev)
+        if v.layout == torch.strided and not v.is_conj() and not v.is_neg():
+            # Move the whole storage and rebuild the view, as a sample made on the device
+            # would be: ops like as_strided reach elements outside the view itself.
+            base = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage()).to(dev)
+            moved = base.as_strided(v.shape, v.stride(), v.storage_offset())
+        else:
+            moved = v.detach().to(dev)
+        return moved.requires_grad_(v.requires_grad) if v.is_floating_point() or v.is_complex() else moved
     if isinstance(v, (list, tuple)):
         return type(v)(_to(x, dev) for x in v)
     if isinstance(v, dict):
@@ -78,30 +85,76 @@ def _cpu(v):
     return v
 
 
-def _compare(actual, expected, dtype, exact_shape_only=False):
+def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
     if exact_shape_only:
         exp_t = [x for x in torch.utils._pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
         act_t = [x for x in torch.utils._pytree.tree_leaves(actual) if isinstance(x, torch.Tensor)]
         assert [(t.shape, t.dtype) for t in act_t] == [(t.shape, t.dtype) for t in exp_t], "random op: shape/dtype differ"
         return
     rtol, atol = TOLERANCES.get(dtype, (0, 0))
+    if tolerance is not None and dtype.is_floating_point:
+        rtol, atol = max(rtol, tolerance[0]), max(atol, tolerance[1])
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_device=False,
                                check_stride=False, check_layout=False)
 
 
-# Ops whose values are unspecified (uninitialized memory): only shapes and dtypes compare.
-UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+# Ops whose values are unspecified (uninitialized memory) or drawn from the RNG without
+# OpInfo's seeding wrapper: only shapes and dtypes compare.
+UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",
+                 "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d"}
+# Per-op float tolerances where the device legitimately takes another algorithm than CPU:
+# attention runs the math path (matmul + softmax) where CPU uses a fused flash kernel.
+TOLERANCE_OVERRIDES = {
+    "nn.functional.scaled_dot_product_attention": (1e-4, 1e-4),
+    "nn.functional.multi_head_attention_forward": (1e-4, 1e-4),
+}
 
 
 def _call(op, sample):
     return op(sample.input, *sample.args, **sample.kwargs)
 
 
+def _storage_copy(t):
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_conj() and not t.is_neg():
+        base = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage().clone())
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+    return t.clone() if isinstance(t, torch.Tensor) else t
+
+
+def _fresh_copy(sample):
+    """The sample with every tensor copied storage and all (in-place ops must not leak)."""
+    return sample.transform(_storage_copy) if hasattr(sample, "transform") else sample
+
+
+_SEEDED: dict[str, bool] = {}
+
+
+def _seeded_random(op) -> bool:
+    """OpInfo wraps RNG-consuming ops in wrapper_set_seed (a fixed seed, state restored after),
+    which hides them from a two-seed comparison; recognise them by that wrapper."""
+    name = opinfo_name(op)
+    hit = _SEEDED.get(name)
+    if hit is None:
+        import inspect
+
+        try:
+            hit = "wrapper_set_seed" in inspect.getsource(op.op)
+        except (OSError, TypeError):
+            hit = False
+        _SEEDED[name] = hit
+    return hit
+
+
 def _is_random(op, sample) -> bool:
-    torch.manual_seed(0)
-    a = _call(op, sample)
-    torch.manual_seed(0)
-    b = _call(op, sample)
+    """True if the op's result depends on the RNG: two seeds give different results. Devices
+    need not reproduce CPU's random stream, so such results compare by shape and dtype."""
+    try:
+        torch.manual_seed(0)
+        a = _call(op, _fresh_copy(sample))
+        torch.manual_seed(1)
+        b = _call(op, _fresh_copy(sample))
+    except Exception:
+        return False
     try:
         torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
         return False
@@ -130,7 +183,7 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
             expected_exc = None
         except Exception as exc:  # the reference raises: the device must raise the same type
             expected, expected_exc = None, exc
-        random = expected_exc is None and (op.name in UNINITIALIZED or _is_random(op, sample))
+        random = expected_exc is None and (name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or _is_random(op, sample))
         try:
             torch.manual_seed(0)
             with cov:
@@ -142,7 +195,7 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
             if expected_exc is not None:
                 error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
                 break
-            _compare(actual, expected, dtype, exact_shape_only=random)
+            _compare(actual, expected, dtype, exact_shape_only=random, tolerance=TOLERANCE_OVERRIDES.get(name))
         except Exception as exc:
             if expected_exc is not None and isinstance(exc, type(expected_exc)):
                 continue

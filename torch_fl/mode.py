@@ -142,7 +142,9 @@ class ral_mode(TorchFunctionMode):
         dev = self.index
 
         def up(t):
-            if type(t) is RalTensor or t.device.type != "cpu" or (t.dim() == 0 and not t.requires_grad):
+            # 0-dim CPU tensors are uploaded too: many ops (meshgrid, quantile's q, masked_fill's
+            # value) insist on one device, and everything in an unmodified script is on CPU.
+            if type(t) is RalTensor or t.device.type != "cpu":
                 return t
             return upload(t, dev)
 

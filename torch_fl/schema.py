@@ -30,7 +30,8 @@ def op_name(func) -> str:
 
 
 # Argument types whose *value* does not affect output shapes or dtypes beyond their Python type.
-_VALUE_FREE_TYPES = ("Scalar", "float", "Scalar?", "float?", "Generator?", "Generator")
+# (str() of the JIT types: Scalar prints as "number", T? as "Optional[T]".)
+_VALUE_FREE_TYPES = ("number", "float", "Optional[number]", "Optional[float]", "Generator", "Optional[Generator]")
 
 
 class OpSchema:

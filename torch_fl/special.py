@@ -174,6 +174,10 @@ SPECIAL: dict = {
     aten.is_pinned.default: _false,
     aten.detach_.default: _detach_,
 }
+# Lazy conjugate/negative views are bits on a TensorImpl that a wrapper cannot carry into a
+# kernel call: materialize them instead (the results compare equal, aliasing is lost).
+SPECIAL[aten._conj.default] = lambda func, args, kwargs: aten.conj_physical.default(args[0])
+SPECIAL[aten._neg_view.default] = lambda func, args, kwargs: aten.neg.default(args[0])
 SPECIAL[aten.as_strided_.default] = _as_strided_
 SPECIAL[aten.resize_.default] = _resize_
 SPECIAL[aten.set_.source_Tensor] = _set_source_tensor

@@ -30,7 +30,7 @@ from .transfer import contiguous_strides, to_device
 
 _aten = torch.ops.aten
 # Ops that broadcast their second argument like pointwise ops but carry no pointwise tag.
-_BROADCASTING = {"aten::copy_"}
+_BROADCASTING = {"aten::copy_", "aten::fill_.Tensor", "aten::masked_fill.Tensor", "aten::masked_fill_.Tensor"}
 # Arguments of pointwise ops that keep their own dtype (bool masks and conditions).
 _NO_PROMOTE_ARGS = {"condition", "mask"}
 
@@ -454,7 +454,7 @@ def build_vendor(sch, args, kwargs, full, dev):
     scalars = []
     for pos, kind in enumerate(sch.kinds):
         if kind == NON_TENSOR:
-            if sch.type_strs[pos].startswith("Generator"):
+            if "Generator" in sch.type_strs[pos]:
                 scalars.append((pos, 2))
             else:
                 try:
@@ -466,8 +466,36 @@ def build_vendor(sch, args, kwargs, full, dev):
             scalars.append((pos, 1))
     plugin = REGISTRY.plugin_of(dev).record.name
     run = VendorRun(sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin)
+    if _all_outputs_empty(run, full):
+        return EmptyRun(run)
     run.fast = _compile_fast(run, full)
     return run
+
+
+def _all_outputs_empty(run, full) -> bool:
+    if run.fresh:
+        return bool(run.out_specs) and all(nb == 0 for *_, nb in run.out_specs)
+    return all(full[p].numel() == 0 for p in run.out_pos)
+
+
+class EmptyRun:
+    """Every output has zero elements: nothing to compute, so no kernel is launched (kernels
+    need not handle degenerate layouts of empty tensors)."""
+
+    tier = "vendor"
+    __slots__ = ("inner",)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def run(self, args, kwargs, full):
+        """Allocate the (empty) outputs, or return the (empty) mutated arguments."""
+        r = self.inner
+        if not r.fresh:
+            outs = [full[i] for i in r.out_pos]
+        else:
+            outs = [wrap(allocate(r.dev, 0, current(r.dev)), shape, stride, 0, dtype) for shape, stride, dtype, _ in r.out_specs]
+        return outs[0] if r.single else tuple(outs)
 
 
 __all__ = ["VendorRun", "build_vendor", "NoVendor", "meta_run", "OPT_TENSOR", "TENSOR"]

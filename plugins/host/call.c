@@ -7,7 +7,8 @@
 
 #include "host.h"
 
-static _Thread_local char tls_error[1024];
+/* large enough for a compiler log (compile.c) */
+static _Thread_local char tls_error[4096];
 
 ral_status host_error(ral_status status, const char* fmt, ...) {
   va_list ap;

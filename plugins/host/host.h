@@ -13,6 +13,10 @@
 #include "ral_plugin.h"
 
 #define HOST_HIDDEN __attribute__((visibility("hidden")))
+/* Hot loops get an AVX2+FMA clone next to the x86-64-v2 baseline, picked at load time:
+ * twice the vector width (and fused polynomials) where the CPU has it, while the library
+ * still runs on any x86-64-v2 machine. */
+#define HOST_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 
 /* Elementwise work below this many elements stays on the calling thread: an OpenMP
  * fork costs microseconds, more than a small op itself. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <tgmath.h>
 
+#include "fastmath.h"
 #include "host.h"
 
 typedef enum {

@@ -18,22 +18,33 @@ static T* NN(scratch)(size_t n, int* failed) {
 }
 
 /* ---------------------------------------------------------------- softmax rows */
-static void NN(softmax_row)(int64_t D, T* restrict y, const T* restrict x, nn_kind kind) {
+/* Reductions carry `omp simd`: without it GCC keeps FP sums and maxima scalar (it may
+ * not reassociate them), and these rows are the whole cost of the kernel. */
+static HOST_SIMD_CLONES void NN(softmax_row)(int64_t D, T* restrict y, const T* restrict x,
+                                             nn_kind kind) {
   T m = -INFINITY;
-  for (int64_t k = 0; k < D; k++) m = x[k] > m || x[k] != x[k] ? x[k] : m;
+  int nan = 0;
+#pragma omp simd reduction(max : m) reduction(| : nan)
+  for (int64_t k = 0; k < D; k++) {
+    m = x[k] > m ? x[k] : m;
+    nan |= x[k] != x[k];
+  }
+  if (nan) m = NAN; /* a NaN anywhere makes the whole row NaN, as in aten */
   if (kind == NN_SAFE_SOFTMAX && m == -INFINITY) {
     for (int64_t k = 0; k < D; k++) y[k] = 0;
     return;
   }
   double s = 0;
   if (kind == NN_LOG_SOFTMAX) {
-    for (int64_t k = 0; k < D; k++) s += (double)exp(x[k] - m);
+#pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < D; k++) s += (double)HOST_EXP(x[k] - m);
     T shift = m + (T)log(s);
     for (int64_t k = 0; k < D; k++) y[k] = x[k] - shift;
     return;
   }
+#pragma omp simd reduction(+ : s)
   for (int64_t k = 0; k < D; k++) {
-    y[k] = exp(x[k] - m);
+    y[k] = HOST_EXP(x[k] - m);
     s += (double)y[k];
   }
   T inv = (T)(1.0 / s);
@@ -41,16 +52,71 @@ static void NN(softmax_row)(int64_t D, T* restrict y, const T* restrict x, nn_ki
 }
 
 /* grad_input from (grad_output g, forward output y) */
-static void NN(softmax_bw_row)(int64_t D, T* restrict gi, const T* restrict g,
-                               const T* restrict y, nn_kind kind) {
+static HOST_SIMD_CLONES void NN(softmax_bw_row)(int64_t D, T* restrict gi, const T* restrict g,
+                                                const T* restrict y, nn_kind kind) {
   double s = 0;
   if (kind == NN_LOG_SOFTMAX_BW) {
+#pragma omp simd reduction(+ : s)
     for (int64_t k = 0; k < D; k++) s += (double)g[k];
-    for (int64_t k = 0; k < D; k++) gi[k] = g[k] - exp(y[k]) * (T)s;
+    for (int64_t k = 0; k < D; k++) gi[k] = g[k] - HOST_EXP(y[k]) * (T)s;
     return;
   }
+#pragma omp simd reduction(+ : s)
   for (int64_t k = 0; k < D; k++) s += (double)(g[k] * y[k]);
   for (int64_t k = 0; k < D; k++) gi[k] = y[k] * (g[k] - (T)s);
+}
+
+/* One layer-norm row: y = (x - mean) * rstd * w + b. */
+static HOST_SIMD_CLONES void NN(ln_row)(int64_t N, T* restrict y, const T* restrict xr,
+                                        const T* restrict wt, const T* restrict bt, double eps,
+                                        double* mean_out, double* rstd_out) {
+  double s = 0, ss = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t k = 0; k < N; k++) s += (double)xr[k];
+  double mean = s / (double)N;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t k = 0; k < N; k++) {
+    double d = (double)xr[k] - mean;
+    ss += d * d;
+  }
+  double rstd = 1.0 / sqrt(ss / (double)N + eps);
+  T tm = (T)mean, tr = (T)rstd;
+  if (wt && bt)
+    for (int64_t k = 0; k < N; k++) y[k] = (xr[k] - tm) * tr * wt[k] + bt[k];
+  else
+    for (int64_t k = 0; k < N; k++) {
+      T v = (xr[k] - tm) * tr;
+      if (wt) v *= wt[k];
+      if (bt) v += bt[k];
+      y[k] = v;
+    }
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
+/* One layer-norm backward row: adds this row's g * xhat and g into pw[0..N), pw[N..2N)
+ * when pw is given, and writes grad_input into gi when given. */
+static HOST_SIMD_CLONES void NN(ln_bw_row)(int64_t N, T* restrict gi, const T* restrict gr,
+                                           const T* restrict xr, const T* restrict wt, T mu,
+                                           T rs, double* restrict pw) {
+  if (pw)
+    for (int64_t k = 0; k < N; k++) {
+      pw[k] += (double)(gr[k] * ((xr[k] - mu) * rs));
+      pw[N + k] += (double)gr[k];
+    }
+  if (!gi) return;
+  double a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+  for (int64_t k = 0; k < N; k++) {
+    T wg = wt ? gr[k] * wt[k] : gr[k];
+    a += (double)wg;
+    bsum += (double)(wg * ((xr[k] - mu) * rs));
+  }
+  T ma = (T)(a / (double)N), mb = (T)(bsum / (double)N);
+  for (int64_t k = 0; k < N; k++) {
+    T wg = wt ? gr[k] * wt[k] : gr[k];
+    gi[k] = rs * (wg - ma - ((xr[k] - mu) * rs) * mb);
+  }
 }
 
 /* A row of D elements with stride `st` bytes, as T: in place when possible, else staged. */
@@ -124,21 +190,8 @@ static ral_status NN(layer_norm_run)(const ral_tensor* const* o, const ral_tenso
       const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf);
       char* py = host_ptr(o[0]) + r * N * esy;
       T* y = NN(row_out)(py, o[0]->dtype, esy, buf + N);
-      double s = 0, ss = 0;
-      for (int64_t k = 0; k < N; k++) s += (double)xr[k];
-      double mean = s / (double)N;
-      for (int64_t k = 0; k < N; k++) {
-        double d = (double)xr[k] - mean;
-        ss += d * d;
-      }
-      double rstd = 1.0 / sqrt(ss / (double)N + eps);
-      T tm = (T)mean, tr = (T)rstd;
-      for (int64_t k = 0; k < N; k++) {
-        T v = (xr[k] - tm) * tr;
-        if (wt) v *= wt[k];
-        if (bt) v += bt[k];
-        y[k] = v;
-      }
+      double mean, rstd;
+      NN(ln_row)(N, y, xr, wt, bt, eps, &mean, &rstd);
       NN(row_done)(py, o[0]->dtype, esy, y, N);
       host_store_value(host_ptr(o[1]) + r * host_dtype_size(o[1]->dtype), o[1]->dtype, mean, 0);
       host_store_value(host_ptr(o[2]) + r * host_dtype_size(o[2]->dtype), o[2]->dtype, rstd, 0);
@@ -180,25 +233,10 @@ static ral_status NN(layer_norm_bw_run)(const ral_tensor* const* o, const ral_te
       const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf + N);
       T mu = (T)host_load_f64(host_ptr(mean) + r * host_dtype_size(mean->dtype), mean->dtype);
       T rs = (T)host_load_f64(host_ptr(rstd) + r * host_dtype_size(rstd->dtype), rstd->dtype);
-      if (pw)
-        for (int64_t k = 0; k < N; k++) {
-          pw[k] += (double)(gr[k] * ((xr[k] - mu) * rs));
-          pw[N + k] += (double)gr[k];
-        }
+      char* pi = o[0] ? host_ptr(o[0]) + r * N * esi : NULL;
+      T* gi = o[0] ? NN(row_out)(pi, o[0]->dtype, esi, buf + 2 * N) : NULL;
+      NN(ln_bw_row)(N, gi, gr, xr, wt, mu, rs, pw);
       if (!o[0]) continue;
-      double a = 0, bsum = 0;
-      for (int64_t k = 0; k < N; k++) {
-        T wg = wt ? gr[k] * wt[k] : gr[k];
-        a += (double)wg;
-        bsum += (double)(wg * ((xr[k] - mu) * rs));
-      }
-      T ma = (T)(a / (double)N), mb = (T)(bsum / (double)N);
-      char* pi = host_ptr(o[0]) + r * N * esi;
-      T* gi = NN(row_out)(pi, o[0]->dtype, esi, buf + 2 * N);
-      for (int64_t k = 0; k < N; k++) {
-        T wg = wt ? gr[k] * wt[k] : gr[k];
-        gi[k] = rs * (wg - ma - ((xr[k] - mu) * rs) * mb);
-      }
       NN(row_done)(pi, o[0]->dtype, esi, gi, N);
     }
     free(buf);

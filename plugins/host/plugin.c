@@ -142,9 +142,9 @@ static const ral_plugin_api host_api = {
     .launch = host_launch,
     .last_error = host_last_error,
     .memset = host_memset,
-    .compile = NULL,
-    .module_get_kernel = NULL,
-    .module_destroy = NULL,
+    .compile = host_compile,
+    .module_get_kernel = host_module_get_kernel,
+    .module_destroy = host_module_destroy,
 };
 
 RAL_PLUGIN_EXPORT const ral_plugin_api* ral_plugin_entry_v1(uint16_t runtime_abi_major,

@@ -43,6 +43,12 @@ ral_status host_stream_copy(int32_t device, ral_stream stream, void* dst, const 
                             uint64_t nbytes, host_copy_kind kind);
 ral_status host_stream_memset(int32_t device, ral_stream stream, void* dst, int value,
                               uint64_t nbytes);
+/* compile.c: the jit entries (contract at the top of compile.c and in README.md). */
+ral_status host_compile(int32_t device, const char* lang, const char* source, const char* options,
+                        ral_module* module);
+ral_status host_module_get_kernel(ral_module module, const char* name, ral_kernel_fn* kernel);
+ral_status host_module_destroy(ral_module module);
+
 /*! memcpy split across OpenMP threads when large. */
 void host_memcpy_parallel(void* dst, const void* src, uint64_t nbytes);
 

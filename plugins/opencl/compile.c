@@ -135,7 +135,7 @@ void ocl_programs_release(ocl_device* d) {
  * found by module_get_kernel takes one of JIT_SLOTS fixed trampolines, which passes its
  * slot number on to jit_run.
  */
-#define JIT_SLOTS 100
+#define JIT_SLOTS 1000
 
 struct ral_module_s {
   cl_program program;
@@ -201,8 +201,14 @@ static ral_status jit_run(int slot, const ral_kernel_call* c) {
 #define JIT_D10(X, b) X(b##0) X(b##1) X(b##2) X(b##3) X(b##4) X(b##5) X(b##6) X(b##7) X(b##8) X(b##9)
 #define JIT_D100(X) JIT_D10(X, ) JIT_D10(X, 1) JIT_D10(X, 2) JIT_D10(X, 3) JIT_D10(X, 4) \
                     JIT_D10(X, 5) JIT_D10(X, 6) JIT_D10(X, 7) JIT_D10(X, 8) JIT_D10(X, 9)
-JIT_D100(JIT_T)
-static const ral_kernel_fn k_trampolines[JIT_SLOTS] = {JIT_D100(JIT_PTR)};
+/* p00 .. p99 for a digit p in 1..9 */
+#define JIT_H100(X, p) JIT_D10(X, p##0) JIT_D10(X, p##1) JIT_D10(X, p##2) JIT_D10(X, p##3) JIT_D10(X, p##4) \
+                       JIT_D10(X, p##5) JIT_D10(X, p##6) JIT_D10(X, p##7) JIT_D10(X, p##8) JIT_D10(X, p##9)
+/* a jit tier compiles one kernel per (op, dtype signature): a model can need hundreds */
+#define JIT_D1000(X) JIT_D100(X) JIT_H100(X, 1) JIT_H100(X, 2) JIT_H100(X, 3) JIT_H100(X, 4) \
+                     JIT_H100(X, 5) JIT_H100(X, 6) JIT_H100(X, 7) JIT_H100(X, 8) JIT_H100(X, 9)
+JIT_D1000(JIT_T)
+static const ral_kernel_fn k_trampolines[JIT_SLOTS] = {JIT_D1000(JIT_PTR)};
 
 /* The __kernel names declared in a source, comma-separated (error messages only). */
 static void kernel_names(const char* src, char* out, size_t cap) {

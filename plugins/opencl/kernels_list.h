@@ -26,7 +26,7 @@
 #define OCL_KERNELS_REDUCE(X)                                                             \
   X(ocl_sum_dim) X(ocl_sum) X(ocl_mean_dim) X(ocl_mean) X(ocl_amax) X(ocl_amin)           \
   X(ocl_max_dim) X(ocl_min_dim) X(ocl_argmax) X(ocl_argmin) X(ocl_var_correction)         \
-  X(ocl_prod) X(ocl_dot)
+  X(ocl_prod) X(ocl_dot) X(ocl_all) X(ocl_any)
 
 #define OCL_KERNELS_BLAS(X) X(ocl_mm) X(ocl_bmm) X(ocl_addmm) X(ocl_baddbmm)
 

@@ -169,8 +169,9 @@ static ral_status ocl_get_kernel(const char* symbol, ral_kernel_fn* kernel) {
 static ral_status ocl_launch(ral_kernel_fn kernel, const ral_kernel_call* call) {
   if (!ocl_device_get(call->device)) return RAL_ERROR_INVALID_ARGUMENT;
   if (!call->stream) return ocl_fail(call, RAL_ERROR_INVALID_ARGUMENT, "no stream");
+  ral_status st = ocl_check_rank(call);
   /* Every kernel only enqueues; the call struct is not needed after it returns. */
-  return kernel(call);
+  return st != RAL_OK ? st : kernel(call);
 }
 
 static const ral_plugin_api k_api = {

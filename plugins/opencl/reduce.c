@@ -51,7 +51,8 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
   g.op = rs->op;
   g.dt_in = in->dtype;
   g.dt_out = out->dtype;
-  g.cfl = ocl_dtype_is_float(in->dtype) || rs->op == RD_MEAN || rs->op == RD_VAR;
+  g.cfl = (ocl_dtype_is_float(in->dtype) || rs->op == RD_MEAN || rs->op == RD_VAR) && rs->op != RD_ALL &&
+          rs->op != RD_ANY;
   g.correction = (float)correction;
   const ral_tensor* idx = out;
   if (rs->n_out == 2) {
@@ -95,6 +96,11 @@ REDUCE(ocl_min_dim, RD_ARGMIN, 0, 2)
 REDUCE(ocl_argmax, RD_ARGMAX, 0, 1)
 /* argmin(self, dim?, keepdim) */
 REDUCE(ocl_argmin, RD_ARGMIN, 0, 1)
+
+/* all(self), all.dim(self, dim, keepdim), all.dims(self, dim?, keepdim) */
+REDUCE(ocl_all, RD_ALL, 0, 1)
+/* any(self), any.dim(self, dim, keepdim), any.dims(self, dim?, keepdim) */
+REDUCE(ocl_any, RD_ANY, 0, 1)
 
 /* prod(self, dtype?) and prod.dim_int(self, dim, keepdim, dtype?) */
 ral_status ocl_prod(const ral_kernel_call* c) {

@@ -17,6 +17,9 @@ int rt_sc_check_locked(rt_device* dev, uint64_t ptr, uint64_t offset, uint64_t n
   if (!b)
     return rt_fail(RAL_ERROR_INVALID_POINTER, "buffer 0x%" PRIx64 " not mapped to device %d",
                    ptr, dev->global);
+  /* An empty view touches no memory, so only its base must be live (PyTorch lets a
+   * zero-element view carry any storage offset, e.g. the tail slice of a padded tensor). */
+  if (nbytes == 0) return RAL_OK;
   if (offset > b->requested || nbytes > b->requested - offset)
     return rt_fail(RAL_ERROR_INVALID_POINTER,
                    "offset %" PRIu64 " + %" PRIu64 " bytes exceeds buffer 0x%" PRIx64

@@ -28,8 +28,8 @@ inline float comb_f(int op, float a, float b) {
 
 inline long comb_i(int op, long a, long b) {
   switch (op) {
-    case RD_MAX: return max(a, b);
-    case RD_MIN: return min(a, b);
+    case RD_MAX: case RD_ANY: return max(a, b);
+    case RD_MIN: case RD_ALL: return min(a, b);
     case RD_PROD: return a * b;
     default: return a + b;
   }
@@ -105,8 +105,13 @@ __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
     }
     return;
   }
-  long acc = op == RD_PROD ? 1 : op == RD_MAX ? LONG_MIN : op == RD_MIN ? LONG_MAX : 0;
-  for (long j = lid; j < g.n_red; j += L) acc = comb_i(op, acc, ld_i(in, base + rg_offset(&g, j), g.dt_in));
+  long acc = op == RD_PROD || op == RD_ALL ? 1 : op == RD_MAX ? LONG_MIN : op == RD_MIN ? LONG_MAX : 0;
+  int truth = op == RD_ALL || op == RD_ANY, fl = g.dt_in == DT_F32 || g.dt_in == DT_F16 || g.dt_in == DT_F64;
+  for (long j = lid; j < g.n_red; j += L) {
+    long e = base + rg_offset(&g, j);
+    long v = !truth ? ld_i(in, e, g.dt_in) : fl ? ld_f(in, e, g.dt_in) != 0.0f : ld_i(in, e, g.dt_in) != 0;
+    acc = comb_i(op, acc, v);
+  }
   ll[lid] = acc;
   for (int s = L / 2; s > 0; s >>= 1) {
     barrier(CLK_LOCAL_MEM_FENCE);

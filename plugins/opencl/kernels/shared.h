@@ -77,7 +77,7 @@ enum {
 };
 
 /* Reduction op codes (reduce kernel). */
-enum { RD_SUM, RD_MEAN, RD_MAX, RD_MIN, RD_PROD, RD_ARGMAX, RD_ARGMIN, RD_VAR };
+enum { RD_SUM, RD_MEAN, RD_MAX, RD_MIN, RD_PROD, RD_ARGMAX, RD_ARGMIN, RD_VAR, RD_ALL, RD_ANY };
 
 /* Random distributions (random kernel). */
 enum { RNG_UNIFORM, RNG_NORMAL, RNG_BERNOULLI };

@@ -1,0 +1,172 @@
+"""Issue-7 cases: jit first compile and warm call, jit vs the cpu tier for ops without
+vendor kernels, and a fused 6-op pointwise chain on 16M floats vs eager CPU and Inductor."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import torch
+from common import Result, interleaved
+
+import torch_fl.jit as J
+from torch_fl import router
+from torch_fl.jit import kernel_cache
+
+# Ops with no vendor kernel on the host or OpenCL plugins (manifests/*.json).
+NO_VENDOR = {"atan2": torch.atan2, "hypot": torch.hypot, "logaddexp": torch.logaddexp, "expm1": torch.expm1}
+
+
+def _sync():
+    torch.ral.synchronize()
+
+
+def first_compile(dev: str) -> list[Result]:
+    """First call of a never-seen kernel with a cold disk cache, then a warm call."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    tmp = tempfile.mkdtemp(prefix="torch_fl_bench_")
+    os.environ["XDG_CACHE_HOME"] = tmp  # the plugins read it at each compile
+    kernel_cache.clear()
+    router.set_op_override("aten::copysign.Tensor", "jit")
+    try:
+        a = torch.randn(1024).to(dev)
+        b = torch.randn(1024).to(dev)
+        _sync()
+        c0 = kernel_cache.STATS["compile_s"]
+        t0 = time.perf_counter()
+        torch.copysign(a, b)
+        _sync()
+        first = time.perf_counter() - t0
+        compile_s = kernel_cache.STATS["compile_s"] - c0
+        kernel_cache.clear()  # a new process: in-memory handles gone, disk cache warm
+        t0 = time.perf_counter()
+        torch.copysign(a, b)
+        _sync()
+        disk = time.perf_counter() - t0
+        warm = interleaved({"w": lambda: (torch.copysign(a, b), _sync())}, repeats=9, inner=50)["w"]
+    finally:
+        router.set_op_override("aten::copysign.Tensor", None)
+        if old is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = old
+    return [
+        Result(
+            "jit first compile (cold disk cache)",
+            dev,
+            compile_s,
+            "source design 800 ms",
+            0.8,
+            1.0,
+            note=f"compile {compile_s * 1e3:.0f} ms; whole first call {first * 1e3:.0f} ms (incl. torch's one-time "
+            f"meta/dynamo import); from disk cache {disk * 1e3:.1f} ms; warm {warm * 1e6:.0f} us",
+        ),
+        Result("jit warm call, 1K copysign", dev, warm, "first call", first, None, note=f"{warm * 1e6:.0f} us"),
+    ]
+
+
+def jit_vs_cpu(dev: str) -> list[Result]:
+    """Ops without vendor kernels on 1M floats: jit tier vs the cpu tier (both forced)."""
+    x = torch.rand(1 << 20) + 0.5
+    y = torch.rand(1 << 20) + 0.5
+    rx, ry = x.to(dev), y.to(dev)
+    rows = []
+    for name, fn in NO_VENDOR.items():
+        args = (rx,) if name == "expm1" else (rx, ry)
+        op = "aten::" + name
+        times = {}
+        for tier in ("jit", "cpu"):
+            router.set_op_override(op, tier)
+            fn(*args)
+            _sync()
+            times[tier] = interleaved({tier: lambda fn=fn, args=args: (fn(*args), _sync())}, repeats=7, inner=5)[tier]
+            router.set_op_override(op, None)
+        rows.append(
+            Result(
+                f"1M {name}: jit vs cpu tier",
+                dev,
+                times["jit"],
+                "cpu tier",
+                times["cpu"],
+                1.0,
+                note=f"jit {times['jit'] * 1e3:.2f} ms, cpu tier {times['cpu'] * 1e3:.2f} ms",
+            )
+        )
+    return rows
+
+
+def chain(x, b):
+    """Six pointwise ops: scale, bias, tanh-approximated gelu, scale, residual, sigmoid."""
+    y = x * 0.5 + b
+    y = torch.nn.functional.gelu(y, approximate="tanh")
+    return torch.sigmoid(y * 2.0 - x)
+
+
+def fused_chain(dev: str) -> list[Result]:
+    """The 6-op chain on 16M floats: fused on the device vs eager CPU vs torch.compile."""
+    torch.manual_seed(0)
+    x = torch.randn(4096, 4096)
+    b = torch.randn(4096)
+    rx, rb = x.to(dev), b.to(dev)
+
+    def ral():
+        with J.fuse():
+            y = chain(rx, rb)  # kept alive: only live results are written
+        _sync()
+        return y
+
+    def eager():
+        chain(x, b)
+
+    fns = {"ral": ral, "eager": eager}
+    note = ""
+    try:
+        compiled = torch.compile(chain, backend="inductor")
+        t0 = time.perf_counter()
+        compiled(x, b)
+        note = f"inductor compile {time.perf_counter() - t0:.1f} s"
+        fns["inductor"] = lambda: compiled(x, b)
+    except Exception as exc:  # report, don't fail the run
+        note = f"inductor unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    ral()
+    with J.fuse():
+        got = chain(rx, rb).cpu()
+    err = (got - chain(x, b)).abs().max().item()
+    t = interleaved(fns, repeats=7, inner=2)
+    rows = [
+        Result(
+            "16M 6-op chain, fused",
+            dev,
+            t["ral"],
+            "eager CPU",
+            t["eager"],
+            0.5,
+            note=f"ral {t['ral'] * 1e3:.1f} ms, eager {t['eager'] * 1e3:.1f} ms, max err {err:.1e}",
+        )
+    ]
+    if "inductor" in t:
+        rows.append(
+            Result(
+                "16M 6-op chain, fused",
+                dev,
+                t["ral"],
+                "torch.compile (inductor)",
+                t["inductor"],
+                None,
+                note=f"inductor {t['inductor'] * 1e3:.1f} ms; {note}",
+            )
+        )
+    else:
+        rows.append(
+            Result("16M 6-op chain, fused", dev, t["ral"], "torch.compile (inductor)", float("nan"), None, note=note)
+        )
+    return rows
+
+
+def jit(dev: str) -> list[Result]:
+    """Every issue-7 row."""
+    return first_compile(dev) + jit_vs_cpu(dev) + fused_chain(dev)
+
+
+CASES = {"jit": jit}

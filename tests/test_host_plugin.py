@@ -1,0 +1,422 @@
+"""The host plugin's kernels, checked through torch_fl against eager torch CPU.
+
+Every aten op of manifests/host.json must be reached by at least one case below (the
+coverage test watches the dispatcher), over the dtypes the manifest lists for it, with
+strided, broadcast and in-place variants. Tolerances: float32 rtol 1.3e-5 / atol 1e-5,
+float64 1e-7 / 1e-7, float16 1e-3, bfloat16 1.6e-2 (torch's own assert_close defaults);
+integers and bool exactly. The fast float32 exp/log/tanh/erf/sigmoid (fastmath.h) are
+swept densely against torch CPU within 4 float32 ulp (relative 5e-7, plus 1e-30 absolute
+near zero). The jit `compile` entry is exercised through the runtime: compile, cache hit,
+compiler error, launch of the compiled kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+
+import pytest
+import torch
+
+import torch_fl
+from torch_fl import dispatch
+
+from conftest import REPO
+
+DEV = "ral:0"
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+TOL = {torch.float32: (1.3e-5, 1e-5), torch.float64: (1e-7, 1e-7),
+       torch.float16: (1e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+pytestmark = pytest.mark.skipif(
+    not any(p.record.name == "host" and p.devices for p in torch_fl.plugins()),
+    reason="host plugin not built")
+
+SEEN: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _watch_ops():
+    def obs(op, tier, dev, t0, t1, full):
+        if str(dev) == DEV:
+            SEEN.add(op)
+    dispatch.OBSERVERS.append(obs)
+    yield
+    dispatch.OBSERVERS.remove(obs)
+
+
+def close(got, want):
+    if isinstance(want, (tuple, list)):
+        for g, w in zip(got, want):
+            close(g, w)
+        return
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype.is_floating_point:
+        rtol, atol = TOL[want.dtype]
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        assert torch.equal(got, want)
+
+
+def check(fn, *args):
+    """fn on CPU tensors vs fn on their ral copies (inputs compared too: in-place ops)."""
+    cpu = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    ral = [a.to(DEV) if isinstance(a, torch.Tensor) else a for a in args]
+    close(fn(*ral), fn(*cpu))
+    for r, c in zip(ral, cpu):
+        if isinstance(c, torch.Tensor):
+            close(r, c)
+
+
+def rand(shape, dtype, lo=-3.0, hi=3.0, gen=None):
+    g = gen or torch.Generator().manual_seed(hash((tuple(shape), str(dtype))) & 0xFFFF)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+    lo_i = 0 if dtype == torch.uint8 else -20
+    return torch.randint(lo_i, 20, shape, generator=g, dtype=dtype)
+
+
+# ---------------------------------------------------------------- pointwise
+UNARY_FLT = {
+    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.1), "tanh": torch.tanh,
+    "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "sqrt": lambda x: torch.sqrt(x.abs()), "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1),
+    "reciprocal": lambda x: torch.reciprocal(x + 7), "floor": torch.floor,
+    "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+    "relu": torch.relu, "neg": torch.neg, "abs": torch.abs,
+    "pow_s": lambda x: [x.abs() ** e for e in (0, 1, 2, 3, 4, -1, -2, 0.5, -0.5, 2.5)],
+    "clamp": lambda x: [x.clamp(-1, 1), x.clamp(min=0.5), x.clamp_min(0.2)],
+    "rsub": lambda x: torch.rsub(x, 2.0), "remainder_s": lambda x: torch.remainder(x, 1.5),
+    "scalar_ops": lambda x: [x + 2, x - 3, x * 1.5, x / 4, x.add(1, alpha=2)],
+    "cmp_s": lambda x: [x == 0, x != 0, x < 0, x > 0, x <= 0, x >= 0],
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", sorted(UNARY_FLT))
+def test_unary_float(name, dtype):
+    x = rand((33, 65), dtype)
+    check(UNARY_FLT[name], x)
+    check(UNARY_FLT[name], x.t())  # strided
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_integer_pointwise(dtype):
+    x, y = rand((17, 9), dtype), rand((17, 9), dtype)
+    check(lambda a, b: [a + b, a - b, a * b, -a if dtype != torch.uint8 else a, a.abs(),
+                        torch.maximum(a, b), torch.minimum(a, b), a == b, a < b, a >= b,
+                        a.clamp(-3, 3), torch.relu(a), ~a, torch.logical_not(a),
+                        torch.where(a > b, a, b), a.masked_fill(a > 0, 5), a * 3 + 2], x, y)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_binary_float(dtype):
+    x, y, z = rand((16, 40), dtype), rand((16, 40), dtype), rand((40,), dtype, 1, 2)
+    check(lambda a, b, c: [a + b, a - c, a * c, a / c, torch.maximum(a, b), torch.minimum(a, b),
+                           a.abs() ** c, torch.remainder(a, c), torch.lerp(a, b, 0.3),
+                           torch.lerp(a, b, 0.7), torch.addcdiv(a, b, c, value=0.5),
+                           torch.addcmul(a, b, c, value=2), a == b, a != b, a < c, a > c,
+                           a <= b, a >= b, torch.where(a > 0, a, b), a.masked_fill(b > 0, -1.0),
+                           a.masked_fill(b > 0, torch.tensor(2.0, dtype=dtype, device=a.device))], x, y, z)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_backward_pointwise(dtype):
+    g, v = rand((8, 50), dtype), rand((8, 50), dtype)
+    F = torch.ops.aten
+    check(lambda g, v: [F.silu_backward(g, v), F.gelu_backward(g, v),
+                        F.gelu_backward(g, v, approximate="tanh"), F.tanh_backward(g, v.tanh()),
+                        F.sigmoid_backward(g, v.sigmoid()), F.threshold_backward(g, v, 0.0)], g, v)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_inplace_and_broadcast(dtype):
+    def f(a, b, c):
+        a.add_(b).mul_(c).sub_(1).div_(c + 5)  # b: row broadcast, c: column broadcast
+        a.neg_().abs_().sqrt_().exp_().log_().clamp_(max=3).clamp_min_(0.1)
+        a.reciprocal_().rsqrt_().tanh_().sigmoid_().sin_().cos_().erf_().floor_()
+        a.relu_().pow_(2).pow_(torch.full_like(a, 1.5)).add_(1, alpha=3).mul_(2)
+        a.silu_(), torch.nn.functional.gelu(a).add_(a)
+        a[:, ::2].addcmul_(a[:, 1::2], a[:, 1::2], value=0.1).addcdiv_(a[:, 1::2], a[:, 1::2] + 1)
+        a.masked_fill_(a > 2, 0.5).lerp_(a.flip(1), 0.25).remainder_(2.5).remainder_(a + 3)
+        a.masked_fill_(a > 1, torch.tensor(0.25, dtype=a.dtype, device=a.device))
+        return a
+    check(f, rand((12, 20), dtype), rand((20,), dtype), rand((12, 1), dtype, 1, 2))
+
+
+def test_bool_ops():
+    a, b = rand((10, 7), torch.bool), rand((10, 7), torch.bool)
+    check(lambda a, b: [~a, a == b, a != b, torch.logical_not(a), torch.where(a, a, b),
+                        a.masked_fill(b, True), a.clone(), a.t().contiguous()], a, b)
+
+
+# ---------------------------------------------------------------- fast math sweep
+def _dense_sweep():
+    """Every 97th float32 bit pattern plus specials: ~44M values, both signs, denormals."""
+    bits = torch.arange(0, 2**32, 97, dtype=torch.int64)
+    x = (bits - 2**31).to(torch.int32).view(torch.float32)  # covers negative patterns too
+    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, -1e-45,
+                            1.1754942e-38, 88.72, 88.73, -87.3, -103.9, -104.0, 9.0, -9.0, 0.625,
+                            0.927734375])
+    return torch.cat([x, special])
+
+
+@pytest.mark.parametrize("fn", ["exp", "log", "tanh", "erf", "sigmoid"])
+def test_fast_math_sweep(fn):
+    x = _dense_sweep()
+    f = getattr(torch, fn)
+    want, got = f(x), f(x.to(DEV)).cpu()
+    both_nan = want.isnan() & got.isnan()
+    assert torch.equal(want.isnan(), got.isnan())
+    w, g = want[~both_nan].double(), got[~both_nan].double()
+    inf = w.isinf()
+    assert torch.equal(w[inf], g[inf])
+    err = (g[~inf] - w[~inf]).abs()
+    assert bool((err <= w[~inf].abs() * 5e-7 + 1e-30).all()), float((err / w[~inf].abs()).max())
+
+
+def test_fast_math_signs():
+    z = torch.tensor([0.0, -0.0])
+    for f in (torch.tanh, torch.erf):
+        assert torch.equal(torch.signbit(f(z.to(DEV)).cpu()), torch.signbit(f(z)))
+
+
+# ---------------------------------------------------------------- reductions
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int32])
+def test_reductions(dtype):
+    x = rand((6, 33, 17), dtype)
+    flt = dtype.is_floating_point
+
+    def f(x):
+        out = [x.sum(), x.sum(-1), x.sum(0), x.sum((0, 2), keepdim=True), x.t().sum(0),
+               x.amax(1), x.amin((0, 1)), x.max(2), x.min(0), x.argmax(1), x.argmin(),
+               x[:2, :3, :4].prod()]
+        if flt:
+            out += [x.mean(), x.mean(-1), x.mean(0), x.var(1), x.var((0, 2), correction=0)]
+        return out
+    check(f, x)
+
+
+# ---------------------------------------------------------------- nn
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_family(dtype):
+    x = rand((4, 7, 129), dtype)
+    x[0, 0, 5] = float("-inf")
+    x[1, 2, :] = float("-inf")  # fully masked row: _safe_softmax gives zeros
+    F = torch.ops.aten
+    check(lambda x: [F._softmax(x, -1, False), F._softmax(x, 1, False), F._log_softmax(x, -1, False),
+                     F._safe_softmax(x, -1)][2:] + [F._safe_softmax(x, 1)], x)
+    y, g = rand((4, 7, 129), dtype, 0, 1), rand((4, 7, 129), dtype)
+    check(lambda g, y: [F._softmax_backward_data(g, y, -1, dtype),
+                        F._log_softmax_backward_data(g, y.log(), 1, dtype)], g, y)
+    xs = rand((3, 50), dtype)
+    check(lambda x: [F._softmax(x, -1, False), F._softmax(x, 0, False)], xs)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm(dtype):
+    x, w, b = rand((2, 64, 96), dtype), rand((96,), dtype), rand((96,), dtype)
+    g = rand((2, 64, 96), dtype)
+    F = torch.ops.aten
+    check(lambda x, w, b: F.native_layer_norm(x, [96], w, b, 1e-5), x, w, b)
+    check(lambda x: F.native_layer_norm(x, [64, 96], None, None, 1e-5), x)
+    mean = x.double().mean(-1, keepdim=True).to(torch.float32 if dtype != torch.float64 else dtype)
+    rstd = (1 / (x.double().var(-1, correction=0, keepdim=True) + 1e-5).sqrt()).to(mean.dtype)
+    check(lambda g, x, m, r, w, b: F.native_layer_norm_backward(g, x, [96], m, r, w, b,
+                                                                 [True, True, True]),
+          g, x, mean, rstd, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nll_loss(dtype):
+    logp = rand((20, 11), dtype).log_softmax(-1)
+    tgt = torch.randint(0, 11, (20,), generator=torch.Generator().manual_seed(3))
+    tgt[3] = -100
+    F = torch.ops.aten
+    for red in (0, 1, 2):
+        check(lambda lp, t: F.nll_loss_forward(lp, t, None, red, -100), logp, tgt)
+    out, total = F.nll_loss_forward(logp, tgt, None, 1, -100)
+    gout = torch.tensor(1.5, dtype=dtype)
+    check(lambda g, lp, t, tw: F.nll_loss_backward(g, lp, t, None, 1, -100, tw),
+          gout, logp, tgt, total)
+
+
+# ---------------------------------------------------------------- blas
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul(dtype):
+    a, b, bias = rand((33, 20), dtype), rand((20, 17), dtype), rand((17,), dtype)
+    A, B = rand((5, 9, 20), dtype), rand((5, 20, 7), dtype)
+    check(lambda a, b, bias: [a @ b, a.t().t() @ b.t().contiguous().t(), torch.addmm(bias, a, b),
+                              torch.addmm(bias, a, b, beta=0.5, alpha=2), (b.t() @ a.t()),
+                              torch.dot(a[0], a[1])], a, b, bias)
+    check(lambda A, B: [torch.bmm(A, B), torch.baddbmm(torch.ones(5, 9, 7, dtype=A.dtype).to(A.device),
+                                                     A, B, alpha=0.5), torch.bmm(A, B.transpose(1, 2)
+                                                                                 .contiguous().transpose(1, 2))], A, B)
+
+
+def test_gpt2_shapes():
+    """The benchmark's matmul shapes (batched small matrices take the per-thread path)."""
+    a, w = rand((512, 256), torch.float32), rand((768, 256), torch.float32)
+    q, k = rand((16, 128, 64), torch.float32), rand((16, 64, 128), torch.float32)
+    check(lambda a, w: [torch.nn.functional.linear(a, w), a @ w.t()], a, w)
+    check(torch.bmm, q, k)
+
+
+# ---------------------------------------------------------------- index / layout / copy
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool])
+def test_index_layout_copy(dtype):
+    x = rand((8, 6), dtype)
+    idx = torch.tensor([[0, 2, 1, 5, 4, 3]] * 8)
+    sel = torch.tensor([7, 0, 3, 3])
+    src = rand((8, 6), dtype)
+
+    def f(x, idx, sel, src):
+        out = [torch.gather(x, 1, idx), x.index_select(0, sel), torch.cat([x, src], 1),
+               torch.cat([x, src], 0), x.tril(), x.triu(1), x.clone(), x.t().contiguous(),
+               torch.scatter(x, 1, idx, src)]
+        if dtype != torch.bool:
+            out += [torch.constant_pad_nd(x, [1, 2, 0, 1], 0), torch.zeros_like(x).fill_(3),
+                    x.clone().zero_(), x.clone().fill_(x[0, 0])]
+            if dtype != torch.float16:
+                out.append(torch.scatter_add(x, 1, idx, src))
+        return out
+    check(f, x, idx, sel, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_embedding_and_slice_backward(dtype):
+    w, ids = rand((50, 16), dtype), torch.tensor([[1, 4, 4], [49, 0, 1]])
+    g = rand((2, 3, 16), dtype)
+    F = torch.ops.aten
+    check(lambda w, ids, g: [F.embedding(w, ids), F.embedding_dense_backward(g, ids, 50, -1, False),
+                             F.slice_backward(g[:, 1:], [2, 3, 16], 1, 1, 3, 1)], w, ids, g)
+
+
+def test_copy_casts():
+    x = rand((5, 7), torch.float32)
+    for dt in FLOATS + INTS + [torch.bool]:
+        check(lambda x: x.to(dt), x)
+        check(lambda x: torch.empty(7, 5, dtype=torch.float64, device=x.device).copy_(x.to(dt).t()), x)
+
+
+def test_random_ops():
+    """Random ops cannot match CPU bit for bit: check range, moments and determinism."""
+    torch.manual_seed(0)
+    x = torch.empty(200_000, device=DEV)
+    u = x.uniform_(-1, 2).cpu()
+    assert u.min() >= -1 and u.max() < 2 and abs(u.mean() - 0.5) < 0.02
+    n = x.normal_(3, 2).cpu()
+    assert abs(n.mean() - 3) < 0.03 and abs(n.std() - 2) < 0.03
+    b = x.bernoulli_(0.25).cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.25) < 0.01
+
+
+def test_manifest_coverage():
+    """Runs last (pytest keeps file order): every manifest op was dispatched to the host."""
+    manifest = json.loads((REPO / "manifests" / "host.json").read_text())
+    ops = {k["op"] for k in manifest["kernels"]}
+    missing = sorted(o for o in ops if o not in SEEN and o.replace("aten::", "") not in SEEN)
+    if not SEEN:
+        pytest.skip("run with the rest of the file")
+    assert not missing, missing
+
+
+# ---------------------------------------------------------------- jit compile entry
+KERNEL_SRC = b"""
+#include "ral_plugin.h"
+/* out = in * 2 + 1 over contiguous float32 */
+RAL_PLUGIN_EXPORT ral_status jit_twice_plus_one(const ral_kernel_call* c) {
+  const ral_tensor *o = &c->tensors[0], *i = &c->tensors[1];
+  long long n = 1;
+  for (int d = 0; d < o->ndim; d++) n *= o->sizes[d];
+  float* y = (float*)((char*)o->data + o->byte_offset);
+  const float* x = (const float*)((const char*)i->data + i->byte_offset);
+  for (long long k = 0; k < n; k++) y[k] = x[k] * 2.0f + 1.0f;
+  return RAL_OK;
+}
+"""
+INC = ("-I" + str(REPO / "torch_fl" / "_native" / "include")).encode()
+
+
+@pytest.fixture
+def jit_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "torch_fl" / "host-jit"
+
+
+def _compile(src, name=b"jit_twice_plus_one", opts=INC):
+    from torch_fl._native import ffi, lib
+    h = ffi.new("int64_t*")
+    rc = lib.rt_kernel_compile(0, b"c", src, opts, name, h)
+    return rc, h[0], ffi.string(lib.rt_last_error()).decode()
+
+
+def test_compile_cache_and_launch(jit_cache):
+    from torch_fl._native import ffi, lib
+    rc, handle, err = _compile(KERNEL_SRC + b"/* unique %d */\n" % os.getpid())
+    assert rc == 0, err
+    sos = list(jit_cache.glob("*.so"))
+    assert len(sos) == 1 and not list(jit_cache.glob("*.tmp")) and not list(jit_cache.glob("*.c"))
+    mtime = sos[0].stat().st_mtime_ns
+    rc, handle, err = _compile(KERNEL_SRC + b"/* unique %d */\n" % os.getpid())  # cache hit
+    assert rc == 0 and sos[0].stat().st_mtime_ns == mtime
+
+    x = torch.arange(10, dtype=torch.float32).to(DEV)
+    y = torch.empty(10, device=DEV)
+    packed = [1, 1, 0]
+    for t in (y, x):
+        packed += [t.untyped_storage().data_ptr(), t.storage_offset() * 4, 8, 1, 10, 1]
+    arr = ffi.new("int64_t[]", packed)
+    rc = lib.rt_launch(0, 0, handle, arr, len(packed), ffi.NULL, ffi.NULL, b"jit::twice")
+    assert rc == 0, ffi.string(lib.rt_last_error()).decode()
+    torch.ral.synchronize()
+    assert torch.equal(y.cpu(), torch.arange(10, dtype=torch.float32) * 2 + 1)
+
+
+def test_compile_corrupt_cache_rebuilds(jit_cache):
+    src = KERNEL_SRC + b"/* corrupt %d */\n" % os.getpid()
+    assert _compile(src)[0] == 0
+    (so,) = jit_cache.glob("*.so")
+    so.unlink()  # the loaded module still maps the old file: replace it, never rewrite it
+    so.write_bytes(b"not an elf")
+    rc, _, err = _compile(src)
+    assert rc == 0, err and so.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compile_errors(jit_cache, monkeypatch):
+    from torch_fl._native import lib
+    bad = b'#include "ral_plugin.h"\nRAL_PLUGIN_EXPORT ral_status broken_kernel(const ral_kernel_call* c) { return nope; }\n'
+    rc, _, err = _compile(bad, b"broken_kernel")
+    assert rc == lib.RAL_ERROR_COMPILE_FAILED if hasattr(lib, "RAL_ERROR_COMPILE_FAILED") else rc == 9
+    assert "broken_kernel" in err and "nope" in err
+    rc, _, err = _compile(KERNEL_SRC, b"no_such_kernel")
+    assert rc != 0
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    rc, _, err = _compile(KERNEL_SRC + b"/* nocc */")
+    assert rc == 9 and "no C compiler found (set CC)" in err
+
+
+def test_compile_unwritable_cache(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(ro))
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user that ignores permissions")
+        rc, _, err = _compile(KERNEL_SRC + b"/* private %d */" % os.getpid())
+        assert rc == 0, err
+    finally:
+        ro.chmod(0o700)
+
+
+def test_compile_rejects_other_languages():
+    from torch_fl._native import ffi, lib
+    h = ffi.new("int64_t*")
+    assert lib.rt_kernel_compile(0, b"opencl-c", b"", b"", b"k", h) == 4

@@ -1,0 +1,407 @@
+"""The jit tier: generated pointwise kernels and reductions (host C and OpenCL C), fusion
+regions, the on-disk kernel cache across processes, and failure handling.
+
+Compiles are slow (PoCL ~0.3-1 s each), so every test shares the user's kernel cache;
+a warm run takes well under the budget of tests/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+from conftest import run_python
+
+import torch_fl
+import torch_fl.jit as J
+from torch_fl import conformance as C
+from torch_fl import router
+from torch_fl._native import lib
+from torch_fl.jit import fusion, kernel_cache, target
+from torch_fl.op_coverage import Coverage
+
+
+def _device_of(plugin: str) -> int | None:
+    for p in torch_fl.plugins():
+        if p.record.name == plugin and p.devices:
+            return p.devices[0]
+    return None
+
+
+def _jit_devices():
+    out = []
+    for plugin in ("host", "opencl"):
+        d = _device_of(plugin)
+        reason = None
+        if d is None:
+            reason = f"no {plugin} device"
+        elif target.target_of(d) is None:
+            reason = f"the {plugin} plugin has no compile entry"
+        out.append(pytest.param(d, id=plugin, marks=pytest.mark.skipif(reason is not None, reason=reason or "")))
+    return out
+
+
+DEVS = _jit_devices()
+
+
+@pytest.fixture
+def forced():
+    J.force(True)
+    yield
+    J.force(False)
+
+
+# ------------------------------------------------------------------ pointwise OpInfo
+def _pointwise_opinfos():
+    from torch.testing._internal.opinfo.core import BinaryUfuncInfo, UnaryUfuncInfo
+
+    extra = {
+        "where",
+        "clamp",
+        "lerp",
+        "addcmul",
+        "addcdiv",
+        "masked_fill",
+        "nn.functional.gelu",
+        "nn.functional.hardswish",
+        "nn.functional.leaky_relu",
+        "nn.functional.softplus",
+        "nn.functional.mish",
+        "nn.functional.hardtanh",
+        "nn.functional.relu6",
+        "nn.functional.celu",
+    }
+    out = []
+    for op in C.load_op_db():
+        name = C.opinfo_name(op)
+        if (
+            isinstance(op, (UnaryUfuncInfo, BinaryUfuncInfo)) or name in extra
+        ) and torch.float32 in op.supported_dtypes("cpu"):
+            out.append(op)
+    return out
+
+
+# OpInfo pointwise entries that never reach a jit kernel, and why (they still must pass).
+NOT_JIT = {
+    **dict.fromkeys(["positive", "conj", "conj_physical", "real"], "no kernel: view or identity on real dtypes"),
+    **dict.fromkeys(["complex", "polar", "angle", "cdouble", "cfloat", "chalf"], "complex results"),
+    **dict.fromkeys(
+        ["bfloat16", "half", "bool", "byte", "char", "double", "float", "int", "long", "short", "fill"],
+        "conversions/fill are copies, served by the vendor or cpu tier",
+    ),
+    **dict.fromkeys(
+        [
+            "i0",
+            "frexp",
+            "ldexp",
+            "igamma",
+            "igammac",
+            "digamma",
+            "erfinv",
+            "isreal",
+            "nn.functional.prelu",
+            "nn.functional.rrelu",
+            "nn.functional.logsigmoid",
+            "jiterator_unary",
+            "jiterator_binary",
+            "jiterator_binary_return_by_ref",
+        ],
+        "no template (special function, random, multi-output or non-pointwise decomposition)",
+    ),
+}
+
+
+def _no_template(name: str) -> bool:
+    return (
+        name in NOT_JIT
+        or name.startswith(("special.", "polygamma", "mvlgamma"))
+        and name not in ("special.ndtr", "special.xlog1py")
+    )
+
+
+POINTWISE = _pointwise_opinfos()
+
+
+@pytest.mark.parametrize("dev", DEVS)
+@pytest.mark.parametrize("op", POINTWISE, ids=[C.opinfo_name(o) for o in POINTWISE])
+def test_pointwise_opinfo_forced_jit(op, dev, forced):
+    name = C.opinfo_name(op)
+    r = C.run_case(op, torch.float32, f"ral:{dev}")
+    assert r.passed, f"{name}: {r.error}"
+    if not _no_template(name):
+        assert "jit" in r.tiers, f"{name} never ran a jit kernel: {r.tiers}"
+
+
+def test_env_override_routes_one_op_to_jit():
+    code = """
+    import torch, torch_fl, torch_fl.jit
+    from torch_fl.op_coverage import Coverage
+    cov = Coverage()
+    with cov:
+        y = torch.atan2(torch.ones(3, device='ral:{d}'), torch.ones(3, device='ral:{d}')).cpu()
+    print([t for (op, t) in cov.counts if 'atan2' in op], y.tolist())
+    """
+    d = next((p.values[0] for p in DEVS if not p.marks[0].args[0]), None)
+    if d is None:
+        pytest.skip("no device with a compile entry")
+    r = run_python(code.format(d=d), env={"TORCH_FL_OP_atan2": "jit"})
+    assert r.returncode == 0, r.stderr
+    assert "['jit']" in r.stdout
+
+
+# ------------------------------------------------------------------ reductions
+_REDUCE_CASES = {
+    "sum_all": lambda t: t.sum(),
+    "sum_dim": lambda t: t.sum(1),
+    "sum_keep": lambda t: t.sum((0, 2), keepdim=True),
+    "sum_strided": lambda t: t.transpose(0, 2).sum(0),
+    "sum_bool": lambda t: (t > 0).sum(1),
+    "mean_all": lambda t: t.mean(),
+    "mean_dim": lambda t: t.mean(-1),
+    "amax": lambda t: t.amax(1),
+    "amin": lambda t: t.amin((0, 1)),
+    "prod_dim": lambda t: t.prod(2),
+    "prod_all": lambda t: t.prod(),
+    "var": lambda t: t.var(1),
+    "var_corr0": lambda t: t.var((0, 2), correction=0),
+}
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_reductions(dev, forced):
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, 6)
+    rx = x.to(f"ral:{dev}")
+    for name, fn in _REDUCE_CASES.items():
+        cov = Coverage()
+        with cov:
+            got = fn(rx).cpu()
+        want = fn(x)
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=name)
+        assert all(t == "jit" for (_, t) in cov.counts), (name, cov.counts)
+
+
+# ------------------------------------------------------------------ fusion
+def _chain(x, b):
+    """Six pointwise ops: scale, bias, tanh-gelu, scale, residual, sigmoid."""
+    y = x * 0.5 + b
+    y = torch.nn.functional.gelu(y, approximate="tanh")
+    return torch.sigmoid(y * 2.0 - x)
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_fused_chain_is_one_kernel(dev):
+    torch.manual_seed(0)
+    x, b = torch.randn(64, 33), torch.randn(33)
+    rx, rb = x.to(f"ral:{dev}"), b.to(f"ral:{dev}")
+    with J.fuse():
+        _chain(rx, rb)  # compile outside the count
+    n0 = lib.rt_launch_count(dev)
+    with J.fuse():
+        y = _chain(rx, rb)
+    assert lib.rt_launch_count(dev) - n0 == 1
+    torch.testing.assert_close(y.cpu(), _chain(x, b), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_fusion_keeps_inplace_and_view_semantics(dev):
+    torch.manual_seed(0)
+    x = torch.randn(8, 5)
+    rx = x.to(f"ral:{dev}")
+    with J.fuse():
+        y = rx * 2 + 1
+        v = y[0]  # a view of a pending tensor: flushes first
+        v.mul_(10)  # writes through the view into y
+        z = torch.relu(y - 3)
+        rx.add_(1)  # in-place on an input of nothing pending (z is flushed first)
+        w = z + rx
+        s = w.sum().item()  # data access flushes
+    ey = x * 2 + 1
+    ey[0] *= 10
+    ez = torch.relu(ey - 3)
+    ex = x + 1
+    torch.testing.assert_close(y.cpu(), ey)
+    torch.testing.assert_close(z.cpu(), ez)
+    torch.testing.assert_close(rx.cpu(), ex)
+    torch.testing.assert_close(w.cpu(), ez + ex)
+    assert abs(s - float((ez + ex).sum())) < 1e-3
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_fusion_flushes_on_shape_change_and_sync(dev):
+    x = torch.arange(12.0).reshape(3, 4)
+    rx = x.to(f"ral:{dev}")
+    with J.fuse():
+        a = rx + 1  # (3, 4) group
+        r = rx.sum(0)  # not pointwise: flush
+        b = r * 2  # (4,) group
+        c = a * b  # (3, 4): b is pending in another group, flushed first
+        torch.ral.synchronize()  # a sync point flushes
+        d = torch.exp(c / 100)
+        text = repr(d)  # printing reads data
+    assert "tensor(" in text
+    torch.testing.assert_close(d.cpu(), torch.exp((x + 1) * (x.sum(0) * 2) / 100))
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_fusion_falls_back_to_eager_when_compile_fails(dev, monkeypatch):
+    x = torch.randn(5, 7)
+    rx = x.to(f"ral:{dev}")
+    monkeypatch.setattr(fusion, "compile_kernel", lambda *a, **k: None)
+    before = fusion.STATS["eager_fallbacks"]
+    with J.fuse():
+        y = torch.tanh(rx * 3 - 1)
+    assert fusion.STATS["eager_fallbacks"] == before + 1
+    torch.testing.assert_close(y.cpu(), torch.tanh(x * 3 - 1))
+
+
+def test_ral_mode_auto_fusion_hook():
+    d = next((p.values[0] for p in DEVS if not p.marks[0].args[0]), None)
+    if d is None:
+        pytest.skip("no device with a compile entry")
+
+    class Mode:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    fusion.install_auto(Mode)
+    x = torch.randn(16).to(f"ral:{d}")
+    with Mode():
+        y = torch.sigmoid(x * 2) + 1
+        n0 = lib.rt_launch_count(d)
+    assert lib.rt_launch_count(d) - n0 == 1  # the region flushed at exit, as one kernel
+    torch.testing.assert_close(y.cpu(), torch.sigmoid(x.cpu() * 2) + 1)
+
+
+# ------------------------------------------------------------------ failures
+@pytest.mark.parametrize("dev", DEVS)
+def test_compile_failure_warns_once_and_falls_back(dev, monkeypatch):
+    from torch_fl.jit import pointwise
+
+    real = pointwise.source_for
+
+    def broken(tg, spec):
+        src, name = real(tg, spec)
+        return src + "\n#error torch_fl test: broken on purpose\n", name + "x"
+
+    monkeypatch.setattr(pointwise, "source_for", broken)
+    kernel_cache.clear()
+    router.set_op_override("aten::atan2", "jit")
+    router.set_op_override("aten::hypot", "jit")
+    try:
+        x = torch.rand(6) + 0.5
+        rx = x.to(f"ral:{dev}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            a = torch.atan2(rx, rx).cpu()
+            h = torch.hypot(rx, rx).cpu()
+        torch.testing.assert_close(a, torch.atan2(x, x))
+        torch.testing.assert_close(h, torch.hypot(x, x))
+        msgs = [str(w.message) for w in caught if "torch_fl.jit" in str(w.message)]
+        assert len(msgs) == 1, msgs
+        assert "broken on purpose" in msgs[0]
+    finally:
+        router.set_op_override("aten::atan2", None)
+        router.set_op_override("aten::hypot", None)
+        kernel_cache.clear()
+
+
+def test_no_compiler_warns_and_falls_back(monkeypatch):
+    d = _device_of("opencl")
+    if d is None or target.target_of(d) is None:
+        pytest.skip("needs the OpenCL plugin")
+    # The plugin refuses a language it cannot compile, exactly as a device without a compiler does.
+    monkeypatch.setitem(target.LANG_OF_PLUGIN, "opencl", "c")
+    target.target_of.cache_clear()
+    kernel_cache.clear()
+    router.set_op_override("aten::atan2", "jit")
+    try:
+        x = torch.rand(4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = torch.atan2(x.to(f"ral:{d}"), x.to(f"ral:{d}")).cpu()
+        torch.testing.assert_close(y, torch.atan2(x, x))
+        assert any("no compiler" in str(w.message) for w in caught)
+    finally:
+        router.set_op_override("aten::atan2", None)
+        target.target_of.cache_clear()
+        kernel_cache.clear()
+
+
+# ------------------------------------------------------------------ the disk cache
+_CACHE_CODE = """
+import time, torch, torch_fl, torch_fl.jit as J
+from torch_fl import router
+router.set_op_override("aten::logaddexp", "jit")
+x = torch.linspace(-3, 3, 50)
+t0 = time.perf_counter()
+y = torch.logaddexp(x.to("ral:{d}"), x.to("ral:{d}") * {salt}).cpu()
+dt = time.perf_counter() - t0
+assert torch.allclose(y, torch.logaddexp(x, x * {salt}), atol=1e-6), "wrong values"
+print("compile_s", J.STATS["compile_s"], "tier-ok", dt)
+"""
+
+
+# Where each plugin keeps its disk cache under $XDG_CACHE_HOME/torch_fl (the plugins' READMEs).
+_CACHE_DIRS = {"host": "host-jit", "opencl": "opencl"}
+
+
+def _cache_files(root, plugin):
+    d = os.path.join(root, "torch_fl", _CACHE_DIRS[plugin])
+    return sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_disk_cache_across_processes(dev, tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    plugin = target.target_of(dev).plugin
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=str(os.path.dirname(os.path.dirname(__file__))))
+    code = textwrap.dedent(_CACHE_CODE.format(d=dev, salt=1.5))
+    # Two cold processes compile the same kernel at the same time.
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+    files = _cache_files(str(tmp_path), plugin)
+    assert files, "no cache entry was written"
+    cold = min(float(o.split()[1]) for o, _ in outs)
+    # A third process finds the entry: no new file, and the compile call is much faster.
+    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert _cache_files(str(tmp_path), plugin) == files
+    warm = float(r.stdout.split()[1])
+    assert warm < cold * 0.5, (cold, warm)
+    # A corrupt (truncated, as after a crash or a full disk) entry is detected and rebuilt.
+    for f in (f for f in files if not f.endswith(".tmp")):
+        os.truncate(f, os.path.getsize(f) // 2)
+    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[1]) < cold * 0.5, "the rebuilt entry was not reused"
+
+
+@pytest.mark.parametrize("dev", DEVS)
+def test_unwritable_cache_dir_still_works(dev, tmp_path):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the cache directory would be")  # even root cannot mkdir under it
+    code = _CACHE_CODE.format(d=dev, salt=2.5)
+    # PoCL keeps its own compiler cache under XDG_CACHE_HOME too and has no compiler
+    # without one; that cache is the driver's business, so it gets a writable place.
+    r = run_python(code, env={"XDG_CACHE_HOME": str(blocker / "cache"), "POCL_CACHE_DIR": str(tmp_path / "pocl")})
+    assert r.returncode == 0, r.stderr
+    assert "compile_s" in r.stdout

@@ -1,0 +1,356 @@
+"""Fusion regions: chains of pointwise ops on one device run as one generated kernel.
+
+Inside `with fuse():` a TorchDispatchMode defers each functional pointwise op on ral
+tensors: it hands back a placeholder RalTensor (its buffer is allocated, its values are
+not yet computed) and records the op in a pending group. The group is generated,
+compiled and launched as one kernel ("flushed") at the first op that cannot be deferred
+(anything not pointwise, any in-place or view op, a different shape), at any sync point
+or copy to the host (a sync observer), and at region exit. Only placeholders still alive
+when the group flushes are written; dead intermediates live in registers only. If the
+kernel cannot be built, the recorded ops run eagerly instead, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import dispatch as _dispatch_mod
+from .._native import ffi
+from ..schema import NON_TENSOR, TENSOR_LIST, schema_of
+from ..tensor import RalTensor
+from ..transfer import SYNC_OBSERVERS
+from ..vendor import _to_meta
+from . import launch as L
+from .expr import cast, var
+from .kernel_cache import compile_kernel
+from .pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
+from .spec import PointwiseSpec
+from .target import target_of
+from .templates import NO_PROMOTE, Ctx, template_for
+
+# A group flushes before it would pass this many tensors (OpenCL argument limits).
+MAX_TENSORS = 12
+# Fused kernels launched so far (tests and benchmarks read it).
+STATS = {"groups": 0, "fused_ops": 0, "eager_fallbacks": 0}
+
+
+class _Ref:
+    """Stands for the result of pending node `i` in a recorded argument list."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+class _Group:
+    """Pending nodes that share one device and one output shape."""
+
+    def __init__(self, dev, shape, target):
+        self.dev = dev
+        self.shape = shape
+        self.target = target
+        self.leaves = []  # real RalTensors (strong refs: the kernel reads them)
+        self.leaf_of = {}  # id(tensor) -> leaf index
+        self.scalars = []  # (value, dtype, tag)
+        self.nodes = []  # (func, args, kwargs with _Ref markers, weakref(placeholder), out dtype)
+        self.lets = []  # (name, E)
+        self.node_of = {}  # id(placeholder) -> node index
+        self.spec_ins = []
+
+
+_META: dict = {}
+
+
+def _meta_out(func, args, kwargs, key):
+    r = _META.get(key)
+    if r is None:
+        res = func(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+        r = _META[key] = (tuple(res.shape), res.dtype) if isinstance(res, torch.Tensor) else None
+    return r
+
+
+class FuseMode(TorchDispatchMode):
+    """The dispatch mode of a fusion region (see the module docstring)."""
+
+    def __init__(self):
+        super().__init__()
+        self.group: _Group | None = None
+        self._flushing = False
+        self._observer = self._on_sync
+
+    # -- region lifecycle
+    def __enter__(self):
+        SYNC_OBSERVERS.append(self._observer)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            self.flush()
+        finally:
+            try:
+                SYNC_OBSERVERS.remove(self._observer)
+            except ValueError:
+                pass
+            super().__exit__(*exc)
+
+    def _on_sync(self, dev, reason):
+        if self.group is not None and not self._flushing:
+            self.flush()
+
+    # -- interception
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.group is not None or _fusible(func):
+            try:
+                out = self._defer(func, args, kwargs)
+            except Unfit:
+                out = None
+            if out is not None:
+                return out
+        self.flush()
+        return func(*args, **kwargs)
+
+    def _defer(self, func, args, kwargs):
+        if not _fusible(func):
+            return None
+        sch = schema_of(func)
+        full = sch.normalize(args, kwargs)
+        dev = -1
+        key = [func]
+        for pos, v in enumerate(full):
+            k = sch.kinds[pos]
+            if k == TENSOR_LIST:
+                return None
+            if k == NON_TENSOR:
+                ts = sch.type_strs[pos]
+                if ts.startswith("Generator"):
+                    return None
+                key.append(type(v) if ts in _RUNTIME_TYPES else v)
+                continue
+            if type(v) is RalTensor:
+                if dev >= 0 and v._dev != dev:
+                    return None
+                dev = v._dev
+                key.append((tuple(v.shape), v.dtype))
+            elif v is None or isinstance(v, (bool, int, float)):
+                key.append(type(v))
+            else:
+                return None  # CPU tensors and anything unusual run eagerly
+        if dev < 0:
+            return None
+        target = target_of(dev)
+        if target is None:
+            return None
+        meta = _meta_out(func, args, kwargs, tuple(key))
+        if meta is None:
+            return None
+        shape, out_dtype = meta
+        g = self.group
+        if g is not None and (g.dev != dev or g.shape != shape):
+            self.flush()
+            g = None
+        pending = [v for v in full if type(v) is RalTensor and g is not None and id(v) in g.node_of]
+        if g is None:
+            g = self.group = _Group(dev, shape, target)
+        new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
+        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > MAX_TENSORS:
+            self.flush()
+            return self._defer(func, args, kwargs)
+        del pending
+        return self._record(g, func, sch, full, args, kwargs, shape, out_dtype)
+
+    def _record(self, g, func, sch, full, args, kwargs, shape, out_dtype):
+        tmpl = template_for(func)
+        promo = []
+        for pos, v in enumerate(full):
+            if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE:
+                promo.append(torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v)
+        ct = compute_dtype(promo, out_dtype)
+        if not ct.is_floating_point and not tmpl.ints:
+            raise Unfit("int")
+        check_dtypes(g.target, {ct, out_dtype} | {v.dtype for v in full if isinstance(v, torch.Tensor)})
+        tag = "f" if ct.is_floating_point else "i"
+        leaves, scal_added, leaf_added = [], 0, []
+        for pos, v in enumerate(full):
+            if pos in sch.out_positions:
+                continue
+            k = sch.kinds[pos]
+            if type(v) is RalTensor:
+                ni = g.node_of.get(id(v))
+                if ni is not None:
+                    leaf = var(f"v{ni}", g.lets[ni][1].dt)
+                else:
+                    li = g.leaf_of.get(id(v))
+                    if li is None:
+                        li = g.leaf_of[id(v)] = len(g.leaves)
+                        g.leaves.append(v)
+                        leaf_added.append(id(v))
+                    leaf = var(f"a{li}", v.dtype)
+                leaves.append(leaf if sch.names[pos] in NO_PROMOTE else cast(leaf, ct))
+            elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
+                j = len(g.scalars)
+                g.scalars.append((v, ct, tag))
+                scal_added += 1
+                leaves.append(var(f"s{j}", ct))
+            else:
+                leaves.append(v)
+        e = tmpl.fn(Ctx(ct), *leaves)
+        if e is None:  # undo: the op runs eagerly after a flush
+            for _ in range(scal_added):
+                g.scalars.pop()
+            for i in leaf_added:
+                del g.leaf_of[i]
+                g.leaves.pop()
+            raise Unfit("template declined")
+        dev = g.dev
+        ph = L.empty(dev, shape, out_dtype)
+        idx = len(g.nodes)
+        marks = {i: _Ref(ni) for i, ni in g.node_of.items()}
+        rec_args = _mark(args, marks)
+        rec_kwargs = {kk: _mark(vv, marks) for kk, vv in kwargs.items()}
+        g.nodes.append((func, rec_args, rec_kwargs, weakref.ref(ph), out_dtype))
+        g.lets.append((f"v{idx}", cast(e, out_dtype)))
+        g.node_of[id(ph)] = idx
+        if _dispatch_mod.OBSERVERS:
+            t = time.perf_counter()
+            for obs in _dispatch_mod.OBSERVERS:
+                obs(sch.name, "jit", dev, t, t, full)
+        return ph
+
+    # -- flushing
+    def flush(self):
+        """Generate, compile and launch the pending group (or run it eagerly if that fails)."""
+        g = self.group
+        if g is None or self._flushing:
+            return
+        self._flushing = True
+        self.group = None
+        try:
+            live = [(i, node[3]()) for i, node in enumerate(g.nodes)]
+            live = [(i, t) for i, t in live if t is not None]
+            if not live:
+                return
+            if not _launch_group(g, live):
+                _run_eagerly(g, live)
+        finally:
+            self._flushing = False
+
+
+def _mark(v, marks):
+    if type(v) is RalTensor:
+        return marks.get(id(v), v)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_mark(x, marks) for x in v)
+    return v
+
+
+def _fusible(func) -> bool:
+    sch = schema_of(func)
+    return (
+        sch.pointwise
+        and not (sch.is_view or sch.is_inplace or sch.is_out)
+        and sch.n_returns == 1
+        and template_for(func) is not None
+    )
+
+
+def _launch_group(g: _Group, live) -> bool:
+    """One kernel for the whole group; False if it cannot be built."""
+    spec = PointwiseSpec(
+        outs=[t.dtype for _, t in live],
+        ins=[t.dtype for t in g.leaves],
+        scalars=[(dt, tag) for _, dt, tag in g.scalars],
+        lets=list(g.lets),
+    )
+    for o, (i, _) in enumerate(live):
+        spec.stores.append((o, var(f"v{i}", g.lets[i][1].dt)))
+    target = g.target
+    source, name = source_for(target, spec)
+    handle = compile_kernel(target, source, name)
+    if handle is None:
+        return False
+    shape = g.shape
+    tensors = [(t, shape, t.stride()) for _, t in live]
+    tensors += [(t, shape, L.expand_strides(t, shape)) for t in g.leaves]
+    scalars = [L.scalar_words(v, dt, tag, target.lang) for v, dt, tag in g.scalars]
+    if target.lang == "opencl-c":
+        try:
+            scalars += geometry_scalars(shape, [t[2] for t in tensors])
+        except Unfit:
+            return False
+    if any(d == 0 for d in shape):
+        return True
+    L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, target.plugin, "torch_fl.fused")
+    STATS["groups"] += 1
+    STATS["fused_ops"] += len(g.nodes)
+    return True
+
+
+_FUSED_NAME = ffi.new("char[]", b"torch_fl.fused")
+
+
+def _run_eagerly(g: _Group, live) -> None:
+    """Replay the recorded ops one by one through the router, then fill the live placeholders."""
+    from ..dispatch import dispatch
+
+    STATS["eager_fallbacks"] += 1
+    results = []
+
+    def resolve(v):
+        if type(v) is _Ref:
+            return results[v.i]
+        if isinstance(v, (list, tuple)):
+            return type(v)(resolve(x) for x in v)
+        return v
+
+    for func, args, kwargs, _, _ in g.nodes:
+        results.append(dispatch(func, resolve(args), {k: resolve(v) for k, v in kwargs.items()}))
+    for i, t in live:
+        dispatch(torch.ops.aten.copy_.default, (t, results[i]), {})
+
+
+class fuse:
+    """`with torch_fl.fuse():` runs chains of pointwise ops on ral tensors as fused kernels."""
+
+    def __enter__(self):
+        self._mode = FuseMode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)
+
+
+def enabled_by_default() -> bool:
+    """Whether ral_mode opens a fusion region (TORCH_FL_FUSE=0 turns it off)."""
+    return os.environ.get("TORCH_FL_FUSE", "1").strip() not in ("0", "false", "off", "no")
+
+
+def install_auto(mode_cls) -> None:
+    """Make `mode_cls` (ral_mode) open a fusion region for its duration."""
+    enter, exit_ = mode_cls.__enter__, mode_cls.__exit__
+
+    def __enter__(self):
+        self._fl_fuse = fuse() if enabled_by_default() else None
+        r = enter(self)
+        if self._fl_fuse is not None:
+            self._fl_fuse.__enter__()
+        return r
+
+    def __exit__(self, *exc):
+        f = getattr(self, "_fl_fuse", None)
+        try:
+            if f is not None:
+                f.__exit__(*exc)
+        finally:
+            r = exit_(self, *exc)
+        return r
+
+    mode_cls.__enter__ = __enter__
+    mode_cls.__exit__ = __exit__

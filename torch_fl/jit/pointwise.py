@@ -1,0 +1,243 @@
+"""JitRun for one pointwise op: broadcasting, type promotion, scalars and any strides."""
+
+from __future__ import annotations
+
+import torch
+
+from .._native import ffi
+from ..schema import NON_TENSOR, TENSOR_LIST
+from ..tensor import RalTensor
+from ..vendor import _to_meta, meta_run
+from . import launch as L
+from .codegen_c import pointwise_c
+from .codegen_opencl import RMAX, coalesce, pointwise_cl
+from .expr import cast, var
+from .kernel_cache import compile_kernel, kernel_name
+from .spec import PointwiseSpec
+from .target import Target, target_of
+from .templates import NO_PROMOTE, Ctx, template_for
+
+_NAME = "RLK_NAME"
+# Operand kinds of a planned call.
+IN_TENSOR, IN_SCALAR, IN_CPU0 = 0, 1, 2
+
+
+# Non-tensor argument types passed at run time (torch prints Scalar as "number"); their
+# values never change the generated source, so one kernel serves every value.
+_RUNTIME_TYPES = frozenset({"number", "number?", "float", "float?", "Scalar", "Scalar?"})
+
+
+class Unfit(Exception):
+    """This call cannot be generated; the jit tier declines it."""
+
+
+def compute_dtype(operands, out_dtype: torch.dtype) -> torch.dtype:
+    """The dtype a pointwise op computes in: its float result, else the operands' promotion."""
+    if out_dtype.is_floating_point:
+        return out_dtype
+    if out_dtype != torch.bool or not operands:
+        return out_dtype
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    _, res = elementwise_dtypes(*operands, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return res
+
+
+def source_for(target: Target, spec: PointwiseSpec) -> tuple[str, str]:
+    """(source, kernel name) of a pointwise spec on a target; the name hashes the source."""
+    gen = pointwise_c if target.lang == "c" else pointwise_cl
+    text = gen(spec, _NAME, target.ctype)
+    name = kernel_name(target.lang + text)
+    return text.replace(_NAME, name), name
+
+
+def check_dtypes(target: Target, dtypes) -> None:
+    """Raise Unfit unless the target stores and computes every dtype of the kernel."""
+    for dt in dtypes:
+        if dt not in target.dtypes:
+            raise Unfit(f"dtype {dt} not generated for {target.lang}")
+
+
+def geometry_scalars(out_shape, strides_per_tensor) -> list:
+    """OpenCL's trailing INT scalars: dense flag, RMAX sizes, RMAX strides per tensor."""
+    sizes, sts = coalesce(out_shape, strides_per_tensor)
+    if len(sizes) > RMAX:
+        raise Unfit(f"more than {RMAX} non-mergeable dims")
+    dense = int(len(sizes) == 1 and all(s[0] == 1 for s in sts))
+    pad = RMAX - len(sizes)
+    words = [dense, *([1] * pad), *sizes]
+    for s in sts:
+        words += [0] * pad + s
+    return [(1, w) for w in words]  # TAG_INT
+
+
+class JitRun:
+    """A generated kernel for one (op, signature) on one device."""
+
+    tier = "jit"
+    __slots__ = (
+        "sch",
+        "dev",
+        "target",
+        "handle",
+        "plan",
+        "scalar_dt",
+        "fresh",
+        "out_pos",
+        "out_shape",
+        "out_dtype",
+        "name_c",
+        "single",
+    )
+
+    def __init__(self, sch, dev, target, handle, plan, scalar_dt, fresh, out_pos, out_shape, out_dtype):
+        self.sch = sch
+        self.dev = dev
+        self.target = target
+        self.handle = handle
+        self.plan = plan
+        self.scalar_dt = scalar_dt
+        self.fresh = fresh
+        self.out_pos = out_pos
+        self.out_shape = out_shape
+        self.out_dtype = out_dtype
+        self.name_c = ffi.new("char[]", sch.name.encode())
+
+    def run(self, args, kwargs, full):
+        """Allocate (or take) the output, pack the call, launch the generated kernel."""
+        dev, shape = self.dev, self.out_shape
+        out = L.empty(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
+        if out.numel() == 0:
+            return out
+        tensors = [(out, shape, out.stride())]
+        scalars = []
+        lang = self.target.lang
+        sdt = self.scalar_dt
+        for pos, kind, tag in self.plan:
+            v = full[pos]
+            if kind == IN_TENSOR:
+                tensors.append((v, shape, L.expand_strides(v, shape)))
+            else:
+                if kind == IN_CPU0:
+                    v = v.item()
+                scalars.append(L.scalar_words(v, sdt[len(scalars)], tag, lang))
+        if lang == "opencl-c":
+            scalars += geometry_scalars(shape, [t[2] for t in tensors])
+        L.call(dev, self.handle, 1, tensors, scalars, self.name_c, self.target.plugin, self.sch.name)
+        return out
+
+
+def plan_operands(sch, full, tmpl_ints):
+    """Classify each non-out argument: tensor input, run-time scalar, or baked constant."""
+    items = []  # (pos, what, value) what: "tensor" | "scalar" | "cpu0" | "const" | "none"
+    for pos in range(sch.n_args):
+        if pos in sch.out_positions:
+            continue
+        kind = sch.kinds[pos]
+        v = full[pos]
+        if kind == TENSOR_LIST:
+            raise Unfit("tensor list argument")
+        if kind != NON_TENSOR:
+            if v is None:
+                items.append((pos, "none", None))
+            elif type(v) is RalTensor:
+                items.append((pos, "tensor", v))
+            elif isinstance(v, torch.Tensor):
+                items.append((pos, "cpu0", v))
+            elif isinstance(v, (bool, int, float)):
+                items.append((pos, "scalar", v))
+            else:
+                raise Unfit(f"argument {sch.names[pos]} of type {type(v).__name__}")
+            continue
+        ts = sch.type_strs[pos]
+        if ts.startswith("Generator"):
+            raise Unfit("random op")
+        if ts in _RUNTIME_TYPES:
+            if v is None:
+                items.append((pos, "none", None))
+            elif isinstance(v, (bool, int, float)):
+                items.append((pos, "scalar", v))
+            else:
+                raise Unfit(f"argument {sch.names[pos]}={v!r}")
+        else:
+            items.append((pos, "const", v))
+    return items
+
+
+def build_pointwise(sch, args, kwargs, full, dev):
+    """Plan, generate and compile a pointwise kernel for this call; None if the tier declines."""
+    try:
+        return _build(sch, args, kwargs, full, dev)
+    except Unfit:
+        return None
+
+
+def _build(sch, args, kwargs, full, dev):
+    tmpl = template_for(sch.func)
+    target = target_of(dev)
+    if tmpl is None or target is None:
+        raise Unfit("no template or no compiler")
+    if sch.is_view or sch.n_returns != 1:
+        raise Unfit("view or multi-output op")
+    fresh = not (sch.is_inplace or sch.is_out)
+    try:
+        res = meta_run(sch.func, args, kwargs)
+    except Exception:
+        raise Unfit("meta run refused the call") from None  # the cpu tier raises the real error
+    if not isinstance(res, torch.Tensor):
+        raise Unfit("result is not one tensor")
+    out_shape = tuple(res.shape)
+    if fresh:
+        out_pos = -1
+        out_dtype = res.dtype
+    else:
+        out_pos = sch.out_positions[0] if sch.is_out else sch.mutated_positions[0]
+        o = full[out_pos]
+        if type(o) is not RalTensor or tuple(o.shape) != out_shape:
+            raise Unfit("mutated argument not on the device or resized")
+        out_dtype = o.dtype
+    if len(out_shape) > RMAX and target.lang == "opencl-c":
+        raise Unfit("rank")
+    items = plan_operands(sch, full, tmpl.ints)
+    promo = [
+        _to_meta(v) if isinstance(v, torch.Tensor) and type(v) is RalTensor else v
+        for pos, what, v in items
+        if what in ("tensor", "cpu0", "scalar") and sch.kinds[pos] != NON_TENSOR and sch.names[pos] not in NO_PROMOTE
+    ]
+    promo = [
+        torch.empty((), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
+        for v in promo
+    ]
+    ct = compute_dtype(promo, out_dtype)
+    if not ct.is_floating_point and not tmpl.ints:
+        raise Unfit("integer computation of a float-only template")
+    spec = PointwiseSpec(outs=[out_dtype])
+    leaves = []
+    plan = []
+    tag = "f" if ct.is_floating_point else "i"
+    for pos, what, v in items:
+        if what == "tensor":
+            k = len(spec.ins)
+            spec.ins.append(v.dtype)
+            leaf = var(f"a{k}", v.dtype)
+            leaves.append(leaf if sch.names[pos] in NO_PROMOTE else cast(leaf, ct))
+            plan.append((pos, IN_TENSOR, None))
+        elif what in ("scalar", "cpu0"):
+            j = len(spec.scalars)
+            spec.scalars.append((ct, tag))
+            leaves.append(var(f"s{j}", ct))
+            plan.append((pos, IN_CPU0 if what == "cpu0" else IN_SCALAR, tag))
+        else:
+            leaves.append(v)
+    e = tmpl.fn(Ctx(ct), *leaves)
+    if e is None:
+        raise Unfit("template declines these dtypes")
+    spec.stores.append((0, e))
+    check_dtypes(target, spec.dtypes | {ct})
+    source, name = source_for(target, spec)
+    handle = compile_kernel(target, source, name)
+    if handle is None:
+        raise Unfit("compile failed")
+    return JitRun(
+        sch, dev, target, handle, tuple(plan), [d for d, _ in spec.scalars], fresh, out_pos, out_shape, out_dtype
+    )

@@ -1,0 +1,59 @@
+"""What a generated pointwise kernel computes, independent of the language it is written in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .expr import E, cast, render
+
+
+@dataclass
+class PointwiseSpec:
+    """Outputs tensors[0..n_out), inputs after them, run-time scalars, and the computation.
+
+    In expressions, input k is `var("a<k>")` in its storage dtype and scalar j is
+    `var("s<j>")` in its declared dtype; `lets` define temporaries in order; `stores` write
+    output i from an expression (converted to the output dtype).
+    """
+
+    outs: list = field(default_factory=list)  # torch dtypes
+    ins: list = field(default_factory=list)  # torch dtypes
+    scalars: list = field(default_factory=list)  # (torch dtype, tag) tag: "f" float, "i" int/bool
+    lets: list = field(default_factory=list)  # (name, E)
+    stores: list = field(default_factory=list)  # (output index, E)
+
+    @property
+    def dtypes(self) -> set:
+        return set(self.outs) | set(self.ins) | {d for d, _ in self.scalars}
+
+
+def body_lines(spec: PointwiseSpec, ctype, index_of) -> list[str]:
+    """Statements computing one element: loads, temporaries, stores."""
+    n_out = len(spec.outs)
+    lines = []
+    for k, dt in enumerate(spec.ins):
+        lines.append(f"const {ctype(dt)} a{k} = p{n_out + k}[{index_of(n_out + k)}];")
+    for name, e in spec.lets:
+        lines.append(f"const {ctype(e.dt)} {name} = {render(e, ctype)};")
+    for i, e in spec.stores:
+        lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, spec.outs[i]), ctype)};")
+    return lines
+
+
+def uses_double(spec_dtypes) -> bool:
+    """Whether any value of the kernel is float64 (OpenCL then needs cl_khr_fp64)."""
+    return torch.float64 in spec_dtypes
+
+
+def expr_dtypes(exprs) -> set:
+    """Every dtype appearing in a list of expressions."""
+    out = set()
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, E):
+            out.add(e.dt)
+            stack.extend(a for a in e.args if isinstance(a, E))
+    return out
