@@ -54,6 +54,11 @@ if not _light_import():
     _ensure_initialized()
     _backend.register()
     _REGISTRY.reload()
+    from . import jit  # noqa: F401  (fills the router's jit slot)
+    from .jit import fuse  # noqa: F401
+    from .jit.fusion import install_auto as _install_auto
+
+    _install_auto(ral_mode)
     if _os.environ.get("TORCH_FL_TRACE"):
         # Set by `ral-trace run`: record this whole process (see torch_fl/tools/README.md).
         from .tools.trace.recorder import start_from_env as _start_trace

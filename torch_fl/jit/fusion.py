@@ -328,8 +328,12 @@ class fuse:
 
 
 def enabled_by_default() -> bool:
-    """Whether ral_mode opens a fusion region (TORCH_FL_FUSE=0 turns it off)."""
-    return os.environ.get("TORCH_FL_FUSE", "1").strip() not in ("0", "false", "off", "no")
+    """Whether ral_mode opens a fusion region: opt-in with TORCH_FL_FUSE=1.
+
+    Off by default because generated C still calls scalar libm for transcendentals, so a
+    fused chain measured slower than the host plugin's vectorised vendor kernels
+    (benchmarks/bench_jit.py); explicit `with torch_fl.fuse():` regions always fuse."""
+    return os.environ.get("TORCH_FL_FUSE", "0").strip() in ("1", "true", "on", "yes")
 
 
 def install_auto(mode_cls) -> None:
