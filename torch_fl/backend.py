@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import sys
+import time
 
 import torch
 
@@ -23,6 +25,16 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks if hasattr(torch._C, "_acc") else ob
         return True
 
 
+def _let_autograd_threads_settle() -> None:
+    # A backward pass on a ral device runs on PyTorch's per-device autograd thread, which may
+    # still be dropping its last reference to the finished graph task (and, with it, Python
+    # objects in the captured thread-local state) just after backward() returned. If the
+    # interpreter is already finalizing then, that thread is torn down and the process aborts
+    # with "terminate called without an active exception". A moment's grace at exit closes
+    # that window; it costs 20 ms once per process.
+    time.sleep(0.02)
+
+
 def register() -> None:
     """Make torch know the `ral` device type (idempotent)."""
     global _done
@@ -38,6 +50,7 @@ def register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module("ral", device_module)
     sys.modules.setdefault("torch.ral", device_module)
+    atexit.register(_let_autograd_threads_settle)
     factories.register()
     serialization.register()
     _done = True
