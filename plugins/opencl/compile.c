@@ -3,6 +3,7 @@
  * programs (one per kernels/<family>.cl, built lazily per device); and the optional
  * compile/module_get_kernel/module_destroy entries for run-time generated kernels.
  */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,8 +216,9 @@ static void kernel_names(const char* src, char* out, size_t cap) {
   size_t used = 0;
   out[0] = 0;
   for (const char* p = src; (p = strstr(p, "kernel")) != NULL; p += 6) {
-    const char* q = p + 6;
-    if ((p > src && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z'))) || (*q != ' ' && *q != '\t')) continue;
+    const char *q = p + 6, *s = (p >= src + 2 && p[-1] == '_' && p[-2] == '_') ? p - 2 : p;
+    int word_start = s == src || !(s[-1] == '_' || isalnum((unsigned char)s[-1]));
+    if (!word_start || (*q != ' ' && *q != '\t')) continue;
     while (*q == ' ' || *q == '\t') q++;
     if (strncmp(q, "void", 4) != 0) continue;
     q += 4;

@@ -18,6 +18,9 @@ size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
   if (cap > d->max_wg) cap = d->max_wg;
   size_t l = 1;
   while (l * 2 <= want && l * 2 <= cap) l *= 2;
+  /* PoCL 3.1 (pthread device) never finishes a barrier-using kernel launched with
+   * work-groups of exactly 2; 4 costs nothing (idle items skip the loop). */
+  if (l == 2 && cap >= 4) l = 4;
   return l;
 }
 
