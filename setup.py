@@ -4,7 +4,6 @@
 exactly as a vendor would build theirs, into torch_fl/_plugins/<name>/ beside its manifest.
 """
 
-import os
 import shutil
 import subprocess
 import sys

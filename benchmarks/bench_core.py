@@ -35,8 +35,15 @@ def dispatch_overhead(dev: str) -> list[Result]:
     t = interleaved({"eager": eager, "mode": empty_mode, "ral": ral}, repeats=7)
     per = {k: v / n for k, v in t.items()}
     return [
-        Result("(a) 16-elem add, per op", f"{dev}", per["ral"], "empty TorchDispatchMode", per["mode"], 2.0,
-               note=f"ral {per['ral'] * 1e6:.1f} us, empty mode {per['mode'] * 1e6:.1f} us, eager {per['eager'] * 1e6:.1f} us"),
+        Result(
+            "(a) 16-elem add, per op",
+            f"{dev}",
+            per["ral"],
+            "empty TorchDispatchMode",
+            per["mode"],
+            2.0,
+            note=f"ral {per['ral'] * 1e6:.1f} us, empty mode {per['mode'] * 1e6:.1f} us, eager {per['eager'] * 1e6:.1f} us",
+        ),
         Result("(a) 16-elem add, per op", f"{dev}", per["ral"], "eager CPU", per["eager"], None),
     ]
 

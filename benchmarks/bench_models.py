@@ -15,8 +15,16 @@ import torch_fl
 def gpt2(seed: int = 0) -> torch.nn.Module:
     """The benchmark model: GPT-2 with 4 layers, 256 wide, random init, dropout off."""
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=2048, n_positions=256,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=4,
+        n_embd=256,
+        n_head=4,
+        vocab_size=2048,
+        n_positions=256,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 
@@ -46,9 +54,12 @@ def forward(dev: str) -> list[Result]:
         torch.ral.synchronize()
 
     t = interleaved({"cpu": cpu, "dev": to_device, "mode": mode}, repeats=7)
-    return [Result("GPT-2 forward, model.to", dev, t["dev"], "eager CPU", t["cpu"], 1.10,
-                   note=f"cpu {t['cpu'] * 1e3:.1f} ms"),
-            Result("GPT-2 forward, ral_mode", dev, t["mode"], "eager CPU", t["cpu"], 1.10)]
+    return [
+        Result(
+            "GPT-2 forward, model.to", dev, t["dev"], "eager CPU", t["cpu"], 1.10, note=f"cpu {t['cpu'] * 1e3:.1f} ms"
+        ),
+        Result("GPT-2 forward, ral_mode", dev, t["mode"], "eager CPU", t["cpu"], 1.10),
+    ]
 
 
 def train_step(dev: str) -> list[Result]:
@@ -56,8 +67,10 @@ def train_step(dev: str) -> list[Result]:
     cpu_model = gpt2().train()
     ral_model = copy.deepcopy(cpu_model).to(dev)
     mode_model = copy.deepcopy(cpu_model)
-    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in
-            (("cpu", cpu_model), ("dev", ral_model), ("mode", mode_model))}
+    opts = {
+        k: torch.optim.AdamW(m.parameters(), lr=1e-4)
+        for k, m in (("cpu", cpu_model), ("dev", ral_model), ("mode", mode_model))
+    }
     ids = _ids()
     ids_dev = ids.to(dev)
 
@@ -81,9 +94,18 @@ def train_step(dev: str) -> list[Result]:
         torch.ral.synchronize()
 
     t = interleaved({"cpu": cpu, "dev": to_device, "mode": mode}, repeats=5)
-    return [Result("GPT-2 train step, model.to", dev, t["dev"], "eager CPU", t["cpu"], 1.15,
-                   note=f"cpu {t['cpu'] * 1e3:.1f} ms"),
-            Result("GPT-2 train step, ral_mode", dev, t["mode"], "eager CPU", t["cpu"], 1.15)]
+    return [
+        Result(
+            "GPT-2 train step, model.to",
+            dev,
+            t["dev"],
+            "eager CPU",
+            t["cpu"],
+            1.15,
+            note=f"cpu {t['cpu'] * 1e3:.1f} ms",
+        ),
+        Result("GPT-2 train step, ral_mode", dev, t["mode"], "eager CPU", t["cpu"], 1.15),
+    ]
 
 
 CASES = {"gpt2_forward": forward, "gpt2_train": train_step}

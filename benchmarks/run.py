@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # run from a source checkout too
 
 import torch  # noqa: E402
 
@@ -47,16 +48,24 @@ def main(argv=None) -> int:
         rows = cases[name](args.device)
         results.extend(rows)
         for r in rows:
-            verdict = "" if r.meets_target is None else ("  [meets <= %.2fx]" % r.target if r.meets_target else "  [MISSES <= %.2fx]" % r.target)
+            verdict = (
+                "" if r.meets_target is None else f"  [{'meets' if r.meets_target else 'MISSES'} <= {r.target:.2f}x]"
+            )
             print(f"{r.case:<42} {r.subject:<14} vs {r.baseline:<26} {r.ratio:6.3f}x{verdict}  {r.note}")
         print(f"  ({name}: {time.time() - t0:.1f}s)", file=sys.stderr)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(),
-        "results": [dict(vars(r), ratio=r.ratio) for r in results],
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "torch": torch.__version__,
+                "machine": platform.processor() or platform.machine(),
+                "threads": torch.get_num_threads(),
+                "results": [dict(vars(r), ratio=r.ratio) for r in results],
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

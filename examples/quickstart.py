@@ -26,8 +26,16 @@ def show_devices():
 
 def build_gpt2():
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=2048, n_positions=256,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=4,
+        n_embd=256,
+        n_head=4,
+        vocab_size=2048,
+        n_positions=256,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return transformers.GPT2LMHeadModel(cfg).eval()
 
 
@@ -56,8 +64,10 @@ def main():
         print(f"  model.to('ral:0')    {t_ral * 1e3:8.1f} ms   ({t_ral / t_cpu:.2f}x CPU), max |diff| {err:.2e}")
         with torch_fl.ral_mode("ral:0"):
             out_m, t_mode = timed(lambda: model(ids).logits)
-        print(f"  ral_mode('ral:0')    {t_mode * 1e3:8.1f} ms   ({t_mode / t_cpu:.2f}x CPU), max |diff| "
-              f"{(out_m.cpu() - ref).abs().max().item():.2e}")
+        print(
+            f"  ral_mode('ral:0')    {t_mode * 1e3:8.1f} ms   ({t_mode / t_cpu:.2f}x CPU), max |diff| "
+            f"{(out_m.cpu() - ref).abs().max().item():.2e}"
+        )
     shares = cov.tier_shares()
     print("\n== where the op calls ran (model.to style) ==")
     for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):

@@ -39,8 +39,10 @@ def test_five_training_steps_match_cpu(dev, opt_name):
     torch.manual_seed(0)
     cpu_model = SmallNet()
     ral_model = copy.deepcopy(cpu_model).to(dev)
-    make = {"SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-            "AdamW": lambda p: torch.optim.AdamW(p, lr=1e-2)}[opt_name]
+    make = {
+        "SGD": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+        "AdamW": lambda p: torch.optim.AdamW(p, lr=1e-2),
+    }[opt_name]
     opt_c, opt_r = make(cpu_model.parameters()), make(ral_model.parameters())
     gen = torch.Generator().manual_seed(1)
     for _ in range(5):

@@ -19,9 +19,23 @@ def test_cuda_untouched():
 def test_torch_ral_module_api(dev):
     ral = torch.ral
     for name in (
-        "is_available", "device_count", "current_device", "set_device", "synchronize", "Stream", "Event",
-        "current_stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
-        "empty_cache", "manual_seed", "manual_seed_all", "get_rng_state", "set_rng_state",
+        "is_available",
+        "device_count",
+        "current_device",
+        "set_device",
+        "synchronize",
+        "Stream",
+        "Event",
+        "current_stream",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "memory_stats",
+        "empty_cache",
+        "manual_seed",
+        "manual_seed_all",
+        "get_rng_state",
+        "set_rng_state",
         "get_amp_supported_dtype",
     ):
         assert hasattr(ral, name), name

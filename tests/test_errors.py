@@ -48,7 +48,9 @@ def _run(root, code):
 
 
 def test_plugin_failures_are_classified_and_others_still_load(bad_root):
-    out = _run(bad_root, """
+    out = _run(
+        bad_root,
+        """
 for name in ("abi2", "corrupt", "badmanifest", "template", "faulty"):
     print(name, P[name].status, "|", P[name].reason)
 x = torch.ones(3, device=dev_of("template"))
@@ -57,7 +59,8 @@ y = torch.ones(3, device=dev_of("badmanifest"))
 with torch_fl.coverage() as cov:
     z = (y * y).tolist()
 print("badmanifest falls back", z, sorted(cov.counts))
-""")
+""",
+    )
     assert "abi2 ABI_MISMATCH | plugin is built for ABI 2.0; this runtime implements ABI 1.0" in out
     assert "corrupt LOAD_FAILED |" in out and "invalid ELF header" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("badmanifest INVALID_MANIFEST"))
@@ -67,7 +70,9 @@ print("badmanifest falls back", z, sorted(cov.counts))
 
 
 def test_kernel_error_names_plugin_op_and_message(bad_root):
-    out = _run(bad_root, """
+    out = _run(
+        bad_root,
+        """
 d = dev_of("faulty")
 keep = torch.arange(4.0, device=d)
 a = torch.ones(4, device=d)
@@ -81,9 +86,16 @@ try:
 except torch_fl.KernelError as exc:
     print("async:", exc)
 print("still alive", keep.tolist(), (keep - keep).tolist())
-""")
-    assert "sync: faulty aten::mul.Tensor | RAL_ERROR_KERNEL_FAILED: [faulty] aten::mul.Tensor (kernel faulty_sync_kernel): injected failure" in out
-    assert "async: RAL_ERROR_KERNEL_FAILED: [faulty]" in out and "aten::add.Tensor (kernel faulty_kernel): injected failure" in out
+""",
+    )
+    assert (
+        "sync: faulty aten::mul.Tensor | RAL_ERROR_KERNEL_FAILED: [faulty] aten::mul.Tensor (kernel faulty_sync_kernel): injected failure"
+        in out
+    )
+    assert (
+        "async: RAL_ERROR_KERNEL_FAILED: [faulty]" in out
+        and "aten::add.Tensor (kernel faulty_kernel): injected failure" in out
+    )
     assert "still alive [0.0, 1.0, 2.0, 3.0] [0.0, 0.0, 0.0, 0.0]" in out
 
 
@@ -96,7 +108,9 @@ def test_invalid_pointer_never_reaches_plugin(dev):
     forged = wrap(Buffer(idx, 0x7F8A12345000, 64), (16,), (1,), 0, torch.float32)
     torch.ral.synchronize()
     before = launch_count(idx)
-    with pytest.raises(torch_fl.InvalidPointerError, match=r"RAL_ERROR_INVALID_POINTER: buffer 0x7f8a12345000 not mapped to device \d"):
+    with pytest.raises(
+        torch_fl.InvalidPointerError, match=r"RAL_ERROR_INVALID_POINTER: buffer 0x7f8a12345000 not mapped to device \d"
+    ):
         forged + forged
     assert launch_count(idx) == before
     # A view reaching past its allocation is refused too.

@@ -18,21 +18,24 @@ import zlib
 
 import pytest
 import torch
+from conftest import REPO
 
 import torch_fl
 from torch_fl import dispatch
 
-from conftest import REPO
-
 DEV = "ral:0"
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
-TOL = {torch.float32: (1.3e-5, 1e-5), torch.float64: (1e-7, 1e-7),
-       torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+TOL = {
+    torch.float32: (1.3e-5, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.float16: (2e-3, 1e-3),
+    torch.bfloat16: (1.6e-2, 1e-2),
+}
 
 pytestmark = pytest.mark.skipif(
-    not any(p.record.name == "host" and p.devices for p in torch_fl.plugins()),
-    reason="host plugin not built")
+    not any(p.record.name == "host" and p.devices for p in torch_fl.plugins()), reason="host plugin not built"
+)
 
 SEEN: set[str] = set()
 
@@ -42,6 +45,7 @@ def _watch_ops():
     def obs(op, tier, dev, t0, t1, full):
         if dev == 0 and tier == "vendor":  # reached a host kernel, not a fallback
             SEEN.add(op)
+
     dispatch.OBSERVERS.append(obs)
     yield
     dispatch.OBSERVERS.remove(obs)
@@ -83,16 +87,27 @@ def rand(shape, dtype, lo=-3.0, hi=3.0, gen=None):
 
 # ---------------------------------------------------------------- pointwise
 UNARY_FLT = {
-    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.1), "tanh": torch.tanh,
-    "sin": torch.sin, "cos": torch.cos, "sigmoid": torch.sigmoid, "erf": torch.erf,
-    "sqrt": lambda x: torch.sqrt(x.abs()), "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1),
-    "reciprocal": lambda x: torch.reciprocal(x + 7), "floor": torch.floor,
-    "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+    "exp": torch.exp,
+    "log": lambda x: torch.log(x.abs() + 0.1),
+    "tanh": torch.tanh,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "sigmoid": torch.sigmoid,
+    "erf": torch.erf,
+    "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1),
+    "reciprocal": lambda x: torch.reciprocal(x + 7),
+    "floor": torch.floor,
+    "silu": torch.nn.functional.silu,
+    "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
-    "relu": torch.relu, "neg": torch.neg, "abs": torch.abs,
+    "relu": torch.relu,
+    "neg": torch.neg,
+    "abs": torch.abs,
     "pow_s": lambda x: [x.abs() ** e for e in (0, 1, 2, 3, 4, -1, -2, 0.5, -0.5, 2.5)],
     "clamp": lambda x: [x.clamp(-1, 1), x.clamp(min=0.5), x.clamp_min(0.2)],
-    "rsub": lambda x: torch.rsub(x, 2.0), "remainder_s": lambda x: torch.remainder(x, 1.5),
+    "rsub": lambda x: torch.rsub(x, 2.0),
+    "remainder_s": lambda x: torch.remainder(x, 1.5),
     "scalar_ops": lambda x: [x + 2, x - 3, x * 1.5, x / 4, x.add(1, alpha=2)],
     "cmp_s": lambda x: [x == 0, x != 0, x < 0, x > 0, x <= 0, x >= 0],
 }
@@ -109,30 +124,80 @@ def test_unary_float(name, dtype):
 @pytest.mark.parametrize("dtype", INTS)
 def test_integer_pointwise(dtype):
     x, y = rand((17, 9), dtype), rand((17, 9), dtype)
-    check(lambda a, b: [a + b, a - b, a * b, -a if dtype != torch.uint8 else a, a.abs(),
-                        torch.maximum(a, b), torch.minimum(a, b), a == b, a < b, a >= b,
-                        a.clamp(-3, 3), torch.relu(a), ~a, torch.logical_not(a),
-                        torch.where(a > b, a, b), a.masked_fill(a > 0, 5), a * 3 + 2], x, y)
+    check(
+        lambda a, b: [
+            a + b,
+            a - b,
+            a * b,
+            -a if dtype != torch.uint8 else a,
+            a.abs(),
+            torch.maximum(a, b),
+            torch.minimum(a, b),
+            a == b,
+            a < b,
+            a >= b,
+            a.clamp(-3, 3),
+            torch.relu(a),
+            ~a,
+            torch.logical_not(a),
+            torch.where(a > b, a, b),
+            a.masked_fill(a > 0, 5),
+            a * 3 + 2,
+        ],
+        x,
+        y,
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_binary_float(dtype):
     x, y, z = rand((16, 40), dtype), rand((16, 40), dtype), rand((40,), dtype, 1, 2)
-    check(lambda a, b, c: [a + b, a - c, a * c, a / c, torch.maximum(a, b), torch.minimum(a, b),
-                           a.abs() ** c, torch.remainder(a, c), torch.lerp(a, b, 0.3),
-                           torch.lerp(a, b, 0.7), torch.addcdiv(a, b, c, value=0.5),
-                           torch.addcmul(a, b, c, value=2), a == b, a != b, a < c, a > c,
-                           a <= b, a >= b, torch.where(a > 0, a, b), a.masked_fill(b > 0, -1.0),
-                           a.masked_fill(b > 0, torch.tensor(2.0, dtype=dtype, device=a.device))], x, y, z)
+    check(
+        lambda a, b, c: [
+            a + b,
+            a - c,
+            a * c,
+            a / c,
+            torch.maximum(a, b),
+            torch.minimum(a, b),
+            a.abs() ** c,
+            torch.remainder(a, c),
+            torch.lerp(a, b, 0.3),
+            torch.lerp(a, b, 0.7),
+            torch.addcdiv(a, b, c, value=0.5),
+            torch.addcmul(a, b, c, value=2),
+            a == b,
+            a != b,
+            a < c,
+            a > c,
+            a <= b,
+            a >= b,
+            torch.where(a > 0, a, b),
+            a.masked_fill(b > 0, -1.0),
+            a.masked_fill(b > 0, torch.tensor(2.0, dtype=dtype, device=a.device)),
+        ],
+        x,
+        y,
+        z,
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_backward_pointwise(dtype):
     g, v = rand((8, 50), dtype), rand((8, 50), dtype)
     F = torch.ops.aten
-    check(lambda g, v: [F.silu_backward(g, v), F.gelu_backward(g, v),
-                        F.gelu_backward(g, v, approximate="tanh"), F.tanh_backward(g, v.tanh()),
-                        F.sigmoid_backward(g, v.sigmoid()), F.threshold_backward(g, v, 0.0)], g, v)
+    check(
+        lambda g, v: [
+            F.silu_backward(g, v),
+            F.gelu_backward(g, v),
+            F.gelu_backward(g, v, approximate="tanh"),
+            F.tanh_backward(g, v.tanh()),
+            F.sigmoid_backward(g, v.sigmoid()),
+            F.threshold_backward(g, v, 0.0),
+        ],
+        g,
+        v,
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -147,6 +212,7 @@ def test_inplace_and_broadcast(dtype):
         a.masked_fill_(a > 2, 0.5).lerp_(a.flip(1), 0.25).remainder_(2.5).remainder_(a + 3)
         a.masked_fill_(a > 1, torch.tensor(0.25, dtype=a.dtype, device=a.device))
         return a
+
     check(f, rand((12, 20), dtype), rand((20,), dtype), rand((12, 1), dtype, 1, 2))
 
 
@@ -155,18 +221,43 @@ def test_explicit_overloads(dtype):
     """Overloads torch's Python API rarely emits (it wraps Python scalars as tensors)."""
     F = torch.ops.aten
     x, v = rand((9, 14), dtype), rand((9, 14), dtype)
-    check(lambda x, v: [F.add.Scalar(x, 2, 3), F.sub.Scalar(x, 2, 3), F.mul.Scalar(x, 1.5),
-                        F.div.Scalar(x, 4), F.mean.default(x), F.sum.default(x),
-                        F.silu_backward(v, x), F.add_.Scalar(v.clone(), 1, 2),
-                        F.sub_.Scalar(v.clone(), 1, 2), F.mul_.Scalar(v.clone(), 3),
-                        F.div_.Scalar(v.clone(), 3), F.gelu_(v.clone())], x, v)
+    check(
+        lambda x, v: [
+            F.add.Scalar(x, 2, 3),
+            F.sub.Scalar(x, 2, 3),
+            F.mul.Scalar(x, 1.5),
+            F.div.Scalar(x, 4),
+            F.mean.default(x),
+            F.sum.default(x),
+            F.silu_backward(v, x),
+            F.add_.Scalar(v.clone(), 1, 2),
+            F.sub_.Scalar(v.clone(), 1, 2),
+            F.mul_.Scalar(v.clone(), 3),
+            F.div_.Scalar(v.clone(), 3),
+            F.gelu_(v.clone()),
+        ],
+        x,
+        v,
+    )
     check(lambda i: F.bitwise_not_(i.clone()), rand((5, 5), torch.int32))
 
 
 def test_bool_ops():
     a, b = rand((10, 7), torch.bool), rand((10, 7), torch.bool)
-    check(lambda a, b: [~a, a == b, a != b, torch.logical_not(a), torch.where(a, a, b),
-                        a.masked_fill(b, True), a.clone(), a.t().contiguous()], a, b)
+    check(
+        lambda a, b: [
+            ~a,
+            a == b,
+            a != b,
+            torch.logical_not(a),
+            torch.where(a, a, b),
+            a.masked_fill(b, True),
+            a.clone(),
+            a.t().contiguous(),
+        ],
+        a,
+        b,
+    )
 
 
 # ---------------------------------------------------------------- fast math sweep
@@ -174,9 +265,27 @@ def _dense_sweep():
     """Every 97th float32 bit pattern plus specials: ~44M values, both signs, denormals."""
     bits = torch.arange(0, 2**32, 97, dtype=torch.int64)
     x = (bits - 2**31).to(torch.int32).view(torch.float32)  # covers negative patterns too
-    special = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, -1e-45,
-                            1.1754942e-38, 88.72, 88.73, -87.3, -103.9, -104.0, 9.0, -9.0, 0.625,
-                            0.927734375])
+    special = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            float("inf"),
+            float("-inf"),
+            float("nan"),
+            1e-45,
+            -1e-45,
+            1.1754942e-38,
+            88.72,
+            88.73,
+            -87.3,
+            -103.9,
+            -104.0,
+            9.0,
+            -9.0,
+            0.625,
+            0.927734375,
+        ]
+    )
     return torch.cat([x, special])
 
 
@@ -207,17 +316,33 @@ def test_reductions(dtype):
     flt = dtype.is_floating_point
 
     def f(x):
-        out = [x.sum(), x.sum(-1), x.sum(0), x.sum((0, 2), keepdim=True), x.transpose(0, 2).sum(0),
-               x.amax(1), x.amin((0, 1)), x.max(2), x.min(0), x.argmax(1), x.argmin(),
-               x[:2, :3, :4].prod()]
+        out = [
+            x.sum(),
+            x.sum(-1),
+            x.sum(0),
+            x.sum((0, 2), keepdim=True),
+            x.transpose(0, 2).sum(0),
+            x.amax(1),
+            x.amin((0, 1)),
+            x.max(2),
+            x.min(0),
+            x.argmax(1),
+            x.argmin(),
+            x[:2, :3, :4].prod(),
+        ]
         if flt:
             out += [x.mean(), x.mean(-1), x.mean(0), x.var(1), x.var((0, 2), correction=0)]
         return out
+
     if dtype in (torch.float16, torch.bfloat16):  # aten sums halves in float; we use double
-        close(_flatten(f(x.to(DEV))), [t.to(dtype) if t.is_floating_point() else t for t in
-                             _flatten(f(x.float()))])
+        close(_flatten(f(x.to(DEV))), [t.to(dtype) if t.is_floating_point() else t for t in _flatten(f(x.float()))])
     else:
         check(f, x)
+
+
+def test_all_over_bool_masks():
+    for x in (torch.rand(7, 9) > 0.01, torch.ones(4, 5, dtype=torch.bool), torch.zeros(0, dtype=torch.bool)):
+        check(lambda t: [t.all(), t.t().all()], x)
 
 
 def _flatten(out):
@@ -231,11 +356,21 @@ def test_softmax_family(dtype):
     x[0, 0, 5] = float("-inf")
     x[1, 2, :] = float("-inf")  # fully masked row: _safe_softmax gives zeros
     F = torch.ops.aten
-    check(lambda x: [F._softmax(x, -1, False), F._softmax(x, 1, False), F._log_softmax(x, -1, False),
-                     F._safe_softmax(x, -1)][2:] + [F._safe_softmax(x, 1)], x)
+    check(
+        lambda x: (
+            [F._softmax(x, -1, False), F._softmax(x, 1, False), F._log_softmax(x, -1, False), F._safe_softmax(x, -1)][
+                2:
+            ]
+            + [F._safe_softmax(x, 1)]
+        ),
+        x,
+    )
     y, g = rand((4, 7, 129), dtype, 0, 1), rand((4, 7, 129), dtype)
-    check(lambda g, y: [F._softmax_backward_data(g, y, -1, dtype),
-                        F._log_softmax_backward_data(g, y.log(), 1, dtype)], g, y)
+    check(
+        lambda g, y: [F._softmax_backward_data(g, y, -1, dtype), F._log_softmax_backward_data(g, y.log(), 1, dtype)],
+        g,
+        y,
+    )
     xs = rand((3, 50), dtype)
     check(lambda x: [F._softmax(x, -1, False), F._softmax(x, 0, False)], xs)
 
@@ -268,11 +403,10 @@ def test_nll_loss(dtype):
     tgt[3] = -100
     F = torch.ops.aten
     for red in (0, 1, 2):
-        check(lambda lp, t: F.nll_loss_forward(lp, t, None, red, -100), logp, tgt)
+        check(lambda lp, t, red=red: F.nll_loss_forward(lp, t, None, red, -100), logp, tgt)
     out, total = F.nll_loss_forward(logp, tgt, None, 1, -100)
     gout = torch.tensor(1.5, dtype=dtype)
-    check(lambda g, lp, t, tw: F.nll_loss_backward(g, lp, t, None, 1, -100, tw),
-          gout, logp, tgt, total)
+    check(lambda g, lp, t, tw: F.nll_loss_backward(g, lp, t, None, 1, -100, tw), gout, logp, tgt, total)
 
 
 # ---------------------------------------------------------------- blas
@@ -280,12 +414,28 @@ def test_nll_loss(dtype):
 def test_matmul(dtype):
     a, b, bias = rand((33, 20), dtype), rand((20, 17), dtype), rand((17,), dtype)
     A, B = rand((5, 9, 20), dtype), rand((5, 20, 7), dtype)
-    check(lambda a, b, bias: [a @ b, a.t().t() @ b.t().contiguous().t(), torch.addmm(bias, a, b),
-                              torch.addmm(bias, a, b, beta=0.5, alpha=2), (b.t() @ a.t()),
-                              torch.dot(a[0], a[1])], a, b, bias)
-    check(lambda A, B: [torch.bmm(A, B), torch.baddbmm(torch.ones(5, 9, 7, dtype=A.dtype).to(A.device),
-                                                     A, B, alpha=0.5), torch.bmm(A, B.transpose(1, 2)
-                                                                                 .contiguous().transpose(1, 2))], A, B)
+    check(
+        lambda a, b, bias: [
+            a @ b,
+            a.t().t() @ b.t().contiguous().t(),
+            torch.addmm(bias, a, b),
+            torch.addmm(bias, a, b, beta=0.5, alpha=2),
+            (b.t() @ a.t()),
+            torch.dot(a[0], a[1]),
+        ],
+        a,
+        b,
+        bias,
+    )
+    check(
+        lambda A, B: [
+            torch.bmm(A, B),
+            torch.baddbmm(torch.ones(5, 9, 7, dtype=A.dtype).to(A.device), A, B, alpha=0.5),
+            torch.bmm(A, B.transpose(1, 2).contiguous().transpose(1, 2)),
+        ],
+        A,
+        B,
+    )
 
 
 def test_gpt2_shapes():
@@ -306,15 +456,28 @@ def test_index_layout_copy(dtype):
     src = rand((8, 6), dtype)
 
     def f(x, idx, sel, src):
-        out = [torch.gather(x, 1, idx), x.index_select(0, sel), torch.cat([x, src], 1),
-               torch.cat([x, src], 0), x.tril(), x.triu(1), x.clone(), x.t().contiguous(),
-               torch.scatter(x, 1, idx, src)]
+        out = [
+            torch.gather(x, 1, idx),
+            x.index_select(0, sel),
+            torch.cat([x, src], 1),
+            torch.cat([x, src], 0),
+            x.tril(),
+            x.triu(1),
+            x.clone(),
+            x.t().contiguous(),
+            torch.scatter(x, 1, idx, src),
+        ]
         if dtype != torch.bool:
-            out += [torch.constant_pad_nd(x, [1, 2, 0, 1], 0), torch.zeros_like(x).fill_(3),
-                    x.clone().zero_(), x.clone().fill_(x[0, 0])]
+            out += [
+                torch.constant_pad_nd(x, [1, 2, 0, 1], 0),
+                torch.zeros_like(x).fill_(3),
+                x.clone().zero_(),
+                x.clone().fill_(x[0, 0]),
+            ]
             if dtype != torch.float16:
                 out.append(torch.scatter_add(x, 1, idx, src))
         return out
+
     check(f, x, idx, sel, src)
 
 
@@ -323,15 +486,23 @@ def test_embedding_and_slice_backward(dtype):
     w, ids = rand((50, 16), dtype), torch.tensor([[1, 4, 4], [49, 0, 1]])
     g = rand((2, 3, 16), dtype)
     F = torch.ops.aten
-    check(lambda w, ids, g: [F.embedding(w, ids), F.embedding_dense_backward(g, ids, 50, -1, False),
-                             F.slice_backward(g[:, 1:], [2, 3, 16], 1, 1, 3, 1)], w, ids, g)
+    check(
+        lambda w, ids, g: [
+            F.embedding(w, ids),
+            F.embedding_dense_backward(g, ids, 50, -1, False),
+            F.slice_backward(g[:, 1:], [2, 3, 16], 1, 1, 3, 1),
+        ],
+        w,
+        ids,
+        g,
+    )
 
 
 def test_copy_casts():
     x = rand((5, 7), torch.float32)
     for dt in FLOATS + INTS + [torch.bool]:
-        check(lambda x: x.to(dt), x)
-        check(lambda x: torch.empty(7, 5, dtype=torch.float64, device=x.device).copy_(x.to(dt).t()), x)
+        check(lambda x, dt=dt: x.to(dt), x)
+        check(lambda x, dt=dt: torch.empty(7, 5, dtype=torch.float64, device=x.device).copy_(x.to(dt).t()), x)
 
 
 def test_random_ops():
@@ -348,13 +519,14 @@ def test_random_ops():
 
 # Manifest ops the router currently never sends to the vendor tier from these cases
 # (reported to the lead; remove an entry once it routes to the host kernel).
-ROUTED_ELSEWHERE = {"aten::mean.default", "aten::sum.default", "aten::silu_backward"}
+# silu_backward has a CompositeImplicitAutograd kernel: it decomposes above the ral backend.
+ROUTED_ELSEWHERE = {"aten::silu_backward"}
 
 
 def test_manifest_coverage():
     """Runs last (pytest keeps file order): every manifest op was dispatched to the host."""
     manifest = json.loads((REPO / "manifests" / "host.json").read_text())
-    ops = {k["op"] for k in manifest["kernels"]}
+    ops = {k["op"].removesuffix(".default") for k in manifest["kernels"]}  # the router's canonical names
     missing = sorted(ops - SEEN - ROUTED_ELSEWHERE)
     if not SEEN:
         pytest.skip("run with the rest of the file")
@@ -386,6 +558,7 @@ def jit_cache(tmp_path, monkeypatch):
 
 def _compile(src, name=b"jit_twice_plus_one", opts=INC):
     from torch_fl._native import ffi, lib
+
     h = ffi.new("int64_t*")
     rc = lib.rt_kernel_compile(0, b"c", src, opts, name, h)
     return rc, h[0], ffi.string(lib.rt_last_error()).decode()
@@ -394,6 +567,7 @@ def _compile(src, name=b"jit_twice_plus_one", opts=INC):
 def test_compile_cache_and_launch(jit_cache):
     from torch_fl._native import ffi, lib
     from torch_fl.packing import pack_tensor
+
     rc, handle, err = _compile(KERNEL_SRC + b"/* unique %d */\n" % os.getpid())
     assert rc == 0, err
     sos = list(jit_cache.glob("*.so"))
@@ -426,6 +600,7 @@ def test_compile_corrupt_cache_rebuilds(jit_cache):
 
 def test_compile_errors(jit_cache, monkeypatch):
     from torch_fl._native import lib
+
     bad = b'#include "ral_plugin.h"\nRAL_PLUGIN_EXPORT ral_status broken_kernel(const ral_kernel_call* c) { return nope; }\n'
     rc, _, err = _compile(bad, b"broken_kernel")
     assert rc == lib.RAL_ERROR_COMPILE_FAILED if hasattr(lib, "RAL_ERROR_COMPILE_FAILED") else rc == 9
@@ -453,5 +628,6 @@ def test_compile_unwritable_cache(tmp_path, monkeypatch):
 
 def test_compile_rejects_other_languages():
     from torch_fl._native import ffi, lib
+
     h = ffi.new("int64_t*")
     assert lib.rt_kernel_compile(0, b"opencl-c", b"", b"", b"k", h) == 4

@@ -61,7 +61,9 @@ def test_model_in_ral_mode_matches_cpu(dev, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
 def test_training_step_runs_entirely_in_vendor_tier(dev, name):
-    if torch_fl.plugins() and not any(p.record.name == "host" and torch.device(dev).index in p.devices for p in torch_fl.plugins()):
+    if torch_fl.plugins() and not any(
+        p.record.name == "host" and torch.device(dev).index in p.devices for p in torch_fl.plugins()
+    ):
         pytest.skip("vendor coverage is a property of the host plugin")
     model = build(name).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -29,8 +29,10 @@ def _manifest(root: Path) -> Path:
 
 
 def _run(root: Path, code: str, **env):
-    res = run_python("import torch, torch_fl\nDEV = 'ral:%d' % (torch.ral.device_count() - 1)\n" + code,
-                     env={"TORCH_FL_PLUGIN_PATH": str(root), **env})
+    res = run_python(
+        "import torch, torch_fl\nDEV = 'ral:%d' % (torch.ral.device_count() - 1)\n" + code,
+        env={"TORCH_FL_PLUGIN_PATH": str(root), **env},
+    )
     assert res.returncode == 0, res.stdout + res.stderr[-4000:]
     return res.stdout
 
@@ -79,17 +81,23 @@ def test_override_unknown_op_or_tier_is_clear():
 
 
 def test_env_override(template_root):
-    out = _run(template_root, """
+    out = _run(
+        template_root,
+        """
         a = torch.ones(4, device=DEV)
         with torch_fl.coverage() as cov:
             b = a + a
         print(dict(cov.counts), b.sum().item())
-    """.replace("\n        ", "\n"), TORCH_FL_OP_aten_add_Tensor="cpu")
+    """.replace("\n        ", "\n"),
+        TORCH_FL_OP_aten_add_Tensor="cpu",
+    )
     assert "('aten::add.Tensor', 'cpu'): 1" in out and "8.0" in out
 
 
 def test_manifest_constraints(template_root):
-    out = _run(template_root, """
+    out = _run(
+        template_root,
+        """
         def tier(fn):
             with torch_fl.coverage() as cov:
                 r = fn()
@@ -103,7 +111,8 @@ def test_manifest_constraints(template_root):
         t, r = tier(lambda: a + torch.ones(5, device=DEV))   # broadcast: expanded on the device
         torch.testing.assert_close(r.cpu(), a.cpu() + 1)
         print("bcast", t)
-    """.replace("\n        ", "\n"))
+    """.replace("\n        ", "\n"),
+    )
     assert "f32 ['vendor']" in out
     assert "f64 ['cpu']" in out
     assert "strided ['vendor']" in out
@@ -117,7 +126,9 @@ def test_rank_numel_constraints_and_reload(template_root, tmp_path):
     m["kernels"][0]["max_rank"] = 1
     m["kernels"][0]["max_numel"] = 100
     _manifest(root).write_text(json.dumps(m))
-    out = _run(root, f"""
+    out = _run(
+        root,
+        f"""
         import json, pathlib
         def tier(fn):
             with torch_fl.coverage() as cov:
@@ -129,7 +140,8 @@ def test_rank_numel_constraints_and_reload(template_root, tmp_path):
         m = json.loads(p.read_text()); m["kernels"] = m["kernels"][1:]; p.write_text(json.dumps(m))
         torch_fl.reload_manifests()
         print("reloaded", tier(lambda: a1 + a1), (a1 + a1).sum().item())
-    """.replace("\n        ", "\n"))
+    """.replace("\n        ", "\n"),
+    )
     assert "rank1 ['vendor'] rank2 ['cpu'] big ['cpu']" in out
     assert "reloaded ['cpu'] 100.0" in out
 
@@ -140,14 +152,17 @@ def test_missing_symbol_degrades_and_falls_back(template_root, tmp_path):
     m = json.loads(_manifest(root).read_text())
     m["kernels"][0]["kernel"] = "template_no_such_symbol"
     _manifest(root).write_text(json.dumps(m))
-    out = _run(root, """
+    out = _run(
+        root,
+        """
         p = [p for p in torch_fl.plugins() if p.record.name == "template"][0]
         print(p.status, "|", p.reason)
         a = torch.arange(4.0, device=DEV)
         with torch_fl.coverage() as cov:
             r = a + a
         print(dict(cov.counts), r.tolist())
-    """.replace("\n        ", "\n"))
+    """.replace("\n        ", "\n"),
+    )
     assert "DEGRADED | 1 manifest entry disabled: aten::add.Tensor" in out
     assert "template_no_such_symbol" in out
     assert "('aten::add.Tensor', 'cpu'): 1" in out and "[0.0, 2.0, 4.0, 6.0]" in out

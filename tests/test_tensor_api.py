@@ -29,8 +29,17 @@ def test_factories_land_on_device(dev):
 
 
 def test_to_and_back_all_dtypes(dev):
-    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-                  torch.int8, torch.uint8, torch.bool):
+    for dtype in (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    ):
         src = (torch.randn(5, 7) * 10).to(dtype)
         r = src.to(dev)
         assert r.dtype == dtype

@@ -23,8 +23,14 @@ TOLERANCES = {
     torch.complex64: (1.3e-5, 1e-5),
 }
 DTYPES = {
-    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-    "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "uint8": torch.uint8,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+    "uint8": torch.uint8,
 }
 
 
@@ -89,19 +95,37 @@ def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
     if exact_shape_only:
         exp_t = [x for x in torch.utils._pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
         act_t = [x for x in torch.utils._pytree.tree_leaves(actual) if isinstance(x, torch.Tensor)]
-        assert [(t.shape, t.dtype) for t in act_t] == [(t.shape, t.dtype) for t in exp_t], "random op: shape/dtype differ"
+        assert [(t.shape, t.dtype) for t in act_t] == [(t.shape, t.dtype) for t in exp_t], (
+            "random op: shape/dtype differ"
+        )
         return
     rtol, atol = TOLERANCES.get(dtype, (0, 0))
     if tolerance is not None and dtype.is_floating_point:
         rtol, atol = max(rtol, tolerance[0]), max(atol, tolerance[1])
-    torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_device=False,
-                               check_stride=False, check_layout=False)
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=rtol,
+        atol=atol,
+        equal_nan=True,
+        check_device=False,
+        check_stride=False,
+        check_layout=False,
+    )
 
 
 # Ops whose values are unspecified (uninitialized memory) or drawn from the RNG without
 # OpInfo's seeding wrapper: only shapes and dtypes compare.
-UNINITIALIZED = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted",
-                 "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d"}
+UNINITIALIZED = {
+    "empty",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "empty_strided",
+    "empty_permuted",
+    "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d",
+}
 # Per-op float tolerances where the device legitimately takes another algorithm than CPU:
 # attention runs the math path (matmul + softmax) where CPU uses a fused flash kernel.
 TOLERANCE_OVERRIDES = {
@@ -183,7 +207,9 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
             expected_exc = None
         except Exception as exc:  # the reference raises: the device must raise the same type
             expected, expected_exc = None, exc
-        random = expected_exc is None and (name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or _is_random(op, sample))
+        random = expected_exc is None and (
+            name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or _is_random(op, sample)
+        )
         try:
             torch.manual_seed(0)
             with cov:
@@ -191,7 +217,9 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
                     with ral_mode(dev):
                         actual = _cpu(_call(op, sample))
                 else:
-                    actual = _cpu(_call(op, sample.transform(lambda t: _to(t, dev)) if hasattr(sample, "transform") else sample))
+                    actual = _cpu(
+                        _call(op, sample.transform(lambda t: _to(t, dev)) if hasattr(sample, "transform") else sample)
+                    )
             if expected_exc is not None:
                 error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
                 break

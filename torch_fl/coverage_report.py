@@ -11,8 +11,13 @@ def workload_rows(cov) -> list[dict]:
     """One row per (op, tier) of a Coverage: calls, seconds and share of traced op time."""
     total = sum(cov.seconds.values()) or 1.0
     rows = [
-        {"op": op, "tier": tier, "calls": n, "seconds": cov.seconds[(op, tier)],
-         "share": cov.seconds[(op, tier)] / total}
+        {
+            "op": op,
+            "tier": tier,
+            "calls": n,
+            "seconds": cov.seconds[(op, tier)],
+            "share": cov.seconds[(op, tier)] / total,
+        }
         for (op, tier), n in cov.counts.items()
     ]
     return sorted(rows, key=lambda r: -r["seconds"])
@@ -25,8 +30,10 @@ def todo_rows(cov) -> list[dict]:
 
 def workload_report(covs: dict, fmt: str = "table") -> str:
     """Report one or more devices' workload coverage ({device label: Coverage})."""
-    data = {dev: {"ops": workload_rows(c), "implement_next": todo_rows(c), "tier_shares": c.tier_shares()}
-            for dev, c in covs.items()}
+    data = {
+        dev: {"ops": workload_rows(c), "implement_next": todo_rows(c), "tier_shares": c.tier_shares()}
+        for dev, c in covs.items()
+    }
     if fmt == "json":
         return json.dumps(data, indent=2)
     lines = []
@@ -35,19 +42,30 @@ def workload_report(covs: dict, fmt: str = "table") -> str:
         title = f"{dev}: calls by tier: {shares or 'no ral ops ran'}"
         if fmt == "markdown":
             lines += [f"### {title}", "", "| op | tier | calls | time (ms) | share |", "|---|---|---:|---:|---:|"]
-            lines += [f"| `{r['op']}` | {r['tier']} | {r['calls']} | {r['seconds'] * 1e3:.2f} | {r['share'] * 100:.1f}% |"
-                      for r in d["ops"]]
+            lines += [
+                f"| `{r['op']}` | {r['tier']} | {r['calls']} | {r['seconds'] * 1e3:.2f} | {r['share'] * 100:.1f}% |"
+                for r in d["ops"]
+            ]
             lines += ["", "**Implement next** (ops that left the device, by share of time):", ""]
-            lines += [f"{i}. `{r['op']}` ({r['tier']}, {r['share'] * 100:.1f}% of time, {r['calls']} calls)"
-                      for i, r in enumerate(d["implement_next"], 1)] or ["(nothing: every op ran in the vendor tier)"]
+            lines += [
+                f"{i}. `{r['op']}` ({r['tier']}, {r['share'] * 100:.1f}% of time, {r['calls']} calls)"
+                for i, r in enumerate(d["implement_next"], 1)
+            ] or ["(nothing: every op ran in the vendor tier)"]
             lines.append("")
         else:
             lines.append(title)
             lines.append(f"  {'op':<44} {'tier':<7} {'calls':>7} {'ms':>9} {'share':>7}")
             for r in d["ops"]:
-                lines.append(f"  {r['op']:<44} {r['tier']:<7} {r['calls']:>7} {r['seconds'] * 1e3:>9.2f} {r['share'] * 100:>6.1f}%")
-            lines.append("  implement next: " + (", ".join(f"{r['op']} ({r['share'] * 100:.1f}%)" for r in d["implement_next"])
-                                                 or "nothing, every op ran in the vendor tier"))
+                lines.append(
+                    f"  {r['op']:<44} {r['tier']:<7} {r['calls']:>7} {r['seconds'] * 1e3:>9.2f} {r['share'] * 100:>6.1f}%"
+                )
+            lines.append(
+                "  implement next: "
+                + (
+                    ", ".join(f"{r['op']} ({r['share'] * 100:.1f}%)" for r in d["implement_next"])
+                    or "nothing, every op ran in the vendor tier"
+                )
+            )
             lines.append("")
     return "\n".join(lines)
 
@@ -69,11 +87,19 @@ def opinfo_matrix(results: dict, fmt: str = "table") -> str:
         summary = []
         for dt in dtypes:
             sel = [r for r in rs if r.dtype == dt]
-            summary.append(f"{dt} {sum(r.passed for r in sel)}/{len(sel)} ({100 * sum(r.passed for r in sel) / max(len(sel), 1):.1f}%)")
+            summary.append(
+                f"{dt} {sum(r.passed for r in sel)}/{len(sel)} ({100 * sum(r.passed for r in sel) / max(len(sel), 1):.1f}%)"
+            )
         if fmt == "markdown":
-            lines += [f"### {dev}: " + "; ".join(summary), "", "| op | " + " | ".join(dtypes) + " |",
-                      "|---|" + "---|" * len(dtypes)]
-            lines += [f"| `{op}` | " + " | ".join(c.get(dt, "") for dt in dtypes) + " |" for op, c in sorted(cells.items())]
+            lines += [
+                f"### {dev}: " + "; ".join(summary),
+                "",
+                "| op | " + " | ".join(dtypes) + " |",
+                "|---|" + "---|" * len(dtypes),
+            ]
+            lines += [
+                f"| `{op}` | " + " | ".join(c.get(dt, "") for dt in dtypes) + " |" for op, c in sorted(cells.items())
+            ]
             lines.append("")
         else:
             lines.append(f"{dev}: " + "; ".join(summary))

@@ -9,7 +9,8 @@ import torch
 from . import rng
 from ._native import lib
 from .memory import memory_stats_dict
-from .runtime import check, device_count as _device_count, device_records
+from .runtime import check, device_records
+from .runtime import device_count as _device_count
 from .streams_state import current as _current_stream
 
 _tls = threading.local()

@@ -61,7 +61,9 @@ def signature(sch, full):
 
                     raise UnsupportedError(
                         f"RAL_ERROR_UNSUPPORTED: {sch.name}: {t.layout} tensors are not supported on ral devices; "
-                        "convert with .to_dense() first", op=sch.name)
+                        "convert with .to_dense() first",
+                        op=sch.name,
+                    )
                 if t.dim() != 0 or t.device.type != "cpu":
                     raise _device_error("ral", str(t.device))
                 key.append(("cpu0", t.dtype))

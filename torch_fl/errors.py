@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-
 from .errors_base import ManifestError, RalError  # noqa: F401 (re-exported)
 
 

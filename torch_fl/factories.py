@@ -58,8 +58,18 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 # Factories whose composite kernels allocate an empty result and resize it in an out= op;
 # ral tensors cannot be resized in place, so these run on the host and upload once.
 HOST_COMPUTED_FACTORIES = (
-    "arange", "arange.start", "arange.start_step", "eye", "eye.m", "linspace", "logspace",
-    "randperm", "range", "range.step", "tril_indices", "triu_indices",
+    "arange",
+    "arange.start",
+    "arange.start_step",
+    "eye",
+    "eye.m",
+    "linspace",
+    "logspace",
+    "randperm",
+    "range",
+    "range.step",
+    "tril_indices",
+    "triu_indices",
 )
 
 

@@ -74,7 +74,9 @@ def parse_manifest(doc, path: Path) -> Manifest:
     errors = sorted(_validator().iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
-        raise ManifestError(f"{_where(path, doc if isinstance(doc, dict) else {}, first.absolute_path)}: {first.message}")
+        raise ManifestError(
+            f"{_where(path, doc if isinstance(doc, dict) else {}, first.absolute_path)}: {first.message}"
+        )
     entries = []
     for i, row in enumerate(doc["kernels"]):
         if row["min_rank"] > row["max_rank"]:
@@ -114,5 +116,7 @@ def load_manifest(path: str | Path) -> Manifest:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ManifestError(f"manifest {path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ManifestError(
+            f"manifest {path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     return parse_manifest(doc, path)

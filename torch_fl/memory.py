@@ -7,8 +7,6 @@ import threading
 from ._native import ffi, lib
 from .runtime import check, ensure_initialized
 
-
-
 # Allocation observers (the tracer): callables (event, buffer) with event "alloc" or "free".
 # Empty unless a trace is recording, so the per-op cost is one truth test.
 ALLOC_OBSERVERS: list = []

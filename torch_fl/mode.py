@@ -21,19 +21,76 @@ from .tensor import RalTensor
 from .transfer import to_cpu, to_device
 
 _PASSTHROUGH_NAMES = {
-    "size", "dim", "numel", "stride", "storage_offset", "is_contiguous", "element_size", "nelement",
-    "ndimension", "data_ptr", "cpu", "numpy", "tolist", "item", "to", "type", "type_as", "__repr__",
-    "__format__", "__str__", "__len__", "__array__", "__reduce_ex__", "__deepcopy__", "requires_grad_",
-    "register_hook", "register_post_accumulate_grad_hook", "retain_grad", "backward", "detach",
-    "detach_", "untyped_storage", "storage", "is_floating_point", "is_complex", "get_device",
-    "__hash__", "__bool__", "__int__", "__float__", "__index__", "dim_order",
-    "is_shared", "share_memory_", "pin_memory", "is_pinned", "__setstate__", "_is_view", "_base",
-    "has_names", "is_nonzero",
+    "size",
+    "dim",
+    "numel",
+    "stride",
+    "storage_offset",
+    "is_contiguous",
+    "element_size",
+    "nelement",
+    "ndimension",
+    "data_ptr",
+    "cpu",
+    "numpy",
+    "tolist",
+    "item",
+    "to",
+    "type",
+    "type_as",
+    "__repr__",
+    "__format__",
+    "__str__",
+    "__len__",
+    "__array__",
+    "__reduce_ex__",
+    "__deepcopy__",
+    "requires_grad_",
+    "register_hook",
+    "register_post_accumulate_grad_hook",
+    "retain_grad",
+    "backward",
+    "detach",
+    "detach_",
+    "untyped_storage",
+    "storage",
+    "is_floating_point",
+    "is_complex",
+    "get_device",
+    "__hash__",
+    "__bool__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "dim_order",
+    "is_shared",
+    "share_memory_",
+    "pin_memory",
+    "is_pinned",
+    "__setstate__",
+    "_is_view",
+    "_base",
+    "has_names",
+    "is_nonzero",
 }
 _FACTORIES = {
-    torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn, torch.randint,
-    torch.randperm, torch.arange, torch.linspace, torch.logspace, torch.eye, torch.tensor,
-    torch.as_tensor, torch.scalar_tensor, torch.empty_strided, torch.range,
+    torch.empty,
+    torch.zeros,
+    torch.ones,
+    torch.full,
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.randperm,
+    torch.arange,
+    torch.linspace,
+    torch.logspace,
+    torch.eye,
+    torch.tensor,
+    torch.as_tensor,
+    torch.scalar_tensor,
+    torch.empty_strided,
+    torch.range,
 }
 _PASS, _FACTORY, _INPLACE, _COMPUTE = range(4)
 _KINDS: dict = {}
@@ -52,8 +109,10 @@ def _kind(func) -> int:
             k = _FACTORY
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
             k = _PASS
-        elif (name.endswith("_") and not name.endswith("__")) or name in ("__setitem__",) or (
-            name.startswith("__i") and name.endswith("__")
+        elif (
+            (name.endswith("_") and not name.endswith("__"))
+            or name in ("__setitem__",)
+            or (name.startswith("__i") and name.endswith("__"))
         ):
             k = _INPLACE
         else:

@@ -68,7 +68,9 @@ class Registry:
                 dev_of_plugin.setdefault(d.plugin, []).append(d.index)
             self._handles = {}
             for rec in plugin_records():
-                st = PluginState(record=rec, status=rec.status, reason=rec.reason, devices=dev_of_plugin.get(rec.index, []))
+                st = PluginState(
+                    record=rec, status=rec.status, reason=rec.reason, devices=dev_of_plugin.get(rec.index, [])
+                )
                 if rec.status == "LOADED":
                     self._attach_manifest(st)
                 plugins.append(st)

@@ -40,5 +40,5 @@ def resize(t: RalTensor, size) -> RalTensor:
     grown = empty_on(t._dev, (need // t.dtype.itemsize,), t.dtype)
     old = t.numel()
     if old:
-        torch.ops.aten.copy_.default(grown[: old], t.reshape(-1))
+        torch.ops.aten.copy_.default(grown[:old], t.reshape(-1))
     return restride(t, grown._buf, size, stride, 0)

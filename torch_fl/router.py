@@ -8,7 +8,7 @@ import threading
 
 from .decomp import build_decomp
 from .fallback import CpuRun
-from .registry import REGISTRY, resolve_op
+from .registry import resolve_op
 from .vendor import NoVendor, build_vendor
 
 TIERS = ("vendor", "decomp", "jit", "cpu")

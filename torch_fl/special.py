@@ -6,8 +6,8 @@ import torch
 
 from . import transfer
 from .errors import UnsupportedError
-from .tensor import RalTensor, wrap
 from .restride import resize, restride
+from .tensor import RalTensor, wrap
 from .views import alias, as_strided, view_op
 
 aten = torch.ops.aten

@@ -61,7 +61,10 @@ class Stream:
         self.wait_event(other.record_event())
 
     def __eq__(self, other):
-        return isinstance(other, Stream) and (self.device_index, self.stream_id) == (other.device_index, other.stream_id)
+        return isinstance(other, Stream) and (self.device_index, self.stream_id) == (
+            other.device_index,
+            other.stream_id,
+        )
 
     def __hash__(self):
         return hash((self.device_index, self.stream_id))

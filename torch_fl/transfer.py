@@ -130,7 +130,9 @@ def cpu_copy_for_fallback(t: RalTensor) -> torch.Tensor:
     itemsize = t.dtype.itemsize
     flat = torch.empty(nbytes // itemsize, dtype=t.dtype)
     if nbytes:
-        check(lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", flat.data_ptr()), t._buf.ptr, start, nbytes, 1))
+        check(
+            lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", flat.data_ptr()), t._buf.ptr, start, nbytes, 1)
+        )
     return flat.as_strided(t.shape, t.stride(), 0)
 
 
@@ -139,7 +141,11 @@ def write_back(dst: RalTensor, cpu: torch.Tensor) -> None:
     start, nbytes = _byte_range(dst)
     if nbytes:
         base = cpu.as_strided((nbytes // dst.dtype.itemsize,), (1,), 0)
-        check(lib.rt_copy_h2d(dst._dev, current(dst._dev), dst._buf.ptr, start, ffi.cast("void*", base.data_ptr()), nbytes))
+        check(
+            lib.rt_copy_h2d(
+                dst._dev, current(dst._dev), dst._buf.ptr, start, ffi.cast("void*", base.data_ptr()), nbytes
+            )
+        )
 
 
 def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None) -> RalTensor:
@@ -181,15 +187,14 @@ def copy_into(dst, src, non_blocking: bool = False):
 
 
 def _device_copy(dst: RalTensor, src: RalTensor) -> RalTensor:
-    if (
-        dst.dtype == src.dtype
-        and dst.is_contiguous()
-        and src.is_contiguous()
-        and dst.shape == src.shape
-    ):
+    if dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous() and dst.shape == src.shape:
         dst_start, nbytes = _byte_range(dst)
         src_start, _ = _byte_range(src)
         if nbytes:
-            check(lib.rt_copy_d2d(dst._dev, dst._buf.ptr, dst_start, src._dev, src._buf.ptr, src_start, nbytes, current(dst._dev)))
+            check(
+                lib.rt_copy_d2d(
+                    dst._dev, dst._buf.ptr, dst_start, src._dev, src._buf.ptr, src_start, nbytes, current(dst._dev)
+                )
+            )
         return dst
     return torch.ops.aten.copy_.default(dst, src)

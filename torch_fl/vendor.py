@@ -74,11 +74,24 @@ class FastPlan:
     no per-call ffi.new on the thread that compiled it.
     """
 
-    __slots__ = ("template", "floats", "out_slots", "tensor_slots", "int_slots", "float_slots", "gen_slot",
-                 "strings_c", "keep", "owner", "arr", "farr", "n", "out_sigs")
+    __slots__ = (
+        "template",
+        "floats",
+        "out_slots",
+        "tensor_slots",
+        "int_slots",
+        "float_slots",
+        "gen_slot",
+        "strings_c",
+        "keep",
+        "owner",
+        "arr",
+        "farr",
+        "n",
+        "out_sigs",
+    )
 
-    def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings,
-                 out_sigs):
+    def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs):
         self.template = template
         self.floats = floats
         self.out_slots = out_slots
@@ -166,8 +179,23 @@ class VendorRun:
     """A cached plan for one (op, signature) on one device: allocate, pack, launch."""
 
     tier = "vendor"
-    __slots__ = ("sch", "dev", "handle", "name_c", "fresh", "out_specs", "out_pos", "inputs",
-                 "scalars", "n_out", "numel", "plugin", "kernel", "single", "fast")
+    __slots__ = (
+        "sch",
+        "dev",
+        "handle",
+        "name_c",
+        "fresh",
+        "out_specs",
+        "out_pos",
+        "inputs",
+        "scalars",
+        "n_out",
+        "numel",
+        "plugin",
+        "kernel",
+        "single",
+        "fast",
+    )
 
     def __init__(self, sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin):
         self.sch = sch
@@ -228,7 +256,9 @@ class VendorRun:
         dev = self.dev
         stream = current(dev)
         if self.fresh:
-            outs = [wrap(allocate(dev, nb, stream), shape, stride, 0, dtype) for shape, stride, dtype, nb in self.out_specs]
+            outs = [
+                wrap(allocate(dev, nb, stream), shape, stride, 0, dtype) for shape, stride, dtype, nb in self.out_specs
+            ]
         else:
             outs = [full[i] for i in self.out_pos]
         packed = [self.n_out, 0, len(self.scalars)]
@@ -276,8 +306,14 @@ class VendorRun:
         else:
             strings_c = ffi.NULL
         status = lib.rt_launch(
-            dev, stream, self.handle, ffi.new("int64_t[]", packed), len(packed),
-            ffi.new("double[]", floats) if floats else ffi.NULL, strings_c, self.name_c,
+            dev,
+            stream,
+            self.handle,
+            ffi.new("int64_t[]", packed),
+            len(packed),
+            ffi.new("double[]", floats) if floats else ffi.NULL,
+            strings_c,
+            self.name_c,
         )
         if status:
             raise_status(status, plugin=self.plugin, op=self.sch.name)
@@ -321,7 +357,9 @@ def _promotion_target(sch, full, out_dtype):
         return None
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-    _, result = elementwise_dtypes(*[_to_meta(v) for v in operands], type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    _, result = elementwise_dtypes(
+        *[_to_meta(v) for v in operands], type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
+    )
     return result
 
 
@@ -443,7 +481,9 @@ def build_vendor(sch, args, kwargs, full, dev):
                 def prep(t, base_prep=base_prep, out_shape=out_shape):
                     if base_prep is not None:
                         t = base_prep(t)
-                    return _aten.clone.default(_aten.expand.default(t, list(out_shape)), memory_format=torch.contiguous_format)
+                    return _aten.clone.default(
+                        _aten.expand.default(t, list(out_shape)), memory_format=torch.contiguous_format
+                    )
             else:
                 expand = (out_shape, plan)
         elif entry.requires_contiguous and (type(v) is not RalTensor or not v.is_contiguous()):
@@ -494,7 +534,10 @@ class EmptyRun:
         if not r.fresh:
             outs = [full[i] for i in r.out_pos]
         else:
-            outs = [wrap(allocate(r.dev, 0, current(r.dev)), shape, stride, 0, dtype) for shape, stride, dtype, _ in r.out_specs]
+            outs = [
+                wrap(allocate(r.dev, 0, current(r.dev)), shape, stride, 0, dtype)
+                for shape, stride, dtype, _ in r.out_specs
+            ]
         return outs[0] if r.single else tuple(outs)
 
 

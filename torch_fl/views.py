@@ -28,8 +28,14 @@ def view_op(func, args, kwargs):
     """Run a view op by computing the result metadata; no kernel, memory is shared."""
     base = args[0]
     try:
-        key = (func, base.shape, base.stride(), base.dtype, tuple(_hashable(a) for a in args[1:]),
-               tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())))
+        key = (
+            func,
+            base.shape,
+            base.stride(),
+            base.dtype,
+            tuple(_hashable(a) for a in args[1:]),
+            tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())),
+        )
     except TypeError:
         key = None
     specs = _VIEW_CACHE.get(key) if key is not None else None

@@ -440,6 +440,15 @@ ral_status host_mean(const ral_kernel_call* c) { return reduce_kernel(c, R_SUM, 
 ral_status host_amax(const ral_kernel_call* c) { return reduce_kernel(c, R_MAX, 0, 1, 0, 0); }
 ral_status host_amin(const ral_kernel_call* c) { return reduce_kernel(c, R_MIN, 0, 1, 0, 0); }
 ral_status host_prod(const ral_kernel_call* c) { return reduce_kernel(c, R_PROD, -1, -1, 0, 0); }
+/* all() over a bool tensor is its minimum; over no elements it is true (the identity),
+ * which the generic reducer refuses as "reducing an empty dimension". */
+ral_status host_all(const ral_kernel_call* c) {
+  if (host_numel(host_in(c, 0)) == 0) {
+    *(uint8_t*)host_ptr(host_out(c, 0)) = 1;
+    return RAL_OK;
+  }
+  return reduce_kernel(c, R_MIN, -1, -1, 0, 0);
+}
 
 /* max.dim / min.dim (values, indices) and argmax / argmin (dim? => flattened). */
 static ral_status arg_kernel(const ral_kernel_call* c, rop op, int n_out) {

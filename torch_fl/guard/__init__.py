@@ -36,9 +36,19 @@ def _compile(dest: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".so")
     os.close(fd)
     cmd = [
-        os.environ.get("CXX", "g++"), "-O1", "-std=c++17", "-shared", "-fPIC",
-        f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{torch_dir / 'include'}", str(_SOURCE),
-        "-o", tmp, f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}",
+        os.environ.get("CXX", "g++"),
+        "-O1",
+        "-std=c++17",
+        "-shared",
+        "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{torch_dir / 'include'}",
+        str(_SOURCE),
+        "-o",
+        tmp,
+        f"-L{torch_dir / 'lib'}",
+        "-lc10",
+        f"-Wl,-rpath,{torch_dir / 'lib'}",
     ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)

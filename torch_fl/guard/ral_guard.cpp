@@ -36,6 +36,20 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(visible_devices.load());
   }
+
+  // Events. The autograd engine records and waits on events when gradients cross devices.
+  // Every torch_fl transfer between devices is already synchronous on both sides (the
+  // runtime stages it through the host and synchronizes), so there is nothing to order:
+  // recording is a no-op and an event is always complete.
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {
+    if (event) *event = nullptr;
+  }
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, RalGuardImpl);
