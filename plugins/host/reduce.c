@@ -485,6 +485,10 @@ ral_status host_var_correction(const ral_kernel_call* c) {
   ral_status st = check_input(c, 1, 1);
   if (st != RAL_OK) return st;
   const ral_tensor* x = host_in(c, 0);
+  if (host_numel(x) == 0) { /* variance of no samples is NaN, as in aten (and no plan to run) */
+    host_fill(host_out(c, 0), NAN, 0);
+    return RAL_OK;
+  }
   uint8_t reduced[RAL_MAX_RANK];
   rplan P;
   st = parse_dims(c, x, 0, reduced);

@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import inventory, output
+from . import coverage_cmd, inventory, output
 from .output import NO_RUNTIME, OK, PROBLEM
 from .units import fmt_bytes
 
@@ -154,6 +154,9 @@ def doctor(as_json: bool, no_smoke: bool):
         warnings = sum(f.level == "warning" for f in findings)
         out.print(f"{len(problems)} problem(s), {warnings} warning(s)")
     raise SystemExit(PROBLEM if problems else OK)
+
+
+coverage_cmd.register(cli)
 
 
 def main(argv=None):
