@@ -157,3 +157,30 @@ def test_unsupported_op_falls_back_correctly(dev):
 def test_bad_device_rejected_at_entry():
     with pytest.raises(ValueError, match="needs a ral device"):
         torch_fl.ral_mode("cpu")
+
+
+def test_random_numbers_match_cpu_by_default(dev):
+    torch.manual_seed(3)
+    ref_model = torch.nn.Linear(6, 4)
+    ref = [torch.rand(3), torch.randn(2, 2), torch.randint(0, 9, (5,)), torch.randperm(7)]
+    ref_drop = torch.nn.functional.dropout(torch.ones(20), 0.5)
+    torch.manual_seed(3)
+    with torch_fl.ral_mode(dev):
+        model = torch.nn.Linear(6, 4)  # parameters created on the device, CPU's init values
+        got = [torch.rand(3), torch.randn(2, 2), torch.randint(0, 9, (5,)), torch.randperm(7)]
+        drop = torch.nn.functional.dropout(torch.ones(20), 0.5)
+    assert type(model.weight) is not torch.Tensor or model.weight.device.type == "ral"
+    torch.testing.assert_close(model.weight.detach().cpu(), ref_model.weight.detach(), rtol=0, atol=0)
+    for g, r in zip(got, ref):
+        assert g.device.type == "ral"
+        torch.testing.assert_close(g.cpu(), r, rtol=0, atol=0)
+    torch.testing.assert_close(drop.cpu(), ref_drop, rtol=0, atol=0)
+
+
+def test_device_rng_option(dev):
+    with pytest.raises(ValueError, match="rng must be"):
+        torch_fl.ral_mode(dev, rng="gpu")
+    torch.manual_seed(3)
+    with torch_fl.ral_mode(dev, rng="device"):
+        a = torch.rand(1000)
+    assert a.device.type == "ral" and 0 <= a.min().item() and a.max().item() < 1

@@ -40,10 +40,20 @@ def _cases(dtypes, which="all"):
 
 # Ops whose samples all take the cpu tier and are many: CI checks their first 8 samples,
 # the full sweep checks all (pooling on CPU fallback costs ~30 s per op on 2 cores).
-CAPPED = {"nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
-          "max_pool2d_with_indices_backward", "nn.functional.max_unpool1d", "nn.functional.max_unpool2d",
-          "nn.functional.max_unpool3d", "nn.functional.unfold", "grid_sampler_3d",
-          "nn.functional.multi_head_attention_forward", "histogramdd", "nn.functional.linear_cross_entropy"}
+CAPPED = {
+    "nn.functional.max_pool1d",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
+    "max_pool2d_with_indices_backward",
+    "nn.functional.max_unpool1d",
+    "nn.functional.max_unpool2d",
+    "nn.functional.max_unpool3d",
+    "nn.functional.unfold",
+    "grid_sampler_3d",
+    "nn.functional.multi_head_attention_forward",
+    "histogramdd",
+    "nn.functional.linear_cross_entropy",
+}
 
 
 def _check(op, dtype, dev, style, full=False):

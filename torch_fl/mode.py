@@ -92,7 +92,32 @@ _FACTORIES = {
     torch.empty_strided,
     torch.range,
 }
-_PASS, _FACTORY, _INPLACE, _COMPUTE = range(4)
+# Random number producers. Under ral_mode(rng="cpu") (the default) they draw from PyTorch's
+# CPU generator and upload the result, so an unmodified script gives CPU's numbers exactly.
+_RNG_INPLACE_NAMES = {
+    "uniform_",
+    "normal_",
+    "bernoulli_",
+    "random_",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+}
+_RNG_FUNCTIONS = {
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.randperm,
+    torch.rand_like,
+    torch.randn_like,
+    torch.randint_like,
+    torch.normal,
+    torch.bernoulli,
+    torch.multinomial,
+    torch.poisson,
+}
+_PASS, _FACTORY, _INPLACE, _COMPUTE, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(8)
 _KINDS: dict = {}
 
 # Upload cache: id(cpu tensor) -> (weakref, version, data_ptr, device, device copy).
@@ -105,7 +130,15 @@ def _kind(func) -> int:
     k = _KINDS.get(func)
     if k is None:
         name = getattr(func, "__name__", "")
-        if func in _FACTORIES:
+        if func in _RNG_FUNCTIONS:
+            k = _RNG
+        elif name in _RNG_INPLACE_NAMES and func is getattr(torch.Tensor, name, None):
+            k = _RNG_INPLACE
+        elif getattr(func, "__module__", "") == "torch.nn.init":
+            k = _INIT
+        elif func is torch.nn.functional.dropout:
+            k = _DROPOUT
+        elif func in _FACTORIES:
             k = _FACTORY
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
             k = _PASS
@@ -174,8 +207,11 @@ def _map(v, fn):
 class ral_mode(TorchFunctionMode):
     """`with torch_fl.ral_mode("ral:0"):` runs the enclosed PyTorch code on a ral device."""
 
-    def __init__(self, device="ral:0"):
+    def __init__(self, device="ral:0", rng: str = "cpu"):
         super().__init__()
+        if rng not in ("cpu", "device"):
+            raise ValueError(f"rng must be 'cpu' (CPU generator, CPU-identical numbers) or 'device', got {rng!r}")
+        self.rng = rng
         from .device_module import _index
 
         d = torch.device(device) if not isinstance(device, int) else torch.device("ral", device)
@@ -184,6 +220,39 @@ class ral_mode(TorchFunctionMode):
         self.index = _index(d)  # raises a clear error for a device that does not exist
         self.device = torch.device("ral", self.index)
 
+    def _cpu_rng(self, kind, func, args, kwargs):
+        """Run a random op on CPU (PyTorch's generator and algorithm), then place the result."""
+
+        def down(t):
+            return to_cpu(t) if type(t) is RalTensor else t
+
+        if kind == _RNG_INPLACE:
+            target = args[0]
+            if type(target) is not RalTensor:
+                return func(*args, **kwargs)
+            host = torch.empty(target.shape, dtype=target.dtype)
+            getattr(host, func.__name__)(*_map(list(args[1:]), down), **{k: _map(v, down) for k, v in kwargs.items()})
+            target.copy_(host)
+            return target
+        if kind == _DROPOUT:
+            x = args[0] if args else kwargs["input"]
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            training = args[2] if len(args) > 2 else kwargs.get("training", True)
+            inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+            if type(x) is not RalTensor or not training or p == 0 or p == 1 or inplace:
+                return func(*args, **kwargs)
+            # CPU's own recipe (aten _dropout_impl): a Bernoulli(1-p) mask scaled by 1/(1-p).
+            noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)
+            return x * upload(noise, self.index)
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type not in ("ral", "privateuseone"):
+            return func(*args, **kwargs)
+        cpu_kwargs = {k: _map(v, down) for k, v in kwargs.items() if k != "device"}
+        result = func(*_map(list(args), down), **cpu_kwargs)
+        requires_grad = kwargs.get("requires_grad", False)
+        out = to_device(result.detach(), self.index)
+        return out.requires_grad_(True) if requires_grad else out
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         kind = _KINDS.get(func)
@@ -191,6 +260,23 @@ class ral_mode(TorchFunctionMode):
             kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if kind == _INIT:
+            target = args[0] if args else kwargs.get("tensor")
+            if self.rng == "cpu" and type(target) is RalTensor and func.__name__.endswith("_"):
+                # torch.nn.init.* fills a tensor in place: run it on a CPU twin (CPU's
+                # generator and algorithm, so CPU's values) and copy into the device tensor.
+                host = torch.empty(target.shape, dtype=target.dtype)
+                rest = args[1:] if args else ()
+                func(host, *rest, **{k: v for k, v in kwargs.items() if k != "tensor"})
+                with torch.no_grad():
+                    target.copy_(host)
+                return target
+            return func(*args, **kwargs)
+        if kind >= _RNG_INPLACE:
+            if self.rng == "cpu":
+                return self._cpu_rng(kind, func, args, kwargs)
+            if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
+                kind = _FACTORY  # rand/randn/... with sizes only: create on the device
         if kind == _FACTORY:
             if kwargs.get("device") is None:
                 kwargs = dict(kwargs, device=self.device)

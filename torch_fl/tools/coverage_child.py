@@ -26,7 +26,7 @@ def main() -> int:
     code = 0
     sys.argv = argv
     try:
-        with cov, (torch_fl.ral_mode(ns.device) if ns.device else contextlib.nullcontext()):
+        with cov, torch_fl.ral_mode(ns.device) if ns.device else contextlib.nullcontext():
             runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -34,8 +34,10 @@ def main() -> int:
         traceback.print_exc()
         code = 1
     finally:
-        rows = [{"op": op, "tier": tier, "calls": n, "seconds": cov.seconds[(op, tier)]}
-                for (op, tier), n in cov.counts.items()]
+        rows = [
+            {"op": op, "tier": tier, "calls": n, "seconds": cov.seconds[(op, tier)]}
+            for (op, tier), n in cov.counts.items()
+        ]
         with open(ns.out, "w") as f:
             json.dump({"rows": rows, "exit_code": code}, f)
     return code

@@ -25,8 +25,16 @@ def _child_command(device: str | None, out: str, script_argv: list[str]) -> list
     argv = list(script_argv)
     if argv and os.path.basename(argv[0]).startswith("python"):
         argv = argv[1:]  # `-- python script.py ...`: we supply the interpreter
-    return [sys.executable, "-m", "torch_fl.tools.coverage_child", "--out", out,
-            *(["--device", device] if device else []), "--", *argv]
+    return [
+        sys.executable,
+        "-m",
+        "torch_fl.tools.coverage_child",
+        "--out",
+        out,
+        *(["--device", device] if device else []),
+        "--",
+        *argv,
+    ]
 
 
 def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
