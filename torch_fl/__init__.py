@@ -31,61 +31,34 @@ def trace(path="trace.json"):
 
 
 if not _light_import():
-    from . import backend as _backend
-    from .errors import (  # noqa: F401
-        AbiMismatchError,
-        CompileError,
-        DeviceLostError,
-        InvalidPointerError,
-        KernelError,
-        ManifestError,
-        MissingDependencyError,
-        OutOfMemoryError,
-        RalError,
-        UnsupportedError,
-    )
-    from .mode import ral_mode  # noqa: F401
-    from .op_coverage import Coverage, coverage  # noqa: F401
-    from .registry import REGISTRY as _REGISTRY
-    from .router import clear_op_overrides, set_op_override  # noqa: F401
-    from .runtime import ensure_initialized as _ensure_initialized
-    from .tensor import RalTensor  # noqa: F401
-
-    _ensure_initialized()
-    _backend.register()
-    _REGISTRY.reload()
-    from . import jit  # noqa: F401  (fills the router's jit slot)
-    from .jit import fuse  # noqa: F401
-    from .jit.fusion import install_auto as _install_auto
-
-    _install_auto(ral_mode)
-    if _os.environ.get("TORCH_FL_TRACE"):
-        # Set by `ral-trace run`: record this whole process (see torch_fl/tools/README.md).
-        from .tools.trace.recorder import start_from_env as _start_trace
-
-        _start_trace()
+    from ._face import *  # noqa: F401,F403
 
 
 def reload_manifests() -> None:
     """Re-read every plugin's manifest and drop cached routing decisions (no restart)."""
+    from .registry import REGISTRY
     from .router import invalidate
 
-    _REGISTRY.reload()
+    REGISTRY.reload()
     invalidate()
 
 
 def rescan() -> None:
     """Look for new/removed plugins and devices (hot plug), then reload manifests."""
+    from . import guard
+    from .runtime import device_count
     from .runtime import rescan as _rescan
 
     _rescan()
-    _backend.guard.load(__import__("torch_fl.runtime", fromlist=["x"]).device_count())
+    guard.load(device_count())
     reload_manifests()
 
 
 def plugins():
     """Every plugin with its status (LOADED, DEGRADED, INVALID_MANIFEST, MISSING_DEPS, ...)."""
-    return list(_REGISTRY.plugins)
+    from .registry import REGISTRY
+
+    return list(REGISTRY.plugins)
 
 
 def devices():

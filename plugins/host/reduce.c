@@ -427,6 +427,10 @@ static ral_status reduce_kernel(const ral_kernel_call* c, rop op, int dim_at, in
   if (st != RAL_OK) return st;
   if (P.L == 0 && (op == R_MAX || op == R_MIN))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "cannot reduce over an empty dimension");
+  if (P.L == 0) { /* nothing to reduce: each output is the identity (a mean is 0/0 = NaN) */
+    host_fill(host_out(c, 0), op == R_PROD ? 1.0 : (mean ? NAN : 0.0), op == R_PROD ? 1 : 0);
+    return RAL_OK;
+  }
   fin_ctx fc = {mean ? 1.0 / (double)P.L : 1.0, 0, NULL};
   if (op == R_SUM && try_column_sum(&P, fc.scale)) return RAL_OK;
   run_plan(&P, op, fin_value, &fc, NULL);

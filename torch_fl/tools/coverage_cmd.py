@@ -68,8 +68,7 @@ def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
 
 def run_opinfo(devices: list[str], dtypes: list[str], ops: list[str], max_samples: int | None, fmt: str) -> int:
     """Run the OpInfo conformance per device and print the op x dtype matrix; 1 if any fail."""
-    import torch_fl  # noqa: F401  (the heavy import: registers the device)
-
+    from .. import _face  # noqa: F401  (ralctl imports torch_fl light: register the device now)
     from .. import conformance as C
     from ..coverage_report import opinfo_matrix
 
