@@ -184,3 +184,17 @@ def test_device_rng_option(dev):
     with torch_fl.ral_mode(dev, rng="device"):
         a = torch.rand(1000)
     assert a.device.type == "ral" and 0 <= a.min().item() and a.max().item() < 1
+
+
+def test_functions_mutating_cpu_buffers_write_back(dev):
+    bn = torch.nn.BatchNorm1d(6)
+    ref = __import__("copy").deepcopy(bn)
+    x = torch.randn(8, 6)
+    with torch_fl.ral_mode(dev):
+        out = bn(x)
+    expected = ref(x)
+    assert_close(out, expected.detach(), rtol=1e-5, atol=1e-5)
+    # the running statistics are CPU buffers that the op updates in place
+    torch.testing.assert_close(bn.running_mean, ref.running_mean, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(bn.running_var, ref.running_var, rtol=1e-6, atol=1e-7)
+    assert bn.num_batches_tracked.item() == 1

@@ -184,6 +184,16 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
+def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
+    """An op mutated the device twin of a CPU tensor (batch_norm's running stats, an in-place
+    op buried in a function): copy the new values home, and keep the twin cached as current."""
+    with torch.no_grad():
+        t.copy_(to_cpu(twin.detach()))
+    hit = _CACHE.get(id(t))
+    if hit is not None and hit[0]() is t:
+        _CACHE[id(t)] = (hit[0], t._version, hit[2], hit[3], hit[4])
+
+
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
     """The device twin of a CPU tensor: cached, and differentiable if t requires grad."""
     copy = _cached_copy(t, dev)
@@ -285,12 +295,19 @@ class ral_mode(TorchFunctionMode):
             down = lambda t: to_cpu(t) if type(t) is RalTensor else t  # noqa: E731
             return func(*_map(list(args), down), **{k: _map(v, down) for k, v in kwargs.items()})
         dev = self.index
+        uploaded = []
 
         def up(t):
             # 0-dim CPU tensors are uploaded too: many ops (meshgrid, quantile's q, masked_fill's
             # value) insist on one device, and everything in an unmodified script is on CPU.
             if type(t) is RalTensor or t.device.type != "cpu":
                 return t
-            return upload(t, dev)
+            twin = upload(t, dev)
+            uploaded.append((t, twin, twin._version))
+            return twin
 
-        return func(*_map(list(args), up), **{k: _map(v, up) for k, v in kwargs.items()})
+        out = func(*_map(list(args), up), **{k: _map(v, up) for k, v in kwargs.items()})
+        for t, twin, version in uploaded:
+            if twin._version != version:
+                _write_back(t, twin)
+        return out
