@@ -13,6 +13,10 @@ import torch_fl
 TOL = dict(rtol=2e-4, atol=2e-4)
 
 
+def _is_host(dev) -> bool:
+    return any(p.record.name == "host" and torch.device(dev).index in p.devices for p in torch_fl.plugins())
+
+
 def _step(model, batch):
     out = model(**batch)
     out.loss.backward()
@@ -41,6 +45,8 @@ def test_model_to_device_matches_cpu(dev, name):
         torch.testing.assert_close(g.cpu(), ref_grads[n], **TOL, msg=n)
     shares = cov.tier_shares()
     print(f"\n{name}: tier shares {shares}; fallbacks {cov.fallbacks()[:5]}")
+    if _is_host(dev):  # the host plugin's target: >= 95% of op calls in the vendor tier
+        assert shares.get("vendor", 0.0) >= 0.95, (shares, cov.fallbacks())
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
