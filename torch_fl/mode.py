@@ -184,6 +184,24 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
+def _version_of(t) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors carry no version counter
+        return -1
+
+
+def _mutated_buffers(func, args, kwargs) -> list:
+    """CPU tensors a function updates in place without an in-place op visible to autograd's
+    version counter: batch norm's running statistics in training."""
+    if func is torch.nn.functional.batch_norm or func is torch.nn.functional.instance_norm:
+        training = kwargs.get("training", kwargs.get("use_input_stats", args[5] if len(args) > 5 else False))
+        if training:
+            found = [args[i] if len(args) > i else kwargs.get(k) for i, k in ((1, "running_mean"), (2, "running_var"))]
+            return [t for t in found if isinstance(t, torch.Tensor)]
+    return []
+
+
 def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
     """An op mutated the device twin of a CPU tensor (batch_norm's running stats, an in-place
     op buried in a function): copy the new values home, and keep the twin cached as current."""
@@ -303,11 +321,12 @@ class ral_mode(TorchFunctionMode):
             if type(t) is RalTensor or t.device.type != "cpu":
                 return t
             twin = upload(t, dev)
-            uploaded.append((t, twin, twin._version))
+            uploaded.append((t, twin, _version_of(twin)))
             return twin
 
         out = func(*_map(list(args), up), **{k: _map(v, up) for k, v in kwargs.items()})
+        forced = _mutated_buffers(func, args, kwargs)
         for t, twin, version in uploaded:
-            if twin._version != version:
+            if any(t is f for f in forced) or _version_of(twin) != version:
                 _write_back(t, twin)
         return out
