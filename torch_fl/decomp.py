@@ -44,24 +44,38 @@ class DecompRun:
             active.discard(func)
 
 
+# Decompositions whose results differ from PyTorch's CPU kernel in ways the meta check cannot
+# see (the meta kernel agrees with the decomposition, not with CPU).
+_UNFAITHFUL = {
+    "aten::native_batch_norm": "in eval mode CPU returns empty save_mean/save_invstd; the decomposition returns full-size",
+}
+
+
 def build_decomp(sch, args, kwargs, full, dev):
     """A DecompRun if the op has a usable decomposition and is not already being decomposed."""
     func = sch.func
     if func in _active():
         return None
-    if sch.is_inplace or sch.is_out:
+    if sch.is_inplace or sch.is_out or sch.name in _UNFAITHFUL:
         return None  # torch._decomp entries are functional; mutation semantics stay exact on cpu
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return DecompRun(sch, dev, func.decompose)
     fn = _table().get(func)
-    if fn is None or not _stays_on_vendor(fn, args, kwargs, dev):
+    if fn is None or not _stays_on_vendor(fn, sch, args, kwargs, dev):
         return None
     return DecompRun(sch, dev, fn)
 
 
-def _stays_on_vendor(fn, args, kwargs, dev) -> bool:
-    """Trace the decomposition on meta tensors; accept it only if every op it issues is
-    a view/alias or has a vendor kernel on this device (else one cpu call is cheaper)."""
+def _signature_of(result):
+    items = result if isinstance(result, (list, tuple)) else (result,)
+    return [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t) for t in items]
+
+
+def _stays_on_vendor(fn, sch, args, kwargs, dev) -> bool:
+    """Trace the decomposition on meta tensors; accept it only if it gives the op's own
+    output shapes and dtypes (some differ in corner cases, or return NotImplemented) and
+    every op it issues is a view/alias or has a vendor kernel on this device (else one cpu
+    call is cheaper)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from .registry import REGISTRY
@@ -76,9 +90,13 @@ def _stays_on_vendor(fn, args, kwargs, dev) -> bool:
             used.add(f)
             return f(*a, **(kw or {}))
 
+    meta_args = [_to_meta(a) for a in args]
+    meta_kwargs = {k: _to_meta(v) for k, v in kwargs.items()}
     try:
         with _Record():
-            fn(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+            got = fn(*meta_args, **meta_kwargs)
+        if got is NotImplemented or _signature_of(got) != _signature_of(sch.func(*meta_args, **meta_kwargs)):
+            return False
     except Exception:
         return False
     for f in used:
