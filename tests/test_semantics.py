@@ -131,3 +131,16 @@ def test_decomp_tier_uses_vendor_ops(dev):
     assert inner  # the decomposition's own ops ran natively
     assert_close(out, torch.nn.functional.hardswish(x), rtol=1e-6, atol=1e-6)
     assert_close(std, x.std(1), rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_running_stats_update_on_device(dev):
+    # aten::native_batch_norm updates running stats its schema does not mark as mutable.
+    bn = torch.nn.BatchNorm1d(5)
+    ref = torch.nn.BatchNorm1d(5)
+    bn.to(dev)
+    x = torch.randn(7, 5)
+    out = bn(x.to(dev))
+    expected = ref(x)
+    assert_close(out, expected.detach(), rtol=1e-5, atol=1e-5)
+    assert_close(bn.running_mean, ref.running_mean, rtol=1e-6, atol=1e-7)
+    assert_close(bn.running_var, ref.running_var, rtol=1e-6, atol=1e-7)

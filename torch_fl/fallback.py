@@ -9,6 +9,11 @@ from .tensor import RalTensor
 from .transfer import cpu_copy_for_fallback, synchronize, to_device, write_back
 
 
+# Ops that update arguments their schema does not mark as mutable (aten::native_batch_norm
+# writes running_mean/running_var in training). Zero-copy views hide this; copies need it.
+SECRETLY_MUTATED: dict[str, tuple[int, ...]] = {"aten::native_batch_norm": (3, 4)}
+
+
 class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
@@ -51,7 +56,8 @@ class CpuRun:
                     op=self.sch.name,
                 )
         # Mutated arguments: host-mappable views were written in place; copies go back.
-        mutated = {id(full[p]) for p in self.sch.mutated_positions if type(full[p]) is RalTensor}
+        positions = self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ())
+        mutated = {id(full[p]) for p in positions if type(full[p]) is RalTensor}
         for orig, cpu in copies:
             if id(orig) in mutated and cpu.data_ptr() != _host_ptr_or_none(orig, cpu):
                 write_back(orig, cpu)
