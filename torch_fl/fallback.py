@@ -8,7 +8,6 @@ from .errors import UnsupportedError
 from .tensor import RalTensor
 from .transfer import cpu_copy_for_fallback, synchronize, to_device, write_back
 
-
 # Ops that update arguments their schema does not mark as mutable (aten::native_batch_norm
 # writes running_mean/running_var in training). Zero-copy views hide this; copies need it.
 SECRETLY_MUTATED: dict[str, tuple[int, ...]] = {"aten::native_batch_norm": (3, 4)}
