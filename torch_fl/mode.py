@@ -220,6 +220,24 @@ def upload(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
+def _has_cpu_tensor(args, kwargs) -> bool:
+    """Whether any (possibly list-nested) argument is a CPU tensor; the common case in a
+    device-resident computation is no, and then the mode adds no per-argument work."""
+    for a in args:
+        ta = type(a)
+        if ta is RalTensor:
+            continue
+        if ta is list or ta is tuple:
+            if _has_cpu_tensor(a, {}):
+                return True
+        elif isinstance(a, torch.Tensor) and a.device.type == "cpu":
+            return True
+    for v in kwargs.values():
+        if isinstance(v, (torch.Tensor, list, tuple)) and _has_cpu_tensor((v,), {}):
+            return True
+    return False
+
+
 def _is_cpu_tensor(a) -> bool:
     return isinstance(a, torch.Tensor) and type(a) is not RalTensor and a.device.type == "cpu"
 
@@ -312,6 +330,8 @@ class ral_mode(TorchFunctionMode):
         if kind == _INPLACE and args and _is_cpu_tensor(args[0]) or _is_cpu_tensor(kwargs.get("out")):
             down = lambda t: to_cpu(t) if type(t) is RalTensor else t  # noqa: E731
             return func(*_map(list(args), down), **{k: _map(v, down) for k, v in kwargs.items()})
+        if not _has_cpu_tensor(args, kwargs):
+            return func(*args, **kwargs)  # all operands already on a device: nothing to move
         dev = self.index
         uploaded = []
 
