@@ -77,3 +77,24 @@ def test_backward_on_second_device_needs_guard_shim():
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert "OK ral:1" in res.stdout
+
+
+def test_backward_across_two_devices():
+    # The engine orders cross-device gradients with guard events (no-ops: our copies are synchronous).
+    from conftest import run_python
+
+    res = run_python(
+        """
+        import torch, torch_fl
+        a = torch.randn(4, requires_grad=True); b = torch.randn(4, requires_grad=True)
+        ra = a.detach().to("ral:0").requires_grad_(); rb = b.detach().to("ral:1").requires_grad_()
+        loss = (ra * ra).sum() + (rb * rb).sum().to("ral:0")
+        loss.backward()
+        torch.testing.assert_close(ra.grad.cpu(), 2 * a.detach())
+        torch.testing.assert_close(rb.grad.cpu(), 2 * b.detach())
+        print("OK", rb.grad.device)
+        """,
+        env={"RAL_HOST_DEVICE_COUNT": "2", "TORCH_FL_VISIBLE_DEVICES": "0,1"},
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "OK ral:1" in res.stdout
