@@ -198,3 +198,20 @@ def test_functions_mutating_cpu_buffers_write_back(dev):
     torch.testing.assert_close(bn.running_mean, ref.running_mean, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(bn.running_var, ref.running_var, rtol=1e-6, atol=1e-7)
     assert bn.num_batches_tracked.item() == 1
+
+
+def test_gradient_accumulation_and_hooks_in_mode(dev):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    ref = torch.nn.Linear(5, 3)
+    ref.load_state_dict(model.state_dict())
+    seen = []
+    model.bias.register_hook(lambda g: seen.append(g.clone()))
+    x1, x2 = torch.randn(4, 5), torch.randn(4, 5)
+    for x in (x1, x2):  # no zero_grad in between: the second pass accumulates
+        with torch_fl.ral_mode(dev):
+            model(x).pow(2).sum().backward()
+        ref(x).pow(2).sum().backward()
+    torch.testing.assert_close(model.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.bias.grad, ref.bias.grad, rtol=1e-5, atol=1e-6)
+    assert len(seen) == 2 and seen[0].device.type == "cpu"
