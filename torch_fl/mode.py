@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .tensor import RalTensor
-from .transfer import synchronize, to_cpu, to_device
+from .transfer import to_cpu, to_device
 
 _PASSTHROUGH_NAMES = {
     "size",
@@ -159,46 +159,13 @@ class _Upload(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cpu, device_copy):
-        ctx.cpu_ref = weakref.ref(cpu)
         return device_copy.view_as(device_copy)
 
     @staticmethod
     def backward(ctx, grad):
-        cpu = ctx.cpu_ref()
-        if type(grad) is RalTensor and cpu is not None and _grad_is_only_stored(cpu):
-            # The gradient is only stored into .grad (nothing reads it before backward ends):
-            # enqueue the copy and synchronize once at the end of the backward pass, instead of
-            # one sync per parameter that would stall the autograd thread ~50 times a step.
-            out = to_cpu(grad, sync=False)
-            _sync_when_backward_ends(grad._dev)
-            return out, None
+        # Synchronous on purpose: AccumulateGrad may clone (read) the returned gradient at once
+        # and free it, so a copy still in flight would read garbage and write freed memory.
         return to_cpu(grad), None
-
-
-def _grad_is_only_stored(t: torch.Tensor) -> bool:
-    """True if accumulating a gradient into t just assigns it: no existing .grad to add to and
-    no hooks that would read it before the backward pass finishes."""
-    return (
-        t.grad is None
-        and not getattr(t, "_backward_hooks", None)
-        and not getattr(t, "_post_accumulate_grad_hooks", None)
-    )
-
-
-_pending_syncs: set[int] = set()
-
-
-def _sync_when_backward_ends(dev: int) -> None:
-    """Synchronize ral:dev once, when the current backward pass completes (before it returns)."""
-    if dev in _pending_syncs:
-        return
-    _pending_syncs.add(dev)
-
-    def done():
-        _pending_syncs.discard(dev)
-        synchronize(dev)
-
-    torch.autograd.Variable._execution_engine.queue_callback(done)
 
 
 def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:

@@ -104,24 +104,18 @@ def _byte_range(t: RalTensor) -> tuple[int, int]:
     return t.storage_offset() * itemsize, extent_elems(t.shape, t.stride()) * itemsize
 
 
-def to_cpu(t: RalTensor, dtype: torch.dtype | None = None, sync: bool = True) -> torch.Tensor:
-    """A new CPU tensor with the same values (and strides-independent contiguous layout).
-
-    sync=False only enqueues the copy: the values are there once the stream is synchronized."""
+def to_cpu(t: RalTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new CPU tensor with the same values (and strides-independent contiguous layout)."""
     if not t.is_contiguous():
         t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
     out = torch.empty(t.shape, dtype=t.dtype)
     start, nbytes = _byte_range(t)
-    if SYNC_OBSERVERS and sync:
+    if SYNC_OBSERVERS:
         for obs in SYNC_OBSERVERS:
             obs(t._dev, "copy to host")
     if nbytes:
-        check(
-            lib.rt_copy_d2h(
-                t._dev, current(t._dev), ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, int(sync)
-            )
-        )
-    elif sync:
+        check(lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 1))
+    else:
         synchronize(t._dev)
     return out if dtype is None or dtype == out.dtype else out.to(dtype)
 
