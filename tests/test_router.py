@@ -166,3 +166,34 @@ def test_missing_symbol_degrades_and_falls_back(template_root, tmp_path):
     assert "DEGRADED | 1 manifest entry disabled: aten::add.Tensor" in out
     assert "template_no_such_symbol" in out
     assert "('aten::add.Tensor', 'cpu'): 1" in out and "[0.0, 2.0, 4.0, 6.0]" in out
+
+
+def test_entries_refuse_dtypes_the_device_lacks():
+    from torch_fl.dtype_names import CODE_OF_NAME
+    from torch_fl.manifest import KernelEntry
+    from torch_fl.registry import refuse_unsupported_dtypes
+
+    entry = KernelEntry(
+        "aten::add.Tensor", "k", frozenset({CODE_OF_NAME["float32"], CODE_OF_NAME["float16"]}), 0, 8, False
+    )
+    no_fp16 = sum(1 << c for n, c in CODE_OF_NAME.items() if n != "float16")
+    kept, refused = refuse_unsupported_dtypes(entry, no_fp16)
+    assert refused == ["float16"] and kept.dtype_codes == {CODE_OF_NAME["float32"]}
+    assert refuse_unsupported_dtypes(entry, (1 << 12) - 1) == (entry, [])
+
+
+def test_plugin_status_names_refused_dtypes(template_root, tmp_path):
+    root = tmp_path / "plugins"
+    shutil.copytree(template_root, root)
+    m = json.loads(_manifest(root).read_text())
+    m["kernels"][0]["dtypes"] = ["float32", "float16"]
+    _manifest(root).write_text(json.dumps(m))
+    out = _run(
+        root,
+        """
+        p = [p for p in torch_fl.plugins() if p.record.name == "template"][0]
+        print(p.status, "|", p.reason)
+    """.replace("\n        ", "\n"),
+        RAL_TEMPLATE_NO_FP16="1",
+    )
+    assert "DEGRADED |" in out and "device lacks float16" in out and "aten::add.Tensor" in out

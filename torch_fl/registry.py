@@ -30,6 +30,20 @@ class PluginState:
     by_op: dict[str, list[KernelEntry]] = field(default_factory=dict)
 
 
+def refuse_unsupported_dtypes(entry: KernelEntry, dtype_mask: int | None) -> tuple[KernelEntry, list[str]]:
+    """The entry restricted to dtypes the device declares (e.g. no float16 without fp16),
+    and the names of the dtypes refused."""
+    from dataclasses import replace
+
+    from .dtype_names import CODE_OF_NAME
+
+    if dtype_mask is None:
+        return entry, []
+    kept = frozenset(c for c in entry.dtype_codes if dtype_mask & (1 << c))
+    refused = sorted((n for n, c in CODE_OF_NAME.items() if c in entry.dtype_codes - kept), key=CODE_OF_NAME.get)
+    return (replace(entry, dtype_codes=kept), refused) if refused else (entry, [])
+
+
 def _canonical_op(name: str) -> str:
     return name[: -len(".default")] if name.endswith(".default") else name
 
@@ -72,13 +86,14 @@ class Registry:
                     record=rec, status=rec.status, reason=rec.reason, devices=dev_of_plugin.get(rec.index, [])
                 )
                 if rec.status == "LOADED":
-                    self._attach_manifest(st)
+                    masks = [d.dtype_mask for d in devices if d.plugin == rec.index]
+                    self._attach_manifest(st, masks[0] if masks else None)
                 plugins.append(st)
             self.plugins = plugins
             self.device_plugin = {d: p for p in plugins for d in p.devices}
             self.generation += 1
 
-    def _attach_manifest(self, st: PluginState) -> None:
+    def _attach_manifest(self, st: PluginState, dtype_mask: int | None = None) -> None:
         path = Path(st.record.dir) / "manifest.json"
         try:
             st.manifest = load_manifest(path)
@@ -97,6 +112,12 @@ class Registry:
             if probe_dev is not None and self._lookup(probe_dev, entry.kernel) is None:
                 st.disabled.append((entry, f"kernel symbol {entry.kernel!r} is not exported by {st.record.library}"))
                 continue
+            entry, refused = refuse_unsupported_dtypes(entry, dtype_mask)
+            if refused:
+                why = f"device lacks {', '.join(refused)} (its dtype_mask), so the manifest's {', '.join(refused)} is refused"
+                st.disabled.append((entry, why))
+                if not entry.dtype_codes:
+                    continue
             st.by_op.setdefault(op, []).append(entry)
         for entries in st.by_op.values():
             entries.sort(key=lambda e: -e.priority)

@@ -67,6 +67,8 @@ static ral_status tpl_device_info(int32_t device, ral_device_info* info) {
   memset(&mine, 0, sizeof mine);
   mine.struct_size = sizeof mine;
   mine.dtype_mask = (1u << RAL_DTYPE_COUNT) - 1;
+  /* Lets tests play a device without half precision (the router must refuse fp16 entries). */
+  if (getenv("RAL_TEMPLATE_NO_FP16")) mine.dtype_mask &= ~(1u << RAL_DTYPE_FLOAT16);
   mine.flags = RAL_DEVICE_HOST_MAPPABLE;
   mine.max_rank = RAL_MAX_RANK;
   snprintf(mine.name, sizeof mine.name, "Template device %d", device);
