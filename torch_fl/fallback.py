@@ -6,7 +6,7 @@ import torch
 
 from .errors import UnsupportedError
 from .tensor import RalTensor
-from .transfer import cpu_copy_for_fallback, synchronize, to_device, write_back
+from .transfer import cpu_copy_for_fallback, host_mappable, synchronize, to_device, write_back
 
 # Ops that update arguments their schema does not mark as mutable (aten::native_batch_norm
 # writes running_mean/running_var in training). Zero-copy views hide this; copies need it.
@@ -56,10 +56,11 @@ class CpuRun:
                 )
         # Mutated arguments: host-mappable views were written in place; copies go back.
         positions = self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ())
-        mutated = {id(full[p]) for p in positions if type(full[p]) is RalTensor}
-        for orig, cpu in copies:
-            if id(orig) in mutated and cpu.data_ptr() != _host_ptr_or_none(orig, cpu):
-                write_back(orig, cpu)
+        if not host_mappable(dev):  # on a host-mappable device the CPU views were the memory
+            mutated = {id(full[p]) for p in positions if type(full[p]) is RalTensor}
+            for orig, cpu in copies:
+                if id(orig) in mutated:
+                    write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
         return _up(result, by_cpu, dev)
 
@@ -71,14 +72,6 @@ def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> bool:
     fresh = to_device(cpu, dev)
     restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
     return True
-
-
-def _host_ptr_or_none(orig, cpu):
-    # A zero-copy view has no separate host copy to write back.
-    from .transfer import host_view
-
-    view = host_view(orig)
-    return view.data_ptr() if view is not None else None
 
 
 def _up(v, by_cpu, dev):
