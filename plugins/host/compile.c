@@ -11,12 +11,19 @@
  *     include dir this plugin was built against is added after them as a fallback.
  *   - the compiler is $CC (one program name or path; extra words in $CC become leading
  *     arguments) or `cc`, run as argv via posix_spawn (no shell) with
- *     -O3 -march=x86-64-v2 -fPIC -shared -fopenmp -std=c11 <options>.
+ *     -O3 -march=<level> -fPIC -shared -fopenmp -std=c11 -o <out> <source> <options>;
+ *     <level> is x86-64-v3 when this CPU has AVX2 and FMA, else x86-64-v2 (a jit kernel
+ *     runs where it was built; the level is in the cache key). Options come after the
+ *     source so libraries they name (-lmvec) link even where the linker drops unused
+ *     ones (--as-needed).
  *   - the .so is cached in ${XDG_CACHE_HOME:-~/.cache}/torch_fl/host-jit/<sha256>.so,
  *     the hash covering the compiler's --version text, the argv and the source. It is
  *     written under a unique temporary name in that folder and rename()d into place, so
- *     concurrent compiles of one kernel (threads or processes) are safe. A cached file
- *     that does not dlopen is deleted and rebuilt once. An unusable cache folder means a
+ *     concurrent compiles of one kernel (threads or processes) are safe. Each file ends
+ *     in a trailer holding the sha256 of the bytes before it; a cached file whose trailer
+ *     does not match (torn by a crash or a full disk: dlopen of a truncated ELF can die
+ *     of SIGBUS, so it must never reach dlopen) or that does not dlopen is deleted and
+ *     rebuilt once. An unusable cache folder means a
  *     private temporary folder, removed after loading (works, caches nothing).
  *   - failures: no compiler -> COMPILE_FAILED "no C compiler found (set CC)"; compiler
  *     error -> COMPILE_FAILED with the first exported kernel's name and the compiler's
@@ -276,6 +283,73 @@ static int write_file(const char* path, const char* data) {
   return close(fd) == 0 && done == len;
 }
 
+/* ---------------------------------------------------------------- integrity trailer */
+/* ELF loaders read through the program headers and ignore trailing bytes, so the digest
+ * can ride at the end of the shared object itself: one file, one atomic rename. */
+static const char TRAILER_MAGIC[8] = {'R', 'A', 'L', 'J', 'I', 'T', '1', '\n'};
+#define TRAILER_SIZE (8 + 64)
+
+static char* read_all(const char* path, size_t* len) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  char* buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n == cap) {
+      char* nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+      if (!nb) break;
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int bad = ferror(f) || (n < cap && !feof(f));
+  fclose(f);
+  if (bad) {
+    free(buf);
+    return NULL;
+  }
+  *len = n;
+  return buf;
+}
+
+static void digest_of(const char* data, size_t n, char hex[65]) {
+  sha256 h;
+  sha_init(&h);
+  sha_add(&h, data, n);
+  sha_hex(&h, hex);
+}
+
+/* Appends magic + sha256(contents) to the file. */
+static int add_trailer(const char* path) {
+  size_t n = 0;
+  char* data = read_all(path, &n);
+  if (!data) return 0;
+  char hex[65];
+  digest_of(data, n, hex);
+  free(data);
+  FILE* f = fopen(path, "ab");
+  if (!f) return 0;
+  int ok = fwrite(TRAILER_MAGIC, 1, 8, f) == 8 && fwrite(hex, 1, 64, f) == 64;
+  return (fclose(f) == 0) && ok;
+}
+
+/* Whether the file ends in a trailer that matches the bytes before it. */
+static int trailer_ok(const char* path) {
+  size_t n = 0;
+  char* data = read_all(path, &n);
+  if (!data) return 0;
+  int ok = 0;
+  if (n > TRAILER_SIZE && memcmp(data + n - TRAILER_SIZE, TRAILER_MAGIC, 8) == 0) {
+    char hex[65];
+    digest_of(data, n - TRAILER_SIZE, hex);
+    ok = memcmp(hex, data + n - 64, 64) == 0;
+  }
+  free(data);
+  return ok;
+}
+
 /* ---------------------------------------------------------------- compile */
 typedef struct {
   char cc[PATH_MAX];
@@ -284,6 +358,7 @@ typedef struct {
   char log[LOG_MAX];
   char kernel[128];
   args a;
+  int n_fixed; /* a.argv[0..n_fixed): compiler and fixed flags; the caller's options follow */
   char *cc_words, *opt_words;
   int private_dir;
 } job;
@@ -305,10 +380,16 @@ static ral_status build(job* j, const char* source) {
   if (!write_file(csrc, source))
     return host_error(RAL_ERROR_COMPILE_FAILED, "kernel %s: cannot write %s: %s", j->kernel, csrc,
                       strerror(errno));
-  int base = j->a.n;
-  int ok = push(&j->a, "-o") && push(&j->a, tmp) && push(&j->a, csrc);
-  int rc = ok ? run_capture(j->a.argv, j->log) : -1;
-  j->a.n = base;
+  /* argv: compiler, fixed flags, -o tmp source, then the caller's options */
+  char* line[MAX_ARGS + 4];
+  int n = 0;
+  for (int i = 0; i < j->n_fixed; i++) line[n++] = j->a.argv[i];
+  line[n++] = "-o";
+  line[n++] = tmp;
+  line[n++] = csrc;
+  for (int i = j->n_fixed; i < j->a.n; i++) line[n++] = j->a.argv[i];
+  line[n] = NULL;
+  int rc = run_capture(line, j->log);
   unlink(csrc);
   if (rc != 0) {
     unlink(tmp);
@@ -316,12 +397,27 @@ static ral_status build(job* j, const char* source) {
     return host_error(RAL_ERROR_COMPILE_FAILED, "kernel %s: %s failed (exit %d):\n%s", j->kernel,
                       j->cc, rc, j->log);
   }
+  if (!add_trailer(tmp)) {
+    unlink(tmp);
+    return host_error(RAL_ERROR_COMPILE_FAILED, "kernel %s: cannot finish %s: %s", j->kernel, tmp,
+                      strerror(errno));
+  }
   if (rename(tmp, j->so) != 0) {
     unlink(tmp);
     return host_error(RAL_ERROR_COMPILE_FAILED, "kernel %s: cannot rename into %s: %s", j->kernel,
                       j->so, strerror(errno));
   }
   return RAL_OK;
+}
+
+/* The newest x86-64 level this CPU runs: a jit kernel is built for the machine it runs on. */
+static const char* march(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+    return "-march=x86-64-v3";
+#endif
+  return "-march=x86-64-v2";
 }
 
 static ral_status prepare(job* j, const char* source, const char* options) {
@@ -332,9 +428,10 @@ static ral_status prepare(job* j, const char* source, const char* options) {
       !find_program(j->a.argv[0], j->cc, sizeof j->cc))
     return host_error(RAL_ERROR_COMPILE_FAILED, "no C compiler found (set CC)");
   j->a.argv[0] = j->cc;
-  static const char* const fixed[] = {"-O3", "-march=x86-64-v2", "-fPIC", "-shared", "-fopenmp",
-                                      "-std=c11"};
+  static const char* const fixed[] = {"-O3", "-fPIC", "-shared", "-fopenmp", "-std=c11"};
+  push(&j->a, march());
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) push(&j->a, fixed[i]);
+  j->n_fixed = j->a.n;
   static const char fallback_inc[] = "-I" HOST_RAL_INCLUDE;
   if (!split_words(&j->a, options, &j->opt_words) ||
       (HOST_RAL_INCLUDE[0] && !push(&j->a, fallback_inc)))
@@ -378,6 +475,7 @@ ral_status host_compile(int32_t device, const char* lang, const char* source,
   void* handle = NULL;
   /* a cache hit loads directly; a file that does not load is stale or torn: rebuild once */
   for (int attempt = 0; st == RAL_OK && !handle && attempt < 2; attempt++) {
+    if (access(j->so, R_OK) == 0 && !trailer_ok(j->so)) unlink(j->so);
     if (access(j->so, R_OK) != 0) st = build(j, source);
     if (st != RAL_OK) break;
     handle = dlopen(j->so, RTLD_NOW | RTLD_LOCAL);

@@ -23,12 +23,16 @@ _forced: list[str] = []
 
 
 def _cpu_tier_is_better(dev: int) -> bool:
-    """On a host-mappable device the cpu tier is PyTorch's own vectorised kernel on zero-copy
-    views, measured 3-10x faster than our generated C; jit serves it only when asked for
-    (TORCH_FL_JIT=always, force(), or a per-op override)."""
+    """Whether to leave a host-mappable device's op to the cpu tier (PyTorch's vectorised
+    kernel on zero-copy views) instead: only when generated C would call scalar libm, which
+    measured 3-10x slower. With glibc's SIMD math the jit kernel is 0.3-0.9x the cpu tier's
+    time (benchmarks/run.py --only jit), so jit takes its place in the chain as designed.
+    TORCH_FL_JIT=always, force() or a per-op override still route to jit regardless."""
     from ..transfer import host_mappable
 
-    return host_mappable(dev) and os.environ.get("TORCH_FL_JIT", "").strip() not in ("always", "force")
+    if os.environ.get("TORCH_FL_JIT", "").strip() in ("always", "force"):
+        return False
+    return host_mappable(dev) and not kernel_cache.has_libmvec()
 
 
 def build(sch, args, kwargs, full, dev):

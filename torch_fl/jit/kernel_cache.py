@@ -7,7 +7,11 @@ warned about once per (device, reason) and remembered, so the router can move on
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import hashlib
+import os
+import platform
 import threading
 import time
 import warnings
@@ -27,12 +31,28 @@ def kernel_name(source_without_name: str) -> str:
     return "rlk_" + hashlib.sha256(source_without_name.encode()).hexdigest()[:20]
 
 
+@functools.cache
+def has_libmvec() -> bool:
+    """Whether this process's C library has glibc's SIMD math (libmvec, 2.35 or later)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    try:
+        lib_mvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return False
+    # tanhf's AVX2 version arrived with the rest of the set codegen_c.LIBMVEC declares
+    return hasattr(lib_mvec, "_ZGVdN8v_tanhf") and hasattr(lib_mvec, "_ZGVbN4vv_atan2f")
+
+
 def options_for(target: Target) -> str:
     """Compiler options for the target's compile entry."""
     if target.lang == "c":
         # The host plugin adds -O3 -fopenmp itself; these let loops over math calls vectorise
         # without changing results (no errno, no FP traps; NaN/inf semantics kept).
-        return f"-I{include_dir()} -fno-math-errno -fno-trapping-math"
+        opts = f"-I{include_dir()} -fno-math-errno -fno-trapping-math"
+        if has_libmvec() and os.environ.get("TORCH_FL_JIT_LIBMVEC", "1") != "0":
+            opts += " -DRAL_JIT_LIBMVEC -lmvec"
+        return opts
     return "-cl-fp32-correctly-rounded-divide-sqrt"
 
 

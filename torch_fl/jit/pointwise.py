@@ -22,9 +22,14 @@ _NAME = "RLK_NAME"
 IN_TENSOR, IN_SCALAR, IN_CPU0 = 0, 1, 2
 
 
-# Non-tensor argument types passed at run time (torch prints Scalar as "number"); their
-# values never change the generated source, so one kernel serves every value.
-_RUNTIME_TYPES = frozenset({"number", "number?", "float", "float?", "Scalar", "Scalar?"})
+# Non-tensor argument types passed at run time (torch prints Scalar as "number", and an
+# optional one as "number?" or "Optional[number]" depending on the version); their values
+# never change the generated source, so one kernel serves every value.
+_RUNTIME_TYPES = frozenset(
+    {"number", "float", "Scalar"}
+    | {f"{t}?" for t in ("number", "float", "Scalar")}
+    | {f"Optional[{t}]" for t in ("number", "float", "Scalar")}
+)
 
 
 class Unfit(Exception):
