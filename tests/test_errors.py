@@ -125,3 +125,37 @@ def test_unknown_device_in_mode_is_clear(dev):
     n = torch.ral.device_count()
     with pytest.raises(RuntimeError, match=f"ral:{n + 3} does not exist"):
         torch_fl.ral_mode(f"ral:{n + 3}")
+
+
+def test_kernel_error_in_mode_backward_is_raised_by_backward(bad_root):
+    # The gradient copies of ral_mode's backward are asynchronous; the wait before a
+    # gradient reaches .grad is a stream synchronization, so a failed kernel is raised
+    # by backward() and no garbage gradient is delivered.
+    out = _run(
+        bad_root,
+        """
+d = dev_of("faulty")
+w = torch.ones(3, requires_grad=True)
+with torch_fl.ral_mode(d):
+    g = torch.ones(3)           # created before anything fails
+    y = w + w                   # faulty add: queued, fails on the device
+    try:
+        y.backward(g)
+    except torch_fl.KernelError as exc:
+        print("backward:", exc.plugin, exc.op, "|", exc)
+print("grad", w.grad)
+with torch_fl.ral_mode(d):     # the same device still serves a backward ...
+    (w - 1).sum().backward()
+print("same device", w.grad.tolist())
+w.grad = None
+with torch_fl.ral_mode(dev_of("template")):  # ... and so does another
+    (w * w).sum().backward()
+print("other device", w.grad.tolist())
+""",
+    )
+    assert (
+        "backward: faulty aten::add.Tensor |" in out
+        and "aten::add.Tensor (kernel faulty_kernel): injected failure" in out
+    ), out
+    assert "grad None" in out
+    assert "same device [1.0, 1.0, 1.0]" in out and "other device [2.0, 2.0, 2.0]" in out

@@ -215,3 +215,62 @@ def test_gradient_accumulation_and_hooks_in_mode(dev):
     torch.testing.assert_close(model.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model.bias.grad, ref.bias.grad, rtol=1e-5, atol=1e-6)
     assert len(seen) == 2 and seen[0].device.type == "cpu"
+
+
+def test_gradients_come_home_complete_for_every_consumer(dev):
+    """Gradient copies to CPU are asynchronous (torch_fl/grad_home.py); everything that reads
+    a CPU parameter's gradient must still see final values: accumulation of a parameter used
+    several times (tied weights), an existing .grad, tensor hooks, post-accumulate hooks and
+    torch.autograd.grad. Large enough that a copy still in flight would be caught."""
+    torch.manual_seed(0)
+    emb = torch.randn(512, 256, requires_grad=True)  # tied: embedding and output projection
+    proj = torch.randn(256, 256, requires_grad=True)
+    ids = torch.randint(0, 512, (64,))
+    ref_emb, ref_proj = emb.detach().clone().requires_grad_(), proj.detach().clone().requires_grad_()
+
+    def loss_of(e, p):
+        h = torch.nn.functional.embedding(ids, e) @ p
+        return torch.tanh(h @ e.t()).pow(2).mean() + (h * h).mean()
+
+    seen, after = [], []
+    emb.register_hook(lambda g: seen.append(g.clone()))
+    emb.register_post_accumulate_grad_hook(lambda p: after.append(p.grad.clone()))
+    emb.grad = torch.full_like(emb, 0.5)  # accumulated onto, not replaced
+    ref_emb.grad = torch.full_like(ref_emb, 0.5)
+    for _ in range(2):
+        with torch_fl.ral_mode(dev):
+            loss_of(emb, proj).backward()
+        loss_of(ref_emb, ref_proj).backward()
+    torch.testing.assert_close(emb.grad, ref_emb.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(proj.grad, ref_proj.grad, rtol=1e-4, atol=1e-6)
+    assert len(seen) == 2 and len(after) == 2
+    torch.testing.assert_close(after[1], ref_emb.grad, rtol=1e-4, atol=1e-6)
+    with torch_fl.ral_mode(dev):
+        g_emb, g_proj = torch.autograd.grad(loss_of(emb, proj), (emb, proj))
+    w_emb, w_proj = torch.autograd.grad(loss_of(ref_emb, ref_proj), (ref_emb, ref_proj))
+    assert g_emb.device.type == "cpu"
+    torch.testing.assert_close(g_emb, w_emb, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(g_proj, w_proj, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(seen[0], seen[1], rtol=1e-4, atol=1e-6)  # same inputs both passes
+
+
+def test_abandoned_backward_leaves_nothing_in_flight(dev):
+    """An error midway through backward: gradient buffers whose copies were enqueued are
+    held until a synchronization covers them, and the next backward works."""
+    from torch_fl import grad_home
+
+    w = torch.randn(64, 64, requires_grad=True)
+    v = torch.randn(64, 64, requires_grad=True)
+    with torch_fl.ral_mode(dev):
+        h = (w @ w).tanh()
+        h.register_hook(lambda g: (_ for _ in ()).throw(RuntimeError("hook refused")))
+        loss = (h @ v).sum() + (v * 2).sum()
+        with pytest.raises(RuntimeError, match="hook refused"):
+            loss.backward()
+    assert w.grad is None
+    with torch_fl.ral_mode(dev):
+        (w @ v).sum().backward()
+    w_ref = w.detach().clone().requires_grad_()
+    (w_ref @ v.detach()).sum().backward()
+    torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
+    assert not any(grad_home._in_flight.values()), "a synchronization did not release held buffers"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from .errors_base import ManifestError, RalError  # noqa: F401 (re-exported)
@@ -102,4 +104,15 @@ def error_for_status(status: int, message: str, **context) -> RalError:
     cls = STATUS_CLASSES[status] if 0 < status < len(STATUS_CLASSES) else RalError
     if not message.startswith("RAL_ERROR"):
         message = f"{cls.status_name}: {message}"
+    # An error raised at a synchronization point was recorded by the runtime's
+    # rt_plugin_fail ("STATUS: [plugin] op (kernel symbol): detail", launch.c) when the
+    # kernel ran; the caller of the sync does not know whose it was, the message does.
+    found = _PLUGIN_OP.match(message)
+    if found:
+        context.setdefault("plugin", found["plugin"])
+        if found["op"]:
+            context.setdefault("op", found["op"])
     return cls(message, **context)
+
+
+_PLUGIN_OP = re.compile(r"RAL_ERROR\w*: \[(?P<plugin>[^\]\s]+)\] (?:(?P<op>\S+) \(kernel )?")

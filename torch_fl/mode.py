@@ -17,6 +17,7 @@ import weakref
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .grad_home import differentiable_upload
 from .tensor import RalTensor
 from .transfer import to_cpu, to_device
 
@@ -142,6 +143,8 @@ def _kind(func) -> int:
             k = _FACTORY
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
             k = _PASS
+        elif func is torch.autograd.grad or func is torch.autograd.backward:
+            k = _PASS  # its inputs are graph nodes to differentiate for, not data to upload
         elif (
             (name.endswith("_") and not name.endswith("__"))
             or name in ("__setitem__",)
@@ -152,20 +155,6 @@ def _kind(func) -> int:
             k = _COMPUTE
         _KINDS[func] = k
     return k
-
-
-class _Upload(torch.autograd.Function):
-    """Differentiable CPU -> device move whose device copy comes from the cache."""
-
-    @staticmethod
-    def forward(ctx, cpu, device_copy):
-        return device_copy.view_as(device_copy)
-
-    @staticmethod
-    def backward(ctx, grad):
-        # Synchronous on purpose: AccumulateGrad may clone (read) the returned gradient at once
-        # and free it, so a copy still in flight would read garbage and write freed memory.
-        return to_cpu(grad), None
 
 
 def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
@@ -218,7 +207,7 @@ def upload(t: torch.Tensor, dev: int) -> RalTensor:
     """The device twin of a CPU tensor: cached, and differentiable if t requires grad."""
     copy = _cached_copy(t, dev)
     if t.requires_grad and torch.is_grad_enabled():
-        return _Upload.apply(t, copy)
+        return differentiable_upload(t, copy)
     return copy
 
 

@@ -34,10 +34,15 @@ SYNC_OBSERVERS: list = []
 
 def synchronize(dev: int, reason: str = "stream") -> None:
     """Wait for the device's current stream; surfaces asynchronous kernel errors."""
+    synchronize_stream(dev, current(dev), reason)
+
+
+def synchronize_stream(dev: int, stream: int, reason: str = "stream") -> None:
+    """Wait for one stream of the device; surfaces asynchronous kernel errors."""
     if SYNC_OBSERVERS:
         for obs in SYNC_OBSERVERS:
             obs(dev, reason)
-    check(lib.rt_stream_synchronize(dev, current(dev)))
+    check(lib.rt_stream_synchronize(dev, stream))
 
 
 def empty_on(dev: int, shape, dtype: torch.dtype) -> RalTensor:
@@ -118,6 +123,20 @@ def to_cpu(t: RalTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     else:
         synchronize(t._dev)
     return out if dtype is None or dtype == out.dtype else out.to(dtype)
+
+
+def copy_to_host_async(t: RalTensor) -> tuple[torch.Tensor, tuple[int, int]]:
+    """A new CPU tensor that t's values are being copied into on the current stream, and
+    that (device, stream): its contents are valid only after the stream is synchronized,
+    and it must stay alive until then."""
+    if not t.is_contiguous():
+        t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
+    out = torch.empty(t.shape, dtype=t.dtype)
+    stream = current(t._dev)
+    start, nbytes = _byte_range(t)
+    if nbytes:
+        check(lib.rt_copy_d2h(t._dev, stream, ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 0))
+    return out, (t._dev, stream)
 
 
 def cpu_copy_for_fallback(t: RalTensor) -> torch.Tensor:
