@@ -372,6 +372,39 @@ def test_ral_mode_auto_fusion_hook(monkeypatch):
     torch.testing.assert_close(y.cpu(), torch.sigmoid(x.cpu() * 2) + 1)
 
 
+def test_ral_mode_auto_fusion_trains_like_cpu(monkeypatch):
+    """TORCH_FL_FUSE=1: ral_mode itself opens the fusion region; a training step of a CPU
+    model with pointwise chains (tanh-gelu, bias, residual, sigmoid) fuses and matches CPU."""
+    monkeypatch.setenv("TORCH_FL_FUSE", "1")
+    d = _device_of("host")
+    if d is None:
+        pytest.skip("needs the host plugin")
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = torch.nn.functional.gelu(self.lin(x), approximate="tanh")
+            return torch.sigmoid(h * 0.5 + x) * 2.0 - 1.0
+
+    model = Block()
+    ref = __import__("copy").deepcopy(model)
+    x = torch.randn(64, 32)
+    groups = fusion.STATS["groups"]
+    with torch_fl.ral_mode(f"ral:{d}"):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+    assert fusion.STATS["groups"] > groups, "ral_mode did not fuse anything"
+    want = ref(x).pow(2).mean()
+    want.backward()
+    torch.testing.assert_close(loss.cpu(), want.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
 # ------------------------------------------------------------------ failures
 @pytest.mark.parametrize("dev", DEVS)
 def test_compile_failure_warns_once_and_falls_back(dev, monkeypatch):
