@@ -6,10 +6,6 @@ so the list stays true.
 """
 
 _SPARSE = "sparse layouts are refused by design with a clear error (see README Limits)"
-_GATHER = (
-    "host gather kernel rejects a 0-dim self with a 1-element index (sample 5); aten accepts it. "
-    "Plugin bug, tracked in the issue note"
-)
 _PARTIAL = (
     "ral_mode uploads a view's elements, not the whole storage behind it, so as_strided reaching "
     "outside the view sees other memory"
@@ -17,9 +13,6 @@ _PARTIAL = (
 _LN_DTYPE = (
     "half-precision native_layer_norm: mean/rstd come back float32 (the meta kernel's and CUDA's "
     "dtype, which the router allocates from); PyTorch's CPU kernel returns the input dtype"
-)
-_BN_MODE = (
-    "sample 7 (running stats with momentum=None) differs under ral_mode; model.to(dev) passes. Under investigation"
 )
 _SPLIT = (
     "tensor_split requires its tensor_indices_or_sections argument on CPU, as on CUDA; "
@@ -33,23 +26,12 @@ XFAIL: dict[str, str] = {
     "*:to_sparse:float32": _SPARSE,
     "*:tensor_split:float32": _SPLIT,
     "*:tensor_split:int64": _SPLIT,
-    "*:gather:float32": _GATHER,
     "mode:as_strided.partial_views:float32": _PARTIAL,
-    "mode:native_batch_norm:float32": _BN_MODE,
-    "mode:_native_batch_norm_legit:float32": _BN_MODE,
     # full sweep of the other dtypes (pytest -m slow)
-    "mode:_native_batch_norm_legit:bfloat16": _BN_MODE,
-    "mode:_native_batch_norm_legit:float16": _BN_MODE,
     "mode:as_strided.partial_views:bfloat16": _PARTIAL,
     "mode:as_strided.partial_views:bool": _PARTIAL,
     "mode:as_strided.partial_views:float16": _PARTIAL,
     "mode:as_strided.partial_views:int64": _PARTIAL,
-    "*:gather:bfloat16": _GATHER,
-    "*:gather:bool": _GATHER,
-    "*:gather:float16": _GATHER,
-    "*:gather:int64": _GATHER,
-    "mode:native_batch_norm:bfloat16": _BN_MODE,
-    "mode:native_batch_norm:float16": _BN_MODE,
     "*:native_layer_norm:bfloat16": _LN_DTYPE,
     "*:native_layer_norm:float16": _LN_DTYPE,
     "*:sparse.mm.reduce:float16": _SPARSE,

@@ -274,3 +274,33 @@ def test_abandoned_backward_leaves_nothing_in_flight(dev):
     (w_ref @ v.detach()).sum().backward()
     torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
     assert not any(grad_home._in_flight.values()), "a synchronization did not release held buffers"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x, rm, rv: torch.nn.functional.batch_norm(x, rm, rv, training=True, momentum=0.3),
+        lambda x, rm, rv: torch.batch_norm(x, None, None, rm, rv, True, 0.3, 1e-5, False),
+        lambda x, rm, rv: torch.native_batch_norm(x, None, None, rm, rv, True, 0.3, 1e-5)[0],
+        lambda x, rm, rv: torch._native_batch_norm_legit(x, None, None, rm, rv, True, 0.3, 1e-5)[0],
+        lambda x, rm, rv: torch.nn.functional.instance_norm(x, rm, rv, momentum=0.3),
+    ],
+    ids=["F.batch_norm", "torch.batch_norm", "native_batch_norm", "_native_batch_norm_legit", "F.instance_norm"],
+)
+def test_every_norm_entry_point_writes_running_stats_home(dev, call):
+    """Running statistics are updated without a visible in-place op; each entry point must
+    write them back to the CPU tensors (and keep the cached twin current), twice in a row."""
+    torch.manual_seed(0)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    ref_m, ref_v = rm.clone(), rv.clone()
+    for _ in range(2):
+        x = torch.randn(4, 3, 5)
+        with torch_fl.ral_mode(dev):
+            out = call(x, rm, rv)
+        want = call(x, ref_m, ref_v)
+        assert_close(out, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(rm, ref_m, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(rv, ref_v, rtol=1e-6, atol=1e-6)
+    with torch_fl.ral_mode(dev):  # eval with the stats: the device twin must be current
+        out = torch.nn.functional.batch_norm(x, rm, rv, training=False)
+    assert_close(out, torch.nn.functional.batch_norm(x, ref_m, ref_v, training=False), rtol=1e-5, atol=1e-5)

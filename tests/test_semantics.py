@@ -52,6 +52,23 @@ def test_zero_dim_and_zero_size(dev):
         assert_close(fn(e.to(dev)), fn(e.clone()))
 
 
+def test_gather_scatter_mix_zero_dim_and_one_dim(dev):
+    """aten treats a 0-dim operand as 1-dim of size 1 when the other is 0- or 1-dim."""
+    s, v = torch.tensor(5.0), torch.tensor([1.0, 2.0])
+    cases = (
+        lambda s, v: torch.gather(s, 0, torch.tensor([0, 0, 0], device=s.device)),
+        lambda s, v: torch.gather(s, 0, torch.tensor(0, device=s.device)),
+        lambda s, v: torch.gather(v, 0, torch.tensor(1, device=s.device)),
+        lambda s, v: torch.zeros((), device=s.device).scatter(0, torch.tensor([0], device=s.device), v[:1]),
+        lambda s, v: torch.zeros((), device=s.device).scatter_add(0, torch.tensor([0, 0], device=s.device), v),
+    )
+    for fn in cases:
+        want = fn(s, v)
+        got = fn(s.to(dev), v.to(dev))
+        assert got.shape == want.shape
+        assert_close(got, want)
+
+
 def test_cpu_scalar_tensors_mix(dev):
     x = torch.randn(6)
     r = x.to(dev)

@@ -182,15 +182,35 @@ def _version_of(t) -> int:
         return -1
 
 
+# Functions that update running statistics in place without an in-place op that
+# autograd's version counter sees: func -> (running_mean, running_var positions and names),
+# and the flag saying whether they update (position, name).
+_RUNNING_STATS = {
+    torch.nn.functional.batch_norm: (((1, "running_mean"), (2, "running_var")), (5, "training")),
+    torch.nn.functional.instance_norm: (((1, "running_mean"), (2, "running_var")), (5, "use_input_stats")),
+    torch.batch_norm: (((3, "running_mean"), (4, "running_var")), (5, "training")),
+    torch.native_batch_norm: (((3, "running_mean"), (4, "running_var")), (5, "training")),
+    torch._native_batch_norm_legit: (((3, "running_mean"), (4, "running_var")), (5, "training")),
+    torch.instance_norm: (((3, "running_mean"), (4, "running_var")), (5, "use_input_stats")),
+}
+
+
+def _arg(args, kwargs, pos, name, default=None):
+    return args[pos] if len(args) > pos else kwargs.get(name, default)
+
+
 def _mutated_buffers(func, args, kwargs) -> list:
     """CPU tensors a function updates in place without an in-place op visible to autograd's
-    version counter: batch norm's running statistics in training."""
-    if func is torch.nn.functional.batch_norm or func is torch.nn.functional.instance_norm:
-        training = kwargs.get("training", kwargs.get("use_input_stats", args[5] if len(args) > 5 else False))
-        if training:
-            found = [args[i] if len(args) > i else kwargs.get(k) for i, k in ((1, "running_mean"), (2, "running_var"))]
-            return [t for t in found if isinstance(t, torch.Tensor)]
-    return []
+    version counter: batch and instance norm's running statistics in training."""
+    spec = _RUNNING_STATS.get(func)
+    if spec is None:
+        return []
+    stats, (flag_pos, flag_name) = spec
+    # F.instance_norm defaults use_input_stats=True; the others have no default to miss
+    if not _arg(args, kwargs, flag_pos, flag_name, func is torch.nn.functional.instance_norm):
+        return []
+    found = [_arg(args, kwargs, pos, name) for pos, name in stats]
+    return [t for t in found if isinstance(t, torch.Tensor)]
 
 
 def _write_back(t: torch.Tensor, twin: RalTensor) -> None:

@@ -135,12 +135,34 @@ typedef enum { G_GATHER, G_SCATTER, G_SCATTER_ADD } gather_kind;
 
 /* gather: out[p] = self[p with p[dim] = index[p]];
  * scatter(_add): out = self; out[p with p[dim] = index[p]] (+)= src[p]. */
+/* aten treats a 0-dim tensor as 1-dim of size 1 when the other operand is 0- or 1-dim
+ * (gather(tensor(5.), 0, tensor([0])) is [5.]): the 1-dim view of t, in *one. */
+static const ral_tensor* as_1d(const ral_tensor* t, ral_tensor* one, int64_t size[1], int64_t stride[1]) {
+  if (!t || t->ndim != 0) return t;
+  *one = *t;
+  size[0] = 1;
+  stride[0] = 0;
+  one->ndim = 1;
+  one->sizes = size;
+  one->strides = stride;
+  return one;
+}
+
 static ral_status gather_scatter(const ral_kernel_call* c, gather_kind kind) {
   int n_in = kind == G_GATHER ? 2 : 3;
   ral_status st = host_check_arity(c, 1, n_in, 1);
+  if (st != RAL_OK) return st;
   const ral_tensor *out = host_out(c, 0), *self = host_in(c, 0), *ix = host_in(c, 1);
   const ral_tensor* src = kind == G_GATHER ? NULL : host_in(c, 2);
-  if (st == RAL_OK) st = check_index_dtype(c, ix);
+  ral_tensor one[4];
+  int64_t sz[4][1], sd[4][1];
+  if (self->ndim <= 1 && ix->ndim <= 1) {
+    out = as_1d(out, &one[0], sz[0], sd[0]);
+    self = as_1d(self, &one[1], sz[1], sd[1]);
+    ix = as_1d(ix, &one[2], sz[2], sd[2]);
+    src = as_1d(src, &one[3], sz[3], sd[3]);
+  }
+  st = check_index_dtype(c, ix);
   if (st != RAL_OK) return st;
   int dim = host_wrap_dim(host_scalar_int(c, 0, 0), self->ndim);
   int nd = self->ndim;
