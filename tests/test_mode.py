@@ -304,3 +304,23 @@ def test_every_norm_entry_point_writes_running_stats_home(dev, call):
     with torch_fl.ral_mode(dev):  # eval with the stats: the device twin must be current
         out = torch.nn.functional.batch_norm(x, rm, rv, training=False)
     assert_close(out, torch.nn.functional.batch_norm(x, ref_m, ref_v, training=False), rtol=1e-5, atol=1e-5)
+
+
+def test_double_backward_through_uploads(dev):
+    """create_graph=True (a gradient penalty): the gradient's way home is differentiable."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    x = torch.randn(5, 8)
+
+    def penalty(w, b):
+        y = torch.tanh(x @ w + b).pow(2).sum()
+        gw, gb = torch.autograd.grad(y, (w, b), create_graph=True)
+        return gw.pow(2).sum() + gb.pow(2).sum()
+
+    want = torch.autograd.grad(penalty(w, b), (w, b))
+    with torch_fl.ral_mode(dev):
+        got = torch.autograd.grad(penalty(w, b), (w, b))
+    for g, r in zip(got, want):
+        assert g.device.type == "cpu"
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)

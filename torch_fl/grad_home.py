@@ -44,6 +44,10 @@ class _Upload(torch.autograd.Function):
     def backward(ctx, grad):
         if type(grad) is not RalTensor:  # already on CPU (a CPU op consumed the upload)
             return grad, None
+        if torch.is_grad_enabled() and grad.requires_grad:
+            # create_graph=True (gradient penalties, Hessian-vector products): the way home
+            # must itself be differentiable, so take autograd's own device -> CPU copy.
+            return grad.to("cpu"), None
         buf, where = copy_to_host_async(grad)
         with _lock:
             _in_flight.setdefault(where, []).append(buf)
