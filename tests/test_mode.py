@@ -324,3 +324,34 @@ def test_double_backward_through_uploads(dev):
     for g, r in zip(got, want):
         assert g.device.type == "cpu"
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_two_threads_train_at_once(dev):
+    """Two threads each run ral_mode backward passes on one device: the gradient copies of
+    both share the device's stream and must each land complete before use."""
+    results, errors = {}, []
+
+    def train(seed):
+        try:
+            torch.manual_seed(seed)
+            model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Tanh(), torch.nn.Linear(128, 8))
+            ref = __import__("copy").deepcopy(model)
+            x = torch.randn(32, 64)
+            for _ in range(5):
+                with torch_fl.ral_mode(dev):
+                    model(x).pow(2).mean().backward()
+                ref(x).pow(2).mean().backward()
+            results[seed] = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())]
+        except Exception as exc:  # surfaced below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=train, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for pairs in results.values():
+        for got, want in pairs:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert len(results) == 2
