@@ -196,6 +196,7 @@ _RUNNING_STATS = {
 
 
 def _arg(args, kwargs, pos, name, default=None):
+    """Argument `name` of a Python-level call, given by position or keyword."""
     return args[pos] if len(args) > pos else kwargs.get(name, default)
 
 
@@ -292,10 +293,10 @@ class ral_mode(TorchFunctionMode):
             target.copy_(host)
             return target
         if kind == _DROPOUT:
-            x = args[0] if args else kwargs["input"]
-            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-            training = args[2] if len(args) > 2 else kwargs.get("training", True)
-            inplace = args[3] if len(args) > 3 else kwargs.get("inplace", False)
+            x = _arg(args, kwargs, 0, "input")
+            p = _arg(args, kwargs, 1, "p", 0.5)
+            training = _arg(args, kwargs, 2, "training", True)
+            inplace = _arg(args, kwargs, 3, "inplace", False)
             if type(x) is not RalTensor or not training or p == 0 or p == 1 or inplace:
                 return func(*args, **kwargs)
             # CPU's own recipe (aten _dropout_impl): a Bernoulli(1-p) mask scaled by 1/(1-p).
@@ -318,7 +319,7 @@ class ral_mode(TorchFunctionMode):
         if kind == _PASS:
             return func(*args, **kwargs)
         if kind == _INIT:
-            target = args[0] if args else kwargs.get("tensor")
+            target = _arg(args, kwargs, 0, "tensor")
             if self.rng == "cpu" and type(target) is RalTensor and func.__name__.endswith("_"):
                 # torch.nn.init.* fills a tensor in place: run it on a CPU twin (CPU's
                 # generator and algorithm, so CPU's values) and copy into the device tensor.

@@ -111,29 +111,24 @@ def _byte_range(t: RalTensor) -> tuple[int, int]:
 
 def to_cpu(t: RalTensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new CPU tensor with the same values (and strides-independent contiguous layout)."""
-    if not t.is_contiguous():
-        t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
-    out = torch.empty(t.shape, dtype=t.dtype)
-    start, nbytes = _byte_range(t)
-    if SYNC_OBSERVERS:
-        for obs in SYNC_OBSERVERS:
-            obs(t._dev, "copy to host")
-    if nbytes:
-        check(lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 1))
-    else:
-        synchronize(t._dev)
+    out, (dev, stream) = copy_to_host_async(t, notify="copy to host")
+    check(lib.rt_stream_synchronize(dev, stream))
     return out if dtype is None or dtype == out.dtype else out.to(dtype)
 
 
-def copy_to_host_async(t: RalTensor) -> tuple[torch.Tensor, tuple[int, int]]:
+def copy_to_host_async(t: RalTensor, notify: str | None = None) -> tuple[torch.Tensor, tuple[int, int]]:
     """A new CPU tensor that t's values are being copied into on the current stream, and
     that (device, stream): its contents are valid only after the stream is synchronized,
-    and it must stay alive until then."""
+    and it must stay alive until then. `notify` tells the sync observers (as a reason)
+    before the copy is enqueued, for callers that synchronize right after."""
     if not t.is_contiguous():
         t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
     out = torch.empty(t.shape, dtype=t.dtype)
     stream = current(t._dev)
     start, nbytes = _byte_range(t)
+    if notify is not None and SYNC_OBSERVERS:
+        for obs in SYNC_OBSERVERS:
+            obs(t._dev, notify)
     if nbytes:
         check(lib.rt_copy_d2h(t._dev, stream, ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 0))
     return out, (t._dev, stream)
