@@ -66,6 +66,19 @@ def first_compile(dev: str) -> list[Result]:
     ]
 
 
+def _time_per_tier(op: str, call, tiers) -> dict:
+    """Seconds per synchronized call of `call` with `op` forced to each tier in turn (the
+    override is set for a whole sample, so switching costs nothing per call)."""
+    times = {}
+    for tier in tiers:
+        router.set_op_override(op, tier)
+        try:
+            times[tier] = median_time(lambda: (call(), _sync()), repeats=7, inner=5)
+        finally:
+            router.set_op_override(op, None)
+    return times
+
+
 def jit_vs_cpu(dev: str) -> list[Result]:
     """Ops without vendor kernels on 1M floats: jit tier vs the cpu tier (both forced)."""
     x = torch.rand(1 << 20) + 0.5
@@ -75,13 +88,7 @@ def jit_vs_cpu(dev: str) -> list[Result]:
     for name, fn in NO_VENDOR.items():
         args = (rx,) if name == "expm1" else (rx, ry)
         op = "aten::" + name
-        times = {}
-        for tier in ("jit", "cpu"):
-            router.set_op_override(op, tier)
-            fn(*args)
-            _sync()
-            times[tier] = interleaved({tier: lambda fn=fn, args=args: (fn(*args), _sync())}, repeats=7, inner=5)[tier]
-            router.set_op_override(op, None)
+        times = _time_per_tier(op, lambda fn=fn, args=args: fn(*args), ("jit", "cpu"))
         rows.append(
             Result(
                 f"1M {name}: jit vs cpu tier",
@@ -114,13 +121,7 @@ def jit_vs_vendor(dev: str) -> list[Result]:
     y = torch.randn(1 << 22).to(dev)
     rows = []
     for op, fn in NATIVE.items():
-        times = {}
-        for tier in ("vendor", "jit"):  # the override for a whole sample: no per-call cost
-            router.set_op_override(op, tier)
-            try:
-                times[tier] = median_time(lambda fn=fn: (fn(x, y), _sync()), repeats=7, inner=5)
-            finally:
-                router.set_op_override(op, None)
+        times = _time_per_tier(op, lambda fn=fn: fn(x, y), ("vendor", "jit"))
         rows.append(
             Result(
                 f"4M {op.split('::')[1]}: jit vs vendor kernel",
