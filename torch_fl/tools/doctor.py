@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from . import inventory
+from torch_fl.tools import inventory
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 # The torch requirement when torch_fl is used from a source tree rather than installed.
@@ -134,7 +134,7 @@ def _torch_finding() -> Finding:
 
 
 def _cache_findings() -> list[Finding]:
-    from ..guard import cache_dir  # imports torch; called only once torch imported fine
+    from torch_fl.device.guard import cache_dir  # imports torch; called only once torch imported fine
 
     root = cache_dir()
     dirs = [root] + sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [root]
@@ -170,7 +170,7 @@ sys.exit(1 if bad else 0)
 
 def _smoke_finding(n_devices: int) -> Finding:
     # In a child process: a crashing plugin must not take the doctor down with it.
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_FL_LIGHT_IMPORT", "TORCH_FL_TRACE")}
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_FL_TRACE"}
     try:
         res = subprocess.run(
             [sys.executable, "-c", SMOKE_CODE], env=env, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S
@@ -202,7 +202,7 @@ def run_checks(smoke: bool = True) -> list[Finding]:
             Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl")
         ]
         return findings + [_torch_finding()]
-    from .._native import _ral
+    from torch_fl._native import _ral
 
     findings = [Finding("native runtime", OK, f"loaded {_ral.__file__}")]
     findings += _search_path_findings()

@@ -87,6 +87,9 @@ typedef struct {
  * /opt/torch_fl/plugins. Each root holds plugin directories (sorted by name, except
  * that the builtin root lists "host", "opencl", "cuda" first). Idempotent. */
 int rt_init(const char* builtin_dir);
+/* The system plugin root: $TORCH_FL_SYSTEM_PLUGIN_DIR when set and non-empty, else
+ * /opt/torch_fl/plugins. The one place that path is spelled. */
+const char* rt_system_plugin_root(void);
 /* Re-scan the same roots: load new plugins, retry MISSING_DEPS ones, mark plugins whose
  * directory vanished as GONE (their devices become not present). Existing device
  * indices never change. */
