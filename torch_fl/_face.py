@@ -34,6 +34,8 @@ from .jit import fuse  # noqa: E402,F401
 from .jit.fusion import install_auto as _install_auto  # noqa: E402
 
 _install_auto(ral_mode)
+from . import distributed as _distributed  # noqa: E402,F401,I001  (registers the ralccl collective backend)
+
 if _os.environ.get("TORCH_FL_TRACE"):
     # Set by `ral-trace run`: record this whole process (see torch_fl/tools/README.md).
     from .tools.trace.recorder import start_from_env as _start_trace

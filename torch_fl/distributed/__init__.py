@@ -1,0 +1,17 @@
+"""torch.distributed on ral devices: the `ralccl` collective backend (see docs/distributed.md).
+
+Importing torch_fl registers it, so `dist.init_process_group("ralccl")`,
+`init_process_group(device_id=torch.device("ral:0"))` and `"cpu:gloo,ral:ralccl"` all work.
+"""
+
+from __future__ import annotations
+
+from .backend import BACKEND_NAME, RalProcessGroup, register
+from .c10d_ops import install as _install_c10d_ops
+from .p2p import CollectiveError, patch_process_group_p2p
+
+register()
+_install_c10d_ops()
+patch_process_group_p2p()
+
+__all__ = ["BACKEND_NAME", "CollectiveError", "RalProcessGroup", "register"]
