@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from .backend import BACKEND_NAME, RalProcessGroup, register
 from .c10d_ops import install as _install_c10d_ops
+from .c10d_ops import install_functional as _install_functional
+from .fsdp_support import install as _install_fsdp_support
 from .p2p import CollectiveError, patch_process_group_p2p
 
 register()
 _install_c10d_ops()
+_install_functional()
 patch_process_group_p2p()
+_install_fsdp_support()
 
 __all__ = ["BACKEND_NAME", "CollectiveError", "RalProcessGroup", "register"]

@@ -14,13 +14,14 @@ import torch
 
 # Every import of torch_fl internals lives here (the lead's refactor moves these modules).
 from .._native import ffi, lib
+from ..memory import allocate
 from ..runtime import check
 from ..special import SPECIAL
 from ..streams_state import current
 from ..tensor import RalTensor
-from ..transfer import host_mappable, host_view
+from ..transfer import _HOST_BASES, host_mappable, host_view
 
-__all__ = ["SPECIAL", "RalTensor", "is_ral", "ReadyEvent", "Staged", "stage"]
+__all__ = ["SPECIAL", "RalTensor", "is_ral", "ReadyEvent", "Staged", "stage", "resize_buffer"]
 
 
 def is_ral(t) -> bool:
@@ -132,3 +133,21 @@ def stage(t: torch.Tensor, read: bool = True):
 def mappable(dev: int) -> bool:
     """Whether ral:dev is host-mappable (collectives then run zero-copy)."""
     return host_mappable(dev)
+
+
+def resize_buffer(t: RalTensor, nbytes: int) -> None:
+    """Give t's device buffer a new size in place, like `untyped_storage().resize_()`: every view
+    sharing the buffer sees the change. The old contents are not kept (FSDP2 refills them)."""
+    buf = t._buf
+    if buf.nbytes == nbytes:
+        return
+    dev = buf.device
+    if buf.nbytes:
+        # Stream-ordered: the pool reuses the block only after queued work on it completes.
+        lib.rt_free(dev, buf.ptr)
+    buf.ptr, buf.nbytes = 0, 0
+    if nbytes:
+        fresh = allocate(dev, nbytes, current(dev))
+        buf.ptr, buf.nbytes = fresh.ptr, fresh.nbytes
+        fresh.ptr, fresh.nbytes = 0, 0  # ownership moved to buf (freeing 0 is a no-op)
+    _HOST_BASES.pop(id(buf), None)  # a cached zero-copy view of the old memory is stale
