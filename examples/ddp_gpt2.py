@@ -6,7 +6,8 @@
 
 Each step feeds rank r its slice of one global batch, so the result equals single-process
 training on the concatenated batch. `--accum K` accumulates K micro-batches, all but the last
-under `no_sync()`. `--dump FILE` (rank 0) saves losses, first-step gradients and final weights.
+under `no_sync()`. `--init FILE` starts from saved weights; `--dump FILE` (rank 0) saves losses,
+first-step gradients and final weights.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def main(argv=None) -> None:
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard instead of DDP")
     ap.add_argument("--dump", default=None)
+    ap.add_argument("--init", default=None, help="start from these weights (torch.save'd state_dict)")
     args = ap.parse_args(argv)
 
     if args.device.startswith("ral"):
@@ -67,7 +69,11 @@ def main(argv=None) -> None:
         dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    model = build_model().to(device)
+    model = build_model()
+    if args.init:
+        model.load_state_dict(torch.load(args.init))
+    if device.type != "cpu":  # a plain CPU script never moves its model (and ral_mode relies on that)
+        model = model.to(device)
     if args.fsdp:
         from torch.distributed.fsdp import fully_shard
 
@@ -85,7 +91,8 @@ def main(argv=None) -> None:
         opt.zero_grad()
         for micro in range(args.accum):
             ids = global_batch(step, micro, world, args.per_rank)[rank * args.per_rank : (rank + 1) * args.per_rank]
-            ids = ids.to(device)
+            if device.type != "cpu":
+                ids = ids.to(device)
             last = micro == args.accum - 1
             if args.fsdp:
                 wrapped.set_requires_gradient_sync(last)
@@ -119,7 +126,7 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     t = t.detach()
     if hasattr(t, "full_tensor"):
         t = t.full_tensor()
-    return t.cpu().clone()
+    return t.to("cpu", copy=True)  # (not .clone(): under ral_mode a CPU clone lands on the device)
 
 
 class _nullcontext:

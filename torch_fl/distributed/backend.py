@@ -17,11 +17,10 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _device_io as io
 from .checks import check_same_across_ranks, fingerprint
-from .p2p import CollectiveError, point_to_point
+from .p2p import CollectiveError, FutureWork, point_to_point
 
 BACKEND_NAME = "ralccl"
 _R = dist.ReduceOp.RedOpType
@@ -131,7 +130,7 @@ class RalProcessGroup(dist.ProcessGroup):
                 fut.set_exception(err)
 
         self._jobs.put(job)
-        return _create_work_from_future(fut)
+        return FutureWork(fut)
 
     # ---- collectives ------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):

@@ -10,13 +10,57 @@ from __future__ import annotations
 import threading
 
 import torch
-from torch._C._distributed_c10d import _create_work_from_future
 
 from . import _device_io as io
 
 
 class CollectiveError(RuntimeError):
     """A collective failed on this rank: a peer died or timed out, or the ranks disagreed."""
+
+
+class FutureWork(torch.distributed._Work):
+    """A Work backed by a future. Unlike torch's `_create_work_from_future`, whose wait()
+    swallows the future's error, wait() here re-raises it, so a failed collective never looks
+    like a finished one."""
+
+    def __init__(self, fut: torch.futures.Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout=None) -> bool:
+        """Block until done; raises the collective's error (CollectiveError, ValueError)."""
+        self._fut.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether the collective has finished (successfully or not)."""
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        """Whether it finished without error."""
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:
+            return False
+        return True
+
+    def exception(self):
+        """The error it failed with, or None."""
+        try:
+            self._fut.value()
+        except Exception as e:
+            return e
+        return None
+
+    def get_future(self) -> torch.futures.Future:
+        """A future holding the output tensors (what DDP's reducer reads)."""
+        return self._fut
+
+    def synchronize(self) -> None:
+        """Same as wait(): the data is ready in stream order once this returns."""
+        self.wait()
 
 
 def point_to_point(tensors, start, read: bool, rank: int):
@@ -42,7 +86,7 @@ def point_to_point(tensors, start, read: bool, rank: int):
             hosts.clear()
 
     threading.Thread(target=finish, name="ralccl-p2p", daemon=True).start()
-    return _create_work_from_future(fut)
+    return FutureWork(fut)
 
 
 def patch_process_group_p2p() -> None:
