@@ -137,6 +137,8 @@ class RalProcessGroup(dist.ProcessGroup):
         """In-place all_reduce of each tensor (sum/avg/max/min/product)."""
         op, divide = _red_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         size = self._size_
+        if divide:
+            _check_avg(tensors)
 
         def body(h):
             hosts = [h(t) for t in tensors]
@@ -332,6 +334,13 @@ class RalProcessGroup(dist.ProcessGroup):
 
 
 _A2A_TAG = 0x7A2A
+
+
+def _check_avg(tensors) -> None:
+    """AVG is SUM then a division: refuse integer tensors before any byte moves."""
+    for t in tensors:
+        if not (t.is_floating_point() or t.is_complex()):
+            raise ValueError(f"torch_fl.distributed: ReduceOp.AVG needs a floating-point tensor, got {t.dtype}")
 
 
 def _divide(x: torch.Tensor, n: int) -> None:
