@@ -164,7 +164,7 @@ def peer_hang(dev):
     t = torch.ones(1024, device=dev)
     dist.all_reduce(t)
     if RANK == 1:
-        time.sleep(4 * timeout)
+        time.sleep(timeout + 4)  # longer than the timeout rank 0 waits
         os._exit(0)
     t0 = time.monotonic()
     try:

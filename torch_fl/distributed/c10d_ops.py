@@ -139,10 +139,7 @@ def install_functional() -> None:
         "broadcast": _f_broadcast,
         "broadcast_": _f_broadcast,
         "wait_tensor": lambda func, args, kwargs: args[0],
-        # Wraps a result in an AsyncCollectiveTensor; ours are already complete.
-        "_wrap_tensor_autograd": lambda func, args, kwargs: args[0],
     }
-    import torch.distributed._functional_collectives  # noqa: F401  (registers _wrap_tensor_autograd)
 
     for qualified in torch._C._dispatch_get_all_op_names():
         if not qualified.startswith("_c10d_functional::"):
@@ -153,3 +150,9 @@ def install_functional() -> None:
             continue
         for ov in packet.overloads():
             io.SPECIAL[getattr(packet, ov)] = handlers.get(name, _f_unsupported)
+
+
+def install_functional_wrapper() -> None:
+    """`_wrap_tensor_autograd` (defined in Python by torch.distributed._functional_collectives)
+    wraps a result in an AsyncCollectiveTensor; ours are already complete, so it is identity."""
+    io.SPECIAL[_F._wrap_tensor_autograd.default] = lambda func, args, kwargs: args[0]
