@@ -89,6 +89,17 @@ def collectives(dev):
         assert "differ across ranks" in str(e) and "shape [4]" in str(e) and "shape [5]" in str(e), str(e)
     else:
         raise AssertionError("mismatched shapes were not detected")
+    # bad input on every rank: a specific error before any byte moves, group still usable
+    for bad, kwargs in [
+        (torch.ones(2, dtype=torch.int64, device=dev), {"op": dist.ReduceOp.AVG}),
+        (torch.ones(4, 4, device=dev).t(), {}),
+    ]:
+        try:
+            dist.all_reduce(bad, **kwargs)
+        except ValueError as e:
+            assert "floating-point" in str(e) or "contiguous" in str(e), str(e)
+        else:
+            raise AssertionError(f"bad all_reduce input accepted: {bad.dtype} {bad.stride()}")
     t = torch.ones(3, device=dev)
     dist.all_reduce(t)
     close(t, torch.full((3,), float(WORLD)), "all_reduce after a mismatch")

@@ -21,7 +21,7 @@ from ..streams_state import current
 from ..tensor import RalTensor
 from ..transfer import _HOST_BASES, host_mappable, host_view
 
-__all__ = ["SPECIAL", "RalTensor", "is_ral", "ReadyEvent", "Staged", "stage", "resize_buffer"]
+__all__ = ["SPECIAL", "RalTensor", "is_ral", "ReadyEvent", "Staged", "stage", "resize_buffer", "check_contiguous"]
 
 
 def is_ral(t) -> bool:
@@ -68,17 +68,22 @@ class ReadyEvent:
             self.event = -1
 
 
+def check_contiguous(t) -> None:
+    """Collectives move whole contiguous buffers (as gloo and NCCL require): refuse others."""
+    if type(t) is RalTensor and not t.is_contiguous():
+        raise ValueError(
+            f"torch_fl.distributed: collectives need contiguous tensors, got shape {tuple(t.shape)} "
+            f"with strides {t.stride()} on {t.device}; call .contiguous() first"
+        )
+
+
 class Staged:
     """The host side of one ral tensor for the duration of a collective."""
 
     __slots__ = ("dev", "tensor", "host", "copied")
 
     def __init__(self, t: RalTensor, read: bool):
-        if not t.is_contiguous():
-            raise ValueError(
-                f"torch_fl.distributed: collectives need contiguous tensors, got shape {tuple(t.shape)} "
-                f"with strides {t.stride()} on {t.device}; call .contiguous() first"
-            )
+        check_contiguous(t)
         self.dev = t._dev
         self.tensor = t  # keeps the device buffer alive until the collective is done
         view = host_view(t)

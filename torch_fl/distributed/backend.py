@@ -94,6 +94,8 @@ class RalProcessGroup(dist.ProcessGroup):
                 f"torch_fl.distributed: {name} on rank {self._rank_}: this process group failed earlier "
                 f"({self._failed}); create a new one"
             )
+        for t in (*inputs, *outputs):
+            io.check_contiguous(t)  # in the caller: a bad argument raises here, before any job
         devs = {t._dev for t in (*inputs, *outputs) if io.is_ral(t)}
         ready = [io.ReadyEvent(d) for d in devs]
         fp = fingerprint(name, inputs if check_shapes else ()) if self._check else None
