@@ -194,3 +194,7 @@ def test_import_torch_fl_without_torch_stays_torch_free():
     res = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["ral_mode", "2.0"]
+    # A script that imports torch_fl before torch still gets the device once torch arrives.
+    late = "import torch_fl\nimport torch\nprint(torch.ones(3, device='ral:0').sum().item())\n"
+    res = subprocess.run([sys.executable, "-c", late], env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.split() == ["3.0"], res.stderr[-3000:]

@@ -6,8 +6,9 @@ CPU code on a device.
 
 Layers (imports point down only; .importlinter enforces it):
 tools > observe > mode > jit > dispatch > tiers > tensor > device > core > _native.
-The public names live in `torch_fl.api`. When torch is not imported yet (the console tools),
-`import torch_fl` stays torch-free and loads the API on first use of a public name.
+The public names live in `torch_fl.api`. When torch is not imported yet, `import torch_fl`
+stays torch-free (the console tools rely on that) and the API loads as soon as torch is
+imported, or on first use of a public name, whichever comes first.
 """
 
 from __future__ import annotations
@@ -31,5 +32,27 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'torch_fl' has no attribute {name!r}") from None
 
 
+class _LoadApiAfterTorch:
+    """Meta-path hook: when torch is imported after torch_fl, load torch_fl.api right after
+    torch itself, so `import torch_fl; import torch` registers the device as usual."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        _sys.meta_path.remove(self)
+        spec = _find_spec("torch")
+        if spec is not None and spec.loader is not None:
+            run_torch = spec.loader.exec_module
+
+            def exec_module(module):
+                run_torch(module)
+                _import_module("torch_fl.api")
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
 if "torch" in _sys.modules:
     from torch_fl.api import *  # noqa: F401,F403
+else:
+    _sys.meta_path.insert(0, _LoadApiAfterTorch())

@@ -46,6 +46,8 @@ from torch_fl.jit import fuse  # noqa: E402,F401 (public API)
 from torch_fl.jit.fusion import install_auto as _install_auto  # noqa: E402
 
 _install_auto(ral_mode)
+from torch_fl import distributed  # noqa: E402,F401 (registers the ralccl collective backend)
+
 if _os.environ.get("TORCH_FL_TRACE"):
     # Set by `ral-trace run`: record this whole process (see torch_fl/tools/README.md).
     from torch_fl.observe.recorder import start_from_env as _start_trace

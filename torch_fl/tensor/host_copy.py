@@ -58,6 +58,11 @@ def _host_base(buf) -> torch.Tensor | None:
     return base
 
 
+def forget_host_view(buf) -> None:
+    """Drop the cached host view of a buffer whose memory was replaced (resized in place)."""
+    _HOST_BASES.pop(buf, None)
+
+
 def to_cpu(t, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A new CPU tensor with the same values (and strides-independent contiguous layout)."""
     out, (dev, stream) = copy_to_host_async(t)
