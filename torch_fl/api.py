@@ -7,7 +7,7 @@ torch-free core only, until it asks for a public name here.
 
 import os as _os
 
-from torch_fl.core.errors import (  # noqa: F401 (public API)
+from torch_fl.core.errors import (
     AbiMismatchError,
     CompileError,
     DeviceLostError,
@@ -25,15 +25,15 @@ from torch_fl.core.runtime import ensure_initialized as _ensure_initialized
 from torch_fl.core.runtime import rescan as _rescan_runtime
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
-from torch_fl.device.errors import OutOfMemoryError  # noqa: F401 (public API)
-from torch_fl.dispatch.router import clear_op_overrides, set_op_override  # noqa: F401
+from torch_fl.device.errors import OutOfMemoryError
+from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
-from torch_fl.observe.coverage import Coverage, coverage  # noqa: F401 (public API)
+from torch_fl.observe.coverage import Coverage, coverage
 from torch_fl.tensor import factories as _factories
 from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
-from torch_fl.tensor.ral_tensor import RalTensor  # noqa: F401 (public API)
+from torch_fl.tensor.ral_tensor import RalTensor
 
 _ensure_initialized()
 _REGISTRY.op_check = resolve_op
