@@ -32,6 +32,9 @@ def trace(path="trace.json"):
 
 if not _light_import():
     from ._face import *  # noqa: F401,F403
+    from .autoload import after_import as _after_import  # late import after a backward: see autoload.py
+
+    _after_import()
 
 
 def reload_manifests() -> None:
