@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -182,6 +183,10 @@ def _smoke_finding(n_devices: int) -> Finding:
             f"`import torch_fl` and one op per device took over {SMOKE_TIMEOUT_S} s",
             "run `python -c 'import torch_fl'` by hand to see where it hangs",
         )
+    from .doctor_warnings import warning_lines
+
+    for line in warning_lines(res.stderr):  # surfaced (and explained) by run_checks
+        warnings.warn(f"smoke-test child printed: {line}", stacklevel=1)
     if res.returncode == 0:
         return Finding("device smoke test", OK, f"import torch_fl and a multiply on {n_devices} device(s) worked")
     tail = (res.stderr.strip().splitlines() or [res.stdout.strip() or f"exit code {res.returncode}"])[-1]
@@ -194,6 +199,18 @@ def _smoke_finding(n_devices: int) -> Finding:
 
 
 def run_checks(smoke: bool = True) -> list[Finding]:
+    """Every check, then one explained finding per warning raised or printed while checking."""
+    from .doctor_warnings import collected, explain
+
+    with collected() as messages:
+        findings = _run_checks(smoke)
+    for message in messages:
+        meaning, fix = explain(message)
+        findings.append(Finding("warning", WARNING, f"{message.splitlines()[0][:300]} (means: {meaning})", fix))
+    return findings
+
+
+def _run_checks(smoke: bool) -> list[Finding]:
     """Every check, in order; later checks are skipped when the ones they depend on failed."""
     try:
         inventory.runtime()
