@@ -12,7 +12,7 @@ REPO=$PWD
 VENV=${VENV:-.venv}
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(2.10.0 2.11.0 2.12.1 2.13.0 2.14.1)
-SUITES=${SUITES:-"test_device.py test_tensor_api.py test_views.py test_autograd.py test_semantics.py test_mode.py test_rng.py test_memory.py"}
+SUITES=${SUITES:-"test_device.py test_tensor_api.py test_views.py test_autograd.py test_semantics.py test_mode.py test_rng.py test_memory.py test_packaging.py"}
 RESULTS=${RESULTS:-$REPO/build/torch_versions.tsv}
 WORK=$(mktemp -d /tmp/torch_fl_versions.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

@@ -128,6 +128,7 @@ def test_normal_import_is_silent_and_keeps_multithreading():
     assert "OK" in proc.stdout
 
 
+@pytest.mark.skipif(not (REPO / "setup.py").exists(), reason="no source tree: running against an installed wheel")
 def test_sdist_carries_native_sources(tmp_path):
     proc = subprocess.run(
         [sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path)],

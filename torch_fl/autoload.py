@@ -16,8 +16,9 @@ thread and say so.
 
 from __future__ import annotations
 
-import sys
 import warnings
+
+from . import compat
 
 ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 _QUEUE_ASSERT = "device_ready_queues_"
@@ -33,12 +34,6 @@ def load() -> None:
     # Importing torch_fl.autoload imported torch_fl, which registered the device: nothing left.
 
 
-def _torch_initializing() -> bool:
-    # True while torch/__init__.py is still executing, i.e. we are being autoloaded.
-    spec = getattr(sys.modules.get("torch"), "__spec__", None)
-    return bool(getattr(spec, "_initializing", False))
-
-
 def _probe_backward(index: int) -> RuntimeError | None:
     """Run an empty backward on ral:index straight on the engine; the engine's error, or None."""
     import torch
@@ -46,9 +41,7 @@ def _probe_backward(index: int) -> RuntimeError | None:
     x = torch.empty(0, device=f"ral:{index}", requires_grad=True)
     grad = torch.empty(0, device=f"ral:{index}")
     try:
-        # The engine itself, not torch.autograd.grad: the Python wrapper imports sympy on first
-        # use (about a second), and this probe runs at import time.
-        torch.autograd.Variable._execution_engine.run_backward((x,), (grad,), False, False, (x,), True, False)
+        compat.engine_run_backward((x,), (grad,), (x,))  # cheap: this probe runs at import time
     except RuntimeError as exc:
         return exc
     return None
@@ -56,10 +49,8 @@ def _probe_backward(index: int) -> RuntimeError | None:
 
 def after_import() -> None:
     """Called at the end of `import torch_fl`: detect an autograd engine started without ral."""
-    if _torch_initializing():
+    if compat.torch_initializing():
         return  # autoloaded by `import torch`: no backward can have run yet
-    import torch
-
     from .runtime import device_count
 
     n = device_count()
@@ -72,7 +63,7 @@ def after_import() -> None:
         return
     if _QUEUE_ASSERT not in str(err):
         return  # some other device problem: it surfaces with its own message on real use
-    torch._C._set_multithreading_enabled(False)
+    compat.disable_autograd_multithreading()
     if _probe_backward(n - 1) is not None:
         raise RuntimeError(LATE_IMPORT_HELP)
     warnings.warn(

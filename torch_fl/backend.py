@@ -8,13 +8,13 @@ import time
 
 import torch
 
-from . import device_module, factories, guard, serialization
+from . import compat, device_module, factories, guard, serialization
 from .runtime import device_count
 
 _done = False
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks if hasattr(torch._C, "_acc") else object):
+class _Hooks(compat.PRIVATEUSE1_HOOKS_BASE):
     def is_available(self) -> bool:
         return device_count() > 0
 

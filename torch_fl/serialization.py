@@ -11,6 +11,8 @@ import weakref
 
 import torch
 
+from . import compat
+
 # id(untyped storage) -> (weakref to it, "ral:N"): storages that belong on a ral device.
 _TAGS: dict[int, tuple] = {}
 
@@ -61,5 +63,4 @@ def reduce_ral_tensor(t):
 def register() -> None:
     """Install the location tagger/deserializer and allow _rebuild_ral under weights_only."""
     torch.serialization.register_package(1, _tagger, _deserializer)
-    if hasattr(torch.serialization, "add_safe_globals"):
-        torch.serialization.add_safe_globals([_rebuild_ral])
+    compat.allow_safe_globals([_rebuild_ral])

@@ -21,6 +21,8 @@ import torch
 
 import torch_fl
 
+from .certify import SECTIONS
+
 # Capped so a max_rank of 8 stays a few thousand elements: every dim is 3.
 MAX_RANK_TESTED = 4
 DIM = 3
@@ -55,7 +57,6 @@ OPINFO_OPS = (
     "nn.functional.layer_norm",
     "nn.functional.embedding",
 )
-SECTIONS = ("abi", "entries", "opinfo", "modules", "model", "bad_input", "oom")
 
 
 def _check(name, passed, detail="", tiers=None, repro="", skipped=False) -> dict:

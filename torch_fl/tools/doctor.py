@@ -17,7 +17,7 @@ from . import inventory
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 # The torch requirement when torch_fl is used from a source tree rather than installed.
-FALLBACK_TORCH_REQUIREMENT = "torch>=2.9"
+FALLBACK_TORCH_REQUIREMENT = "torch>=2.10,<2.15"
 SMOKE_TIMEOUT_S = 180
 
 STATUS_FIX = {
@@ -107,8 +107,12 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def _torch_finding() -> Finding:
+    import re
+
     requirement = _torch_requirement()
-    minimum = requirement.split(">=")[-1] if ">=" in requirement else "0"
+    low = re.search(r">=\s*([0-9][0-9.]*)", requirement)
+    high = re.search(r"<\s*([0-9][0-9.]*)", requirement)
+    minimum = low.group(1) if low else "0"
     try:
         installed = metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -131,6 +135,14 @@ def _torch_finding() -> Finding:
             "reinstall torch (pip install --force-reinstall torch)",
         )
     ms = (time.perf_counter() - t0) * 1000
+    if high and _version_tuple(installed) >= _version_tuple(high.group(1)):
+        return Finding(
+            "torch",
+            WARNING,
+            f"torch {installed} is newer than the range torch_fl was verified on ({requirement}); "
+            "it may work, but nothing has checked it",
+            f'run scripts/torch_versions.sh {installed.split("+")[0]} from a source checkout, or pip install "{requirement}"',
+        )
     return Finding("torch", OK, f"torch {torch.__version__} ({requirement}); import took {ms:.0f} ms")
 
 

@@ -9,7 +9,7 @@ import click
 
 from .. import __version__
 from . import coverage_cmd, inventory, output
-from .certify_child import SECTIONS
+from .certify import SECTIONS
 from .output import NO_RUNTIME, OK, PROBLEM
 from .units import fmt_bytes
 
