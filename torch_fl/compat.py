@@ -16,6 +16,16 @@ import torch
 PRIVATEUSE1_HOOKS_BASE = torch._C._acc.PrivateUse1Hooks if hasattr(torch._C, "_acc") else object
 
 
+def _torch_minor() -> tuple[int, int]:
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+# The C++ standard the device-guard shim is compiled with: torch 2.14's c10 headers use
+# operator<=> and std::strong_ordering (C++20); older ones build as C++17, which was their floor.
+GUARD_CXX_STD = "c++20" if _torch_minor() >= (2, 14) else "c++17"
+
+
 def allow_safe_globals(functions: list) -> None:
     """Allow functions under torch.load(weights_only=True) where this torch has the allow-list."""
     # add_safe_globals exists in every verified release; older ones simply load without it.
