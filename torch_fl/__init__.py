@@ -54,5 +54,8 @@ class _LoadApiAfterTorch:
 
 if "torch" in _sys.modules:
     from torch_fl.api import *  # noqa: F401,F403
+    from torch_fl.autoload import after_import as _after_import  # a late import after a backward
+
+    _after_import()
 else:
     _sys.meta_path.insert(0, _LoadApiAfterTorch())

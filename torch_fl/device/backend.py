@@ -9,13 +9,13 @@ import time
 import torch
 
 from torch_fl.core.runtime import device_count
-from torch_fl.device import guard
+from torch_fl.device import compat, guard
 from torch_fl.device import module as device_module
 
 _done = False
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks if hasattr(torch._C, "_acc") else object):
+class _Hooks(compat.PRIVATEUSE1_HOOKS_BASE):
     def is_available(self) -> bool:
         return device_count() > 0
 

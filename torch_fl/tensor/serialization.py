@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_fl.device import compat
 from torch_fl.tensor.host_copy import to_cpu
 
 # untyped storage (held weakly, by identity) -> "ral:N": storages that belong on a ral device.
@@ -58,5 +59,4 @@ def reduce_ral_tensor(t):
 def register() -> None:
     """Install the location tagger/deserializer and allow _rebuild_ral under weights_only."""
     torch.serialization.register_package(1, _tagger, _deserializer)
-    if hasattr(torch.serialization, "add_safe_globals"):
-        torch.serialization.add_safe_globals([_rebuild_ral])
+    compat.allow_safe_globals([_rebuild_ral])

@@ -9,6 +9,7 @@ import click
 
 from torch_fl import __version__
 from torch_fl.tools import coverage_cmd, inventory, output
+from torch_fl.tools.certify import SECTIONS
 from torch_fl.tools.output import NO_RUNTIME, OK, PROBLEM
 from torch_fl.tools.units import fmt_bytes
 
@@ -154,6 +155,28 @@ def doctor(as_json: bool, no_smoke: bool):
         warnings = sum(f.level == "warning" for f in findings)
         out.print(f"{len(problems)} problem(s), {warnings} warning(s)")
     raise SystemExit(PROBLEM if problems else OK)
+
+
+@cli.command(epilog="Exit codes: 0 certified; 1 not certified; 2 bad command line.")
+@click.argument("plugin_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", default="ral-certificate", show_default=True, help="Folder for certificate.md/.json.")
+@click.option("--samples", default=4, show_default=True, help="Samples per OpInfo op; below 3, one rank per entry.")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS), help="Run only these (iterating).")
+def certify(plugin_dir: str, out_dir: str, samples: int, sections: tuple):
+    """Run the conformance programme against a plugin directory and write its certificate."""
+    from .certify import CERTIFIED
+    from .certify import certify as run_certify
+
+    try:
+        cert = run_certify(plugin_dir, out_dir, samples, sections or SECTIONS)
+    except FileNotFoundError as exc:
+        raise click.BadParameter(str(exc)) from None
+    s = cert["summary"]
+    for r in s["sections"]:
+        click.echo(f"{r['title']}: {r['passed']}/{r['run']} passed ({r['skipped']} not exercised)")
+    click.echo(f"vendor-tier share {s['vendor_share']:.1%}; {len(s['failures'])} failure(s); certificate in {out_dir}/")
+    click.echo(s["verdict"])
+    raise SystemExit(OK if s["verdict"] == CERTIFIED else PROBLEM)
 
 
 coverage_cmd.register(cli)

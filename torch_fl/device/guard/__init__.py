@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from torch_fl.device import compat
+
 _SOURCE = Path(__file__).with_name("ral_guard.cpp")
 _loaded: ctypes.CDLL | None = None
 
@@ -38,7 +40,7 @@ def _compile(dest: Path) -> None:
     cmd = [
         os.environ.get("CXX", "g++"),
         "-O1",
-        "-std=c++17",
+        f"-std={compat.GUARD_CXX_STD}",  # per torch version, see compat.py
         "-shared",
         "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
