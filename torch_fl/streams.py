@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._native import ffi, lib
 from .runtime import check
-from .streams_state import CURRENT, current
+from .streams_state import current, set_current
 
 
 class Stream:
@@ -92,12 +92,12 @@ class StreamContext:
             return None
         dev = self.stream.device_index
         self.prev = current(dev)
-        CURRENT[dev] = self.stream.stream_id
+        set_current(dev, self.stream.stream_id)
         return self.stream
 
     def __exit__(self, *exc):
         if self.stream is not None:
-            CURRENT[self.stream.device_index] = self.prev
+            set_current(self.stream.device_index, self.prev)
 
 
 class Event:

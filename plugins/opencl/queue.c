@@ -2,7 +2,9 @@
  * queue.c -- streams are in-order command queues (with profiling, for elapsed times);
  * events are markers enqueued at the stream's tail.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <stdlib.h>
+#include <time.h>
 
 #include "ocl.h"
 
@@ -50,6 +52,13 @@ static ral_status event_state(cl_event ev) {
   return state == CL_COMPLETE ? RAL_OK : RAL_ERROR_NOT_READY;
 }
 
+/* How long a query waits for its own marker. OpenCL has no "is this queue idle" call, so
+ * a query enqueues a marker; even on an idle queue the marker completes only once the
+ * driver's scheduler has seen it (tens of microseconds on PoCL, milliseconds on a loaded
+ * host), so checking it at once reported busy right after an event on the stream had
+ * synchronized. A busy stream therefore answers a query after this grace period. */
+#define QUERY_GRACE_NS 10000000L
+
 ral_status ocl_stream_query(int32_t device, ral_stream stream) {
   (void)device;
   cl_event ev;
@@ -57,6 +66,14 @@ ral_status ocl_stream_query(int32_t device, ral_stream stream) {
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
   CL.clFlush(stream->q);
   ral_status st = event_state(ev);
+  struct timespec t0, now, nap = {0, 20000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (st == RAL_ERROR_NOT_READY) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > QUERY_GRACE_NS) break;
+    nanosleep(&nap, NULL);
+    st = event_state(ev);
+  }
   CL.clReleaseEvent(ev);
   return st;
 }
