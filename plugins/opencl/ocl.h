@@ -54,10 +54,14 @@ typedef struct {
 extern ocl_device g_dev[OCL_MAX_DEVICES];
 extern int g_ndev;
 
-/* ral_stream is an in-order command queue of one device. */
+/* ral_stream is an in-order command queue of one device. `err` is the device-side fault
+ * record of the index kernels queued on it (see queue.c); `armed` says one may have run
+ * since the last synchronization, so only then does a sync pay for reading it. */
 struct ral_stream_s {
   cl_command_queue q;
   int32_t device;
+  cl_mem err;
+  _Atomic int armed;
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -94,6 +98,11 @@ typedef struct {
   size_t size;
   const void* ptr;
 } ocl_arg;
+
+/*! The fault-record kernel argument of the launch's stream. */
+ocl_arg ocl_stream_err_arg(const ral_kernel_call* c);
+/*! Mark that a bounds-checked kernel was queued on the launch's stream (after the enqueue). */
+void ocl_stream_arm(const ral_kernel_call* c);
 
 /*! Set args and enqueue a built-in kernel on the call's stream. `global` is rounded up to
  *  a multiple of `local` (0 = let the runtime pick); sizes beyond the device's limits

@@ -3,6 +3,7 @@
  * events are markers enqueued at the stream's tail.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -24,15 +25,54 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
     free(s);
     return ocl_cl_fail(err, "clCreateCommandQueue");
   }
+  static const cl_int zeros[OCL_ERR_INTS] = {0};
+  s->err = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, (void*)zeros, &err);
+  if (!s->err) {
+    CL.clReleaseCommandQueue(s->q);
+    free(s);
+    return ocl_cl_fail(err, "clCreateBuffer (stream fault record)");
+  }
   s->device = device;
+  atomic_init(&s->armed, 0);
   *stream = s;
   return RAL_OK;
+}
+
+ocl_arg ocl_stream_err_arg(const ral_kernel_call* c) { return (ocl_arg){sizeof(cl_mem), &c->stream->err}; }
+
+void ocl_stream_arm(const ral_kernel_call* c) { atomic_store(&c->stream->armed, 1); }
+
+static const char* const k_site_names[OCL_N_SITES] = {
+    "?", "gather", "index_select", "scatter", "scatter_add", "embedding", "embedding_dense_backward",
+};
+
+/* After the queue drained: report (and clear) an index fault recorded by a kernel.
+ * `armed` is cleared before the clFinish that preceded this, and set only after an
+ * enqueue, so a fault of a kernel the finish did not cover is read by a later sync. */
+static ral_status read_fault(struct ral_stream_s* s) {
+  cl_int rec[OCL_ERR_INTS] = {0};
+  cl_int err = CL.clEnqueueReadBuffer(s->q, s->err, CL_TRUE, 0, sizeof rec, rec, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueReadBuffer (stream fault record)");
+  if (rec[0] == 0) return RAL_OK;
+  static const cl_int zeros[OCL_ERR_INTS] = {0};
+  err = CL.clEnqueueWriteBuffer(s->q, s->err, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueWriteBuffer (stream fault record)");
+  long long index = (long long)(((uint64_t)(uint32_t)rec[2] << 32) | (uint32_t)rec[1]);
+  long long size = (long long)(((uint64_t)(uint32_t)rec[5] << 32) | (uint32_t)rec[4]);
+  const char* op = rec[0] > 0 && rec[0] < OCL_N_SITES ? k_site_names[rec[0]] : "an index kernel";
+  /* Same words as PyTorch's CPU message; torch_fl.errors maps them to IndexError. */
+  return ocl_error(RAL_ERROR_INVALID_ARGUMENT,
+                   "%s: index %lld is out of bounds for dimension %d with size %lld (found on the "
+                   "device by a kernel queued before this synchronization; nothing was written "
+                   "outside its buffers)",
+                   op, index, rec[3], size);
 }
 
 ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   (void)device;
   if (!stream) return RAL_OK;
   CL.clFinish(stream->q);
+  CL.clReleaseMemObject(stream->err);
   CL.clReleaseCommandQueue(stream->q);
   free(stream);
   return RAL_OK;
@@ -40,8 +80,10 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
 
 ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
   (void)device;
+  int armed = atomic_exchange(&stream->armed, 0);
   cl_int err = CL.clFinish(stream->q);
-  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  return armed ? read_fault(stream) : RAL_OK;
 }
 
 static ral_status event_state(cl_event ev) {
