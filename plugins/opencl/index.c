@@ -41,6 +41,10 @@ static ral_status launch_geom(const ral_kernel_call* c, int kid, const ral_tenso
   return launch_geom_ex(c, kid, bufs, nb, g, 0);
 }
 
+/* 0-d tensors index like 1-d tensors of one element (as in PyTorch's gather/scatter). */
+static int rank1(const ral_tensor* t) { return t->ndim ? t->ndim : 1; }
+static int64_t size1(const ral_tensor* t, int dim) { return t->ndim ? t->sizes[dim] : 1; }
+
 static int index_dtype_ok(const ral_tensor* t) {
   return t->dtype == RAL_DTYPE_INT64 || t->dtype == RAL_DTYPE_INT32;
 }
@@ -105,13 +109,13 @@ ral_status ocl_gather(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *self = ocl_in(c, 0), *index = ocl_in(c, 1);
   int dim = ocl_wrap_dim(ocl_scalar_i(c, 0, 0), self->ndim);
-  if (dim < 0 || !index_dtype_ok(index) || index->ndim != self->ndim)
+  if (dim < 0 || !index_dtype_ok(index) || rank1(index) != rank1(self))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim or index for gather");
   const ral_tensor* ts[3] = {out, self, index};
   ocl_geom g;
   raw_geom(&g, index, ts, 3);
   g.li[0] = dim;
-  g.li[1] = self->ndim ? self->sizes[dim] : 1;
+  g.li[1] = size1(self, dim);
   return launch_geom_ex(c, OCL_K_gather_k, ts, 3, &g, 1);
 }
 
@@ -138,17 +142,16 @@ static ral_status scatter_run(const ral_kernel_call* c, int add) {
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *self = ocl_in(c, 0), *index = ocl_in(c, 1), *src = ocl_in(c, 2);
   int dim = ocl_wrap_dim(ocl_scalar_i(c, 0, 0), self->ndim);
-  if (dim < 0 || !index_dtype_ok(index) || index->ndim != self->ndim || src->ndim != self->ndim)
+  if (dim < 0 || !index_dtype_ok(index) || rank1(index) != rank1(self) || rank1(src) != rank1(self))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim, index or src for scatter");
   st = ocl_copy_tensor(c, out, self);
   if (st != RAL_OK) return st;
   const ral_tensor* ts[3] = {out, index, src};
   ocl_geom g;
   raw_geom(&g, index, ts, 3);
-  if (index->ndim == 0) return RAL_OK;
   g.li[0] = dim;
-  g.li[1] = index->sizes[dim];
-  g.li[2] = out->sizes[dim];
+  g.li[1] = size1(index, dim);
+  g.li[2] = size1(out, dim);
   g.n = g.li[1] ? g.n / g.li[1] : 0;
   g.size[dim] = 1;
   g.op = add;
