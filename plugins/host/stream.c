@@ -250,7 +250,7 @@ static int stream_idle(struct ral_stream_s* s) {
 
 static void stream_free(struct ral_stream_s* s) {
   pthread_mutex_lock(&s->mu);
-  s->stop = 1;
+  __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE); /* the worker polls it unlocked */
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);

@@ -34,6 +34,8 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   }
   s->device = device;
   atomic_init(&s->armed, 0);
+  atomic_init(&s->enqueued, 0);
+  pthread_mutex_init(&s->tail_mu, NULL);
   *stream = s;
   return RAL_OK;
 }
@@ -73,6 +75,8 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   if (!stream) return RAL_OK;
   CL.clFinish(stream->q);
   CL.clReleaseMemObject(stream->err);
+  if (stream->tail) CL.clReleaseEvent(stream->tail);
+  pthread_mutex_destroy(&stream->tail_mu);
   CL.clReleaseCommandQueue(stream->q);
   free(stream);
   return RAL_OK;
@@ -94,20 +98,52 @@ static ral_status event_state(cl_event ev) {
   return state == CL_COMPLETE ? RAL_OK : RAL_ERROR_NOT_READY;
 }
 
-/* How long a query waits for its own marker. OpenCL has no "is this queue idle" call, so
- * a query enqueues a marker; even on an idle queue the marker completes only once the
- * driver's scheduler has seen it (tens of microseconds on PoCL, milliseconds on a loaded
- * host), so checking it at once reported busy right after an event on the stream had
- * synchronized. A busy stream therefore answers a query after this grace period. */
-#define QUERY_GRACE_NS 10000000L
+/* Queue a marker at the stream's tail and remember it (with the command count taken
+ * before it, so every counted command precedes it) as the stream's tail. */
+static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
+  uint64_t n = atomic_load(&s->enqueued);
+  cl_event ev;
+  cl_int err = CL.clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
+  CL.clFlush(s->q);
+  CL.clRetainEvent(ev);
+  pthread_mutex_lock(&s->tail_mu);
+  if (!s->tail || n >= s->tail_n) {
+    if (s->tail) CL.clReleaseEvent(s->tail);
+    s->tail = ev;
+    s->tail_n = n;
+  } else {
+    CL.clReleaseEvent(ev);
+  }
+  pthread_mutex_unlock(&s->tail_mu);
+  *out = ev;
+  return RAL_OK;
+}
+
+/* How long a query waits for a fresh marker. OpenCL has no "is this queue idle" call: a
+ * marker completes only once the driver's scheduler has seen it (tens of microseconds on
+ * PoCL, much more on a loaded host), so a query answers from the last recorded marker when
+ * nothing was queued after it (exact: "idle right after its event synchronized"), and
+ * otherwise gives a fresh marker this long before reporting the stream busy. */
+#define QUERY_GRACE_NS 2000000L
 
 ral_status ocl_stream_query(int32_t device, ral_stream stream) {
   (void)device;
-  cl_event ev;
-  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
-  CL.clFlush(stream->q);
-  ral_status st = event_state(ev);
+  cl_event ev = NULL;
+  pthread_mutex_lock(&stream->tail_mu);
+  if (stream->tail && stream->tail_n == atomic_load(&stream->enqueued)) {
+    ev = stream->tail;
+    CL.clRetainEvent(ev);
+  }
+  pthread_mutex_unlock(&stream->tail_mu);
+  if (ev) {
+    ral_status st = event_state(ev);
+    CL.clReleaseEvent(ev);
+    if (st != RAL_ERROR_NOT_READY) return st;
+  }
+  ral_status st = mark_tail(stream, &ev);
+  if (st != RAL_OK) return st;
+  st = event_state(ev);
   struct timespec t0, now, nap = {0, 20000};
   clock_gettime(CLOCK_MONOTONIC, &t0);
   while (st == RAL_ERROR_NOT_READY) {
@@ -137,9 +173,8 @@ ral_status ocl_event_destroy(int32_t device, ral_event event) {
 ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) {
   (void)device;
   cl_event ev;
-  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
-  CL.clFlush(stream->q);
+  ral_status st = mark_tail(stream, &ev);
+  if (st != RAL_OK) return st;
   if (event->ev) CL.clReleaseEvent(event->ev);
   event->ev = ev;
   return RAL_OK;
@@ -161,6 +196,7 @@ ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event ev
   (void)device;
   if (!event->ev) return RAL_OK;
   cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &event->ev, NULL);
+  if (err == CL_SUCCESS) ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
