@@ -87,8 +87,9 @@ class IndexOutOfRangeError(InvalidArgumentError, IndexError):
 
 
 # Plugins word an out-of-range index like PyTorch's CPU kernels do ("index 7 is out of
-# bounds for dimension 0 with size 5"; the host plugin says "out of range").
-_INDEX_FAULT = re.compile(r"\bindex -?\d+ is out of (?:bounds|range)\b")
+# bounds for dimension 0 with size 5"; the host plugin says "out of range"; nll_loss on
+# the host names the target).
+_INDEX_FAULT = re.compile(r"\b(?:index|target) -?\d+ is out of (?:bounds|range)\b")
 
 
 # Status codes of ral_plugin.h, in enum order. Index = code.

@@ -45,7 +45,7 @@ ocl_arg ocl_stream_err_arg(const ral_kernel_call* c) { return (ocl_arg){sizeof(c
 void ocl_stream_arm(const ral_kernel_call* c) { atomic_store(&c->stream->armed, 1); }
 
 static const char* const k_site_names[OCL_N_SITES] = {
-    "?", "gather", "index_select", "scatter", "scatter_add", "embedding", "embedding_dense_backward",
+    "?", "gather", "index_select", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "nll_loss",
 };
 
 /* After the queue drained: report (and clear) an index fault recorded by a kernel.

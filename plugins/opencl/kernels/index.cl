@@ -8,19 +8,6 @@ inline void move_elem(gbuf dst, long ed, int dtd, gcbuf src, long es, int dts, i
     st_i(dst, ed, dtd, ld_i(src, es, dts));
 }
 
-/* Record the first out-of-range index of a launch in the stream's fault record (site,
- * index, dim, size; read by the host at the next synchronization). The caller skips the
- * access, so no kernel reads or writes outside its buffers whatever the indices. */
-inline void index_fault(__global int* err, int site, long v, long dim, long size) {
-  if (atomic_cmpxchg(err, 0, site) == 0) {
-    err[1] = (int)(v & 0xffffffffL);
-    err[2] = (int)(v >> 32);
-    err[3] = (int)dim;
-    err[4] = (int)(size & 0xffffffffL);
-    err[5] = (int)(size >> 32);
-  }
-}
-
 inline void put_value(gbuf dst, long ed, const ocl_geom* g) {
   if (g->cfl)
     st_f(dst, ed, g->dt[0], g->lf[1]);
