@@ -100,6 +100,17 @@ class LoadFailedError(RalError):
     status_name = "RAL_ERROR_LOAD_FAILED"
 
 
+class IndexOutOfRangeError(InvalidArgumentError, IndexError):
+    """An index outside its dimension reached a kernel (found on the device, perhaps at a
+    later synchronization); an IndexError like CPU's and CUDA's."""
+
+
+# Plugins word an out-of-range index like PyTorch's CPU kernels do ("index 7 is out of
+# bounds for dimension 0 with size 5"; the host plugin says "out of range"; nll_loss on
+# the host names the target).
+_INDEX_FAULT = re.compile(r"\b(?:index|target) -?\d+ is out of (?:bounds|range)\b")
+
+
 # Status codes of ral_plugin.h, in enum order. Index = code.
 STATUS_CLASSES: list[type[RalError]] = [
     RalError,  # RAL_OK never raises
@@ -130,6 +141,8 @@ def refine_status_class(cls: type[RalError]) -> None:
 def error_for_status(status: int, message: str, **context) -> RalError:
     """Build the exception for a runtime status code and its message."""
     cls = STATUS_CLASSES[status] if 0 < status < len(STATUS_CLASSES) else RalError
+    if cls is InvalidArgumentError and _INDEX_FAULT.search(message):
+        cls = IndexOutOfRangeError
     if not message.startswith("RAL_ERROR"):
         message = f"{cls.status_name}: {message}"
     # An error raised at a synchronization point was recorded by the runtime's

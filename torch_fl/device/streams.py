@@ -7,7 +7,7 @@ import torch
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check
 from torch_fl.device.index import device_index
-from torch_fl.device.stream_state import CURRENT, current
+from torch_fl.device.stream_state import current, set_current
 from torch_fl.device.sync import synchronize_event, synchronize_stream
 
 
@@ -92,12 +92,12 @@ class StreamContext:
             return None
         dev = self.stream.device_index
         self.prev = current(dev)
-        CURRENT[dev] = self.stream.stream_id
+        set_current(dev, self.stream.stream_id)
         return self.stream
 
     def __exit__(self, *exc):
         if self.stream is not None:
-            CURRENT[self.stream.device_index] = self.prev
+            set_current(self.stream.device_index, self.prev)
 
 
 class Event:

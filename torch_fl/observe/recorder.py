@@ -149,8 +149,7 @@ class Recorder:
 
     # -- observers (hot: keep them to a few appends) ---------------------------------------
     def _on_op(self, op, tier, dev, t0, t1, full):
-        current = streams_state.CURRENT
-        stream = current[dev] if dev < len(current) else 0
+        stream = streams_state.current(dev)
         if (dev, stream) not in self._streams:
             self._name_stream(dev, stream)
         self._pending.append((_OP, op, tier, dev, stream, t0, t1, _args_key(full)))
@@ -174,8 +173,7 @@ class Recorder:
         self._maybe_flush()
 
     def _on_sync(self, dev, reason):
-        current = streams_state.CURRENT
-        stream = current[dev] if dev < len(current) else 0
+        stream = streams_state.current(dev)
         if (dev, stream) not in self._streams:
             self._name_stream(dev, stream)
         t = time.perf_counter()

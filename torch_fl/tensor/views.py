@@ -66,7 +66,22 @@ def as_strided(func, args, kwargs):
     base, size, stride, offset = full[0], full[1], full[2], full[3]
     if offset is None:
         offset = base.storage_offset()
+    _check_as_strided(base, tuple(size), tuple(stride), offset)
     return wrap(base._buf, tuple(size), tuple(stride), offset, base.dtype)
+
+
+def _check_as_strided(base, size, stride, offset) -> None:
+    """Raise like CPU for negative strides or offsets, bad sizes, or a view past the storage."""
+    torch.empty(0, dtype=base.dtype, device="meta").as_strided(size, stride, offset)
+    if any(n == 0 for n in size):
+        return
+    need = (offset + 1 + sum((n - 1) * st for n, st in zip(size, stride))) * base.dtype.itemsize
+    if need > base._buf.nbytes:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {base.dtype.itemsize} requiring a storage size of {need} are out of "
+            f"bounds for storage of size {base._buf.nbytes}"
+        )
 
 
 def alias(func, args, kwargs):

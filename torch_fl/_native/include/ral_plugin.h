@@ -40,8 +40,22 @@
  *   - treat every pointer the runtime passes as already validated against the live
  *     allocation table (the runtime's SecureContext does this before any call).
  *
- * Thread safety: every entry may be called from any thread. Calls on one stream are
- * issued in order by the runtime; calls on different streams may be concurrent.
+ * Threading contract (what a plugin may assume, and must provide):
+ *   - every entry may be called from any thread, concurrently with any other entry,
+ *     on the same stream too: several threads may launch onto, copy on, query or
+ *     synchronize one stream at once (the plugin serializes what it must). Work queued
+ *     on a stream runs in the order its enqueueing calls returned;
+ *   - handles outlive their uses: the runtime never passes a stream or event handle to
+ *     any entry after, or concurrently with, its stream_destroy / event_destroy. It calls
+ *     stream_destroy only once no call on that stream is in flight and after a
+ *     stream_synchronize of it returned, and event_destroy only once no call with that
+ *     event is in flight and, if a stream waited on the event, after those streams were
+ *     synchronized (a queued wait may point at the event until it runs);
+ *   - free() is called only for memory no queued work uses (see free below);
+ *   - asynchronous failures (including out-of-range indices found on the device) are
+ *     returned by the next stream_synchronize of the stream they ran on.
+ * The runtime implements this with reference-counted stream and event slots
+ * (torch_fl/_native/streams.c); torch_fl/_native/README.md has the runtime side.
  */
 #ifndef RAL_PLUGIN_H
 #define RAL_PLUGIN_H
