@@ -58,7 +58,13 @@ class CpuRun:
         # Zero-copy views see secret mutations by themselves; copies must be written back.
         positions = self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ())
         if not host_mappable(dev):  # on a host-mappable device the CPU views were the memory
-            mutated = {id(full[p]) for p in positions if type(full[p]) is RalTensor}
+            mutated = set()
+            for p in positions:
+                v = full[p]
+                # a mutated Tensor[] (the _foreach_*_ ops, fused optimizers) mutates each element
+                for t in v if isinstance(v, (list, tuple)) else (v,):
+                    if type(t) is RalTensor:
+                        mutated.add(id(t))
             for orig, cpu in copies:
                 if id(orig) in mutated:
                     write_back(orig, cpu)
