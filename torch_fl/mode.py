@@ -11,9 +11,11 @@ A TorchFunctionMode (above autograd, so uploads are differentiable):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
+import torch.utils.checkpoint as _checkpoint
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
@@ -370,7 +372,54 @@ def _install_step_hooks() -> None:
     if not _hooks_installed:
         register_optimizer_step_pre_hook(_step_pre)
         register_optimizer_step_post_hook(_step_post)
+        _install_checkpoint_support()
         _hooks_installed = True
+
+
+# torch.utils.checkpoint recomputes the forward inside backward, on an autograd thread where
+# no ral_mode is active: the recomputed values came out on CPU and failed checkpoint's
+# metadata check. Both variants are taught to recompute inside the mode that was active when
+# the checkpointed forward ran; with no ral_mode active they behave exactly as before.
+def _active_ral_mode():
+    for m in reversed(torch.overrides._get_current_function_mode_stack()):
+        if isinstance(m, ral_mode):
+            return m
+    return None
+
+
+def _install_checkpoint_support() -> None:
+    original_generator = _checkpoint._checkpoint_without_reentrant_generator
+    noop = _checkpoint.noop_context_fn
+
+    def generator(fn, preserve_rng_state=True, context_fn=noop, *args, **kwargs):
+        mode = _active_ral_mode()
+        if mode is not None and context_fn is noop:
+
+            def context_fn():
+                return contextlib.nullcontext(), ral_mode(mode.device, mode.rng)
+
+        return original_generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
+
+    _checkpoint._checkpoint_without_reentrant_generator = generator
+    cls = _checkpoint.CheckpointFunction
+    forward, backward = cls.forward, cls.backward
+
+    def reentrant_forward(ctx, run_function, preserve_rng_state, *args):
+        ctx.ral_mode = _active_ral_mode()
+        return forward(ctx, run_function, preserve_rng_state, *args)
+
+    def reentrant_backward(ctx, *grads):
+        mode = getattr(ctx, "ral_mode", None)
+        if mode is None:
+            return backward(ctx, *grads)
+        with ral_mode(mode.device, mode.rng):
+            return backward(ctx, *grads)
+
+    cls.forward = staticmethod(reentrant_forward)
+    cls.backward = staticmethod(reentrant_backward)
+
+
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _map(v, fn):
@@ -503,6 +552,10 @@ class ral_mode(TorchFunctionMode):
             # value) insist on one device, and everything in an unmodified script is on CPU.
             if type(t) is RalTensor or t.device.type != "cpu":
                 return t
+            if _functorch_wrapped(t):
+                # a torch.func (vmap/grad/jacrev) wrapper of CPU data has no storage to cache
+                # or copy; its own `to` is the transform-aware (batched, differentiable) upload
+                return t.to(self.device)
             twin = upload(t, dev)
             uploaded.append((t, twin, _version_of(twin)))
             return twin
