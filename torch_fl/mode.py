@@ -20,6 +20,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_fl.device import fork
 from torch_fl.device.index import parse_device
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
@@ -566,3 +567,11 @@ class ral_mode(TorchFunctionMode):
             if any(t is f for f in forced) or _version_of(twin) != version:
                 _write_back(t, twin)
         return out
+
+
+def _plain_cpu(self, func, types, args=(), kwargs=None):
+    """ral_mode in a forked child (a DataLoader worker): plain CPU PyTorch, no device."""
+    return func(*args, **(kwargs or {}))
+
+
+fork.on_fork_child(lambda: setattr(ral_mode, "__torch_function__", _plain_cpu))
