@@ -32,6 +32,7 @@ from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
 from torch_fl.observe.coverage import Coverage, coverage
 from torch_fl.tensor import factories as _factories
+from torch_fl.tensor import safetensors_compat as _safetensors_compat
 from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -41,6 +42,7 @@ _REGISTRY.op_check = resolve_op
 _backend.register()
 _factories.register()
 _serialization.register()
+_safetensors_compat.register()
 _REGISTRY.reload()
 from torch_fl import jit  # noqa: E402 (registers the jit tier with the router)
 from torch_fl.jit import fuse  # noqa: E402,F401 (public API)

@@ -11,12 +11,16 @@ A TorchFunctionMode (above autograd, so uploads are differentiable):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
+import torch.utils.checkpoint as _checkpoint
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_fl.device import fork
 from torch_fl.device.index import parse_device
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
@@ -120,7 +124,50 @@ _RNG_FUNCTIONS = {
     torch.multinomial,
     torch.poisson,
 }
-_PASS, _FACTORY, _INPLACE, _COMPUTE, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(8)
+# Ops whose result aliases their first argument. On a CPU tensor they stay on CPU (metadata
+# only, no data moves), so a later in-place op through the view lands in the CPU tensor the
+# user owns, exactly as without the mode (`t[1:].zero_()`, `w.diagonal().fill_(7)`).
+_VIEW_NAMES = {
+    "__getitem__",
+    "view",
+    "view_as",
+    "reshape",
+    "reshape_as",
+    "flatten",
+    "unflatten",
+    "diagonal",
+    "select",
+    "narrow",
+    "transpose",
+    "swapaxes",
+    "swapdims",
+    "t",
+    "permute",
+    "movedim",
+    "moveaxis",
+    "squeeze",
+    "unsqueeze",
+    "expand",
+    "expand_as",
+    "as_strided",
+    "unfold",
+    "unbind",
+    "split",
+    "split_with_sizes",
+    "tensor_split",
+    "chunk",
+    "hsplit",
+    "vsplit",
+    "dsplit",
+    "adjoint",
+    "real",
+    "imag",
+    "view_as_real",
+    "view_as_complex",
+    "conj",
+    "contiguous",
+}
+_PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(9)
 _KINDS: dict = {}
 
 # Upload cache: cpu tensor (held weakly, by identity) -> (version, data_ptr, device, device copy).
@@ -147,6 +194,8 @@ def _kind(func) -> int:
             k = _PASS
         elif func is torch.autograd.grad or func is torch.autograd.backward:
             k = _PASS  # its inputs are graph nodes to differentiate for, not data to upload
+        elif name in _VIEW_NAMES:
+            k = _VIEW
         elif (
             (name.endswith("_") and not name.endswith("__"))
             or name in ("__setitem__",)
@@ -164,6 +213,12 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
         version = t._version
     except RuntimeError:  # inference tensors carry no version counter: do not cache
         return to_device(t.detach(), dev)
+    base = t._base
+    if base is not None and _same_layout_base(t, base):
+        # A view of a CPU tensor (made on CPU by the mode): a device view of the base's
+        # cached twin, so `w[:, :n]` in every forward does not upload anew each call.
+        twin = _cached_copy(base, dev)
+        return twin.as_strided(t.shape, t.stride(), t.storage_offset())
     ptr = t.data_ptr()
     hit = _CACHE.get(t)
     if hit is not None and hit[0] == version and hit[1] == ptr and hit[2] == dev:
@@ -174,6 +229,18 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     with _cache_lock:
         _CACHE[t] = (version, ptr, dev, copy)
     return copy
+
+
+def _same_layout_base(t: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether base's device twin (a contiguous copy) has t's storage layout: t can be
+    made from it by as_strided with t's own sizes, strides and offset."""
+    return (
+        base.dtype == t.dtype
+        and base.storage_offset() == 0
+        and base.is_contiguous()
+        and not (t.is_conj() or t.is_neg() or base.is_conj() or base.is_neg())
+        and t.untyped_storage().data_ptr() == base.data_ptr()
+    )
 
 
 def _version_of(t) -> int:
@@ -255,12 +322,137 @@ def _is_cpu_tensor(a) -> bool:
     return isinstance(a, torch.Tensor) and type(a) is not RalTensor and a.device.type == "cpu"
 
 
+def _owns_cpu(a) -> bool:
+    """Whether a mutated argument (a tensor, or the Tensor[] of a _foreach_*_ op or fused
+    optimizer step) is CPU state: then the op runs on CPU, where that state lives."""
+    if type(a) is list or type(a) is tuple:
+        return any(_is_cpu_tensor(x) for x in a)
+    return _is_cpu_tensor(a)
+
+
+def _has_ral_tensor(args, kwargs) -> bool:
+    for v in (*args, *kwargs.values()):
+        if type(v) is RalTensor:
+            return True
+        if (type(v) is list or type(v) is tuple) and _has_ral_tensor(v, {}):
+            return True
+    return False
+
+
+# Optimizer steps over CPU parameters run on CPU: their state (momentum, exp_avg, step
+# counters) is CPU state the user owns, and foreach/fused kernels insist that a parameter
+# and its state share a device. Global optimizer hooks push/pop a flag per step.
+_steps = threading.local()
+_hooks_installed = False
+
+
+def _cpu_params(opt) -> bool:
+    return any(_is_cpu_tensor(p) for group in opt.param_groups for p in group["params"])
+
+
+def _step_pre(opt, args, kwargs):
+    stack = getattr(_steps, "stack", None)
+    if stack is None:
+        stack = _steps.stack = []
+    stack.append(_cpu_params(opt))
+
+
+def _step_post(opt, args, kwargs):
+    stack = getattr(_steps, "stack", None)
+    if stack:
+        stack.pop()
+
+
+def _in_cpu_step() -> bool:
+    stack = getattr(_steps, "stack", None)
+    return bool(stack) and stack[-1]
+
+
+def _install_step_hooks() -> None:
+    global _hooks_installed
+    if not _hooks_installed:
+        register_optimizer_step_pre_hook(_step_pre)
+        register_optimizer_step_post_hook(_step_post)
+        _install_checkpoint_support()
+        _hooks_installed = True
+
+
+# torch.utils.checkpoint recomputes the forward inside backward, on an autograd thread where
+# no ral_mode is active: the recomputed values came out on CPU and failed checkpoint's
+# metadata check. Both variants are taught to recompute inside the mode that was active when
+# the checkpointed forward ran; with no ral_mode active they behave exactly as before.
+def _active_ral_mode():
+    for m in reversed(torch.overrides._get_current_function_mode_stack()):
+        if isinstance(m, ral_mode):
+            return m
+    return None
+
+
+def _install_checkpoint_support() -> None:
+    original_generator = _checkpoint._checkpoint_without_reentrant_generator
+    noop = _checkpoint.noop_context_fn
+
+    def generator(fn, preserve_rng_state=True, context_fn=noop, *args, **kwargs):
+        mode = _active_ral_mode()
+        if mode is not None and context_fn is noop:
+
+            def context_fn():
+                return contextlib.nullcontext(), ral_mode(mode.device, mode.rng)
+
+        return original_generator(fn, preserve_rng_state, context_fn, *args, **kwargs)
+
+    _checkpoint._checkpoint_without_reentrant_generator = generator
+    cls = _checkpoint.CheckpointFunction
+    forward, backward = cls.forward, cls.backward
+
+    def reentrant_forward(ctx, run_function, preserve_rng_state, *args):
+        ctx.ral_mode = _active_ral_mode()
+        return forward(ctx, run_function, preserve_rng_state, *args)
+
+    def reentrant_backward(ctx, *grads):
+        mode = getattr(ctx, "ral_mode", None)
+        if mode is None:
+            return backward(ctx, *grads)
+        with ral_mode(mode.device, mode.rng):
+            return backward(ctx, *grads)
+
+    cls.forward = staticmethod(reentrant_forward)
+    cls.backward = staticmethod(reentrant_backward)
+
+
+_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
 def _map(v, fn):
     if isinstance(v, torch.Tensor):
         return fn(v)
     if type(v) is list or type(v) is tuple:
         return type(v)(_map(x, fn) for x in v)
     return v
+
+
+def _down(t):
+    return to_cpu(t) if type(t) is RalTensor else t
+
+
+def _forget(v) -> None:
+    """Drop the cached device twins of the CPU tensors in v (a tensor or a list of them)."""
+    for t in v if type(v) is list or type(v) is tuple else (v,):
+        if _is_cpu_tensor(t):
+            _CACHE.pop(t, None)
+            if t._base is not None:
+                _CACHE.pop(t._base, None)
+
+
+def _on_cpu(kind, func, args, kwargs):
+    """Run func on CPU, device operands downloaded. An in-place op may mutate CPU tensors
+    without bumping their version counters (the fused optimizer kernels do not), so the
+    upload cache forgets every CPU tensor it was given."""
+    out = func(*_map(list(args), _down), **{k: _map(v, _down) for k, v in kwargs.items()})
+    if kind == _INPLACE:
+        for a in (*args, *kwargs.values()):
+            _forget(a)
+    return out
 
 
 class ral_mode(TorchFunctionMode):
@@ -276,6 +468,13 @@ class ral_mode(TorchFunctionMode):
             raise ValueError(f"ral_mode needs a ral device, got {device!r}")
         self.index = index
         self.device = torch.device("ral", self.index)
+        _install_step_hooks()
+
+    def __exit__(self, *exc):
+        # a step that raised never ran its post hook: do not let its flag outlive the block
+        if getattr(_steps, "stack", None):
+            _steps.stack.clear()
+        return super().__exit__(*exc)
 
     def _cpu_rng(self, kind, func, args, kwargs):
         """Run a random op on CPU (PyTorch's generator and algorithm), then place the result."""
@@ -317,6 +516,8 @@ class ral_mode(TorchFunctionMode):
             kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if _in_cpu_step():  # an optimizer step over CPU parameters: plain CPU PyTorch
+            return _on_cpu(kind, func, args, kwargs)
         if kind == _INIT:
             target = _arg(args, kwargs, 0, "tensor")
             if self.rng == "cpu" and type(target) is RalTensor and func.__name__.endswith("_"):
@@ -338,9 +539,10 @@ class ral_mode(TorchFunctionMode):
             if kwargs.get("device") is None:
                 kwargs = dict(kwargs, device=self.device)
             return func(*args, **kwargs)
-        if kind == _INPLACE and args and _is_cpu_tensor(args[0]) or _is_cpu_tensor(kwargs.get("out")):
-            down = lambda t: to_cpu(t) if type(t) is RalTensor else t  # noqa: E731
-            return func(*_map(list(args), down), **{k: _map(v, down) for k, v in kwargs.items()})
+        if kind == _VIEW and args and _is_cpu_tensor(args[0]) and not _has_ral_tensor(args, kwargs):
+            return func(*args, **kwargs)  # a CPU view of CPU data: stays CPU state
+        if kind == _INPLACE and args and _owns_cpu(args[0]) or _owns_cpu(kwargs.get("out")):
+            return _on_cpu(kind, func, args, kwargs)
         if not _has_cpu_tensor(args, kwargs):
             return func(*args, **kwargs)  # all operands already on a device: nothing to move
         dev = self.index
@@ -351,6 +553,10 @@ class ral_mode(TorchFunctionMode):
             # value) insist on one device, and everything in an unmodified script is on CPU.
             if type(t) is RalTensor or t.device.type != "cpu":
                 return t
+            if _functorch_wrapped(t):
+                # a torch.func (vmap/grad/jacrev) wrapper of CPU data has no storage to cache
+                # or copy; its own `to` is the transform-aware (batched, differentiable) upload
+                return t.to(self.device)
             twin = upload(t, dev)
             uploaded.append((t, twin, _version_of(twin)))
             return twin
@@ -361,3 +567,11 @@ class ral_mode(TorchFunctionMode):
             if any(t is f for f in forced) or _version_of(twin) != version:
                 _write_back(t, twin)
         return out
+
+
+def _plain_cpu(self, func, types, args=(), kwargs=None):
+    """ral_mode in a forked child (a DataLoader worker): plain CPU PyTorch, no device."""
+    return func(*args, **(kwargs or {}))
+
+
+fork.on_fork_child(lambda: setattr(ral_mode, "__torch_function__", _plain_cpu))

@@ -44,7 +44,14 @@ def register() -> None:
     guard.load(device_count())  # must precede the Python guard: registration is first-wins
     from torch.utils import backend_registration as br
 
-    if hasattr(br, "_setup_privateuseone_for_python_backend"):
+    if hasattr(br, "_setup_privateuseone_for_python_backend") and guard.register_hooks(device_count()):
+        # br._setup_privateuseone_for_python_backend without its Python hooks object: the
+        # shim's C++ hooks also provide the pinned-memory allocator (DataLoader pin_memory)
+        torch.utils.rename_privateuse1_backend("ral")
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module("ral", device_module)
+        torch._C._acc.register_python_privateuseone_device_guard(br._DummyDeviceGuard())
+    elif hasattr(br, "_setup_privateuseone_for_python_backend"):
         br._setup_privateuseone_for_python_backend(rename="ral", backend_module=device_module, hook=_Hooks())
     else:  # older torch: rename + module only
         torch.utils.rename_privateuse1_backend("ral")

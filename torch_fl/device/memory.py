@@ -6,6 +6,7 @@ import threading
 
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, ensure_initialized
+from torch_fl.device import fork
 
 # Allocation observers (the tracer): callables (event, buffer) with event "alloc" or "free".
 # Empty unless a trace is recording, so the per-op cost is one truth test.
@@ -27,6 +28,9 @@ class Buffer:
 
     def __del__(self):
         # Interpreter shutdown may have torn `lib` down already; nothing to free then.
+        # In a forked child the memory is the parent's, and the runtime is unusable.
+        if fork.in_child:
+            return
         try:
             if ALLOC_OBSERVERS:
                 for obs in ALLOC_OBSERVERS:
@@ -44,6 +48,8 @@ _tls = threading.local()
 
 def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
     """Allocate nbytes on a device for use on a stream; raises torch_fl.OutOfMemoryError."""
+    if fork.in_child:
+        fork.refuse(f"allocating {nbytes} bytes on ral:{device}")
     out = getattr(_tls, "out", None)
     if out is None:  # one result cell per thread: cffi releases the GIL during the call
         out = _tls.out = ffi.new("uint64_t*")

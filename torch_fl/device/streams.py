@@ -6,6 +6,7 @@ import torch
 
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check
+from torch_fl.device import fork
 from torch_fl.device.index import device_index
 from torch_fl.device.stream_state import current, set_current
 from torch_fl.device.sync import synchronize_event, synchronize_stream
@@ -73,7 +74,7 @@ class Stream:
         return f"<torch.ral.Stream device=ral:{self.device_index} id={self.stream_id}>"
 
     def __del__(self):
-        if getattr(self, "_owned", False):
+        if getattr(self, "_owned", False) and not fork.in_child:
             try:
                 lib.rt_stream_destroy(self.device_index, self.stream_id)
             except Exception:
@@ -152,7 +153,7 @@ class Event:
         return float(out[0])
 
     def __del__(self):
-        if getattr(self, "event_id", None) is not None:
+        if getattr(self, "event_id", None) is not None and not fork.in_child:
             try:
                 lib.rt_event_destroy(self.device_index, self.event_id)
             except Exception:

@@ -7,6 +7,7 @@ import time
 import torch
 
 from torch_fl.core.errors import UnsupportedError
+from torch_fl.device import fork
 from torch_fl.dispatch import router
 from torch_fl.dispatch.special import ROUTE, SPECIAL
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
@@ -110,4 +111,9 @@ def route(func, args, kwargs):
             obs(sch.name, run.tier, dev, t0, t1, full)
 
 
+def _refuse_in_forked_child(func, args, kwargs):
+    fork.refuse(f"{func} on a ral tensor inherited from the parent")
+
+
 set_dispatcher(dispatch)
+fork.on_fork_child(lambda: set_dispatcher(_refuse_in_forked_child))

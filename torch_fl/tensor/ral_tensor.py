@@ -123,13 +123,63 @@ class RalTensor(torch.Tensor):
 
     @outside_modes
     def numpy(self, *, force: bool = False):
-        """Copy to host and return a NumPy array (like a CUDA tensor's .cpu().numpy())."""
+        """Copy to host and return a NumPy array (like a CUDA tensor's .cpu().numpy(force=True))."""
+        if self.requires_grad and not force:
+            # the same check and message as a CPU tensor's numpy()
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return to_cpu(self.detach()).numpy()
+
+    def __format__(self, spec):
+        # torch.Tensor.__format__ formats a 0-dim tensor as its Python number, but only for
+        # exact torch.Tensor; f"{loss:.4f}" on a ral tensor must behave the same.
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def storage(self):
+        """A stand-in for the (deprecated) typed storage: the device buffer's identity and size.
+
+        Libraries use `tensor.storage().data_ptr()` to find tensors sharing memory (safetensors);
+        a wrapper tensor's own storage has no data pointer to give."""
+        return DeviceStorage(self._buf, self.dtype)
 
     @outside_modes
     def tolist(self):
         """Copy to host and return nested Python lists."""
         return to_cpu(self.detach()).tolist()
+
+
+class DeviceStorage:
+    """What `RalTensor.storage()` returns: the buffer's device address, size and dtype."""
+
+    __slots__ = ("_buf", "dtype")
+
+    def __init__(self, buf: Buffer, dtype: torch.dtype):
+        self._buf = buf
+        self.dtype = dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The ral device holding the buffer."""
+        return torch_device(self._buf.device)
+
+    def data_ptr(self) -> int:
+        """The buffer's device address (equal for tensors that share memory)."""
+        return int(self._buf.ptr)
+
+    def nbytes(self) -> int:
+        """Size of the buffer in bytes."""
+        return self._buf.nbytes
+
+    def element_size(self) -> int:
+        """Bytes per element of the tensor's dtype."""
+        return self.dtype.itemsize
+
+    def size(self) -> int:
+        """Number of whole elements of the tensor's dtype the buffer holds."""
+        return self._buf.nbytes // self.dtype.itemsize
+
+    __len__ = size
 
 
 _STRIDED = torch.strided

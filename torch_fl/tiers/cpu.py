@@ -11,17 +11,20 @@ from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.transfer import to_device
+from torch_fl.tiers.widen import WIDENED
 
 
 class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
     tier = "cpu"
-    __slots__ = ("sch", "dev")
+    __slots__ = ("sch", "dev", "fn")
 
     def __init__(self, sch, dev):
         self.sch = sch
         self.dev = dev
+        # the CPU kernel, or an exact replacement where CPU lacks a dtype CUDA has (widen.py)
+        self.fn = WIDENED.get(sch.func, sch.func)
 
     def run(self, args, kwargs, full):
         """Execute the op through PyTorch's CPU kernel."""
@@ -45,7 +48,7 @@ class CpuRun:
         cpu_args = [down(a) for a in args]
         cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
         shapes = [(c.shape, c.stride()) for _, c in copies]
-        result = self.sch.func(*cpu_args, **cpu_kwargs)
+        result = self.fn(*cpu_args, **cpu_kwargs)
         for (orig, cpu), before in zip(copies, shapes):
             if (cpu.shape, cpu.stride()) != before and not _adopt_resized(orig, cpu, dev):
                 raise UnsupportedError(
@@ -58,7 +61,13 @@ class CpuRun:
         # Zero-copy views see secret mutations by themselves; copies must be written back.
         positions = self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ())
         if not host_mappable(dev):  # on a host-mappable device the CPU views were the memory
-            mutated = {id(full[p]) for p in positions if type(full[p]) is RalTensor}
+            mutated = set()
+            for p in positions:
+                v = full[p]
+                # a mutated Tensor[] (the _foreach_*_ ops, fused optimizers) mutates each element
+                for t in v if isinstance(v, (list, tuple)) else (v,):
+                    if type(t) is RalTensor:
+                        mutated.add(id(t))
             for orig, cpu in copies:
                 if id(orig) in mutated:
                     write_back(orig, cpu)

@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_fl.core.registry import REGISTRY
 from torch_fl.tensor.op_schema import UNFAITHFUL_DECOMPOSITIONS, schema_of
 from torch_fl.tiers.protocol import Declined
+from torch_fl.tiers.rnn_cells import DEVICE_ONLY
 from torch_fl.tiers.vendor import to_meta
 
 _tls = threading.local()
@@ -62,6 +63,9 @@ def build(sch, args, kwargs, full, dev, kernel_free=frozenset()):
         raise Declined("already being decomposed")
     if sch.is_inplace or sch.is_out:
         raise Declined("in-place and out= ops keep exact mutation semantics on another tier")
+    device_only = DEVICE_ONLY.get(func)
+    if device_only is not None:  # no CPU kernel exists: this decomposition is the op here
+        return DecompRun(sch, dev, device_only)
     if sch.name in UNFAITHFUL_DECOMPOSITIONS:
         raise Declined(UNFAITHFUL_DECOMPOSITIONS[sch.name])
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):

@@ -324,6 +324,15 @@ def _pick_entry(entries, dtype, rank, numel):
     raise Declined("; ".join(reasons))
 
 
+def _has_complex_operand(sch, full) -> bool:
+    for p in sch.input_positions:
+        v = full[p]
+        items = v if isinstance(v, (list, tuple)) else (v,)
+        if any(isinstance(t, torch.Tensor) and t.is_complex() for t in items):
+            return True
+    return False
+
+
 def _promotion_target(sch, full, out_dtype):
     """The dtype pointwise inputs must share before a kernel sees them (None: no casts)."""
     operands = [full[p] for p in sch.input_positions if full[p] is not None and sch.names[p] not in NO_PROMOTE_ARGS]
@@ -417,12 +426,18 @@ def build(sch, args, kwargs, full, dev):
     probe = first if first is not None else (full[out_pos[0]] if out_pos else None)
     dtype = probe.dtype if probe is not None else out_dtype
     rank = probe.dim() if probe is not None else len(out_shape)
-    entry = _pick_entry(entries, dtype, rank, numel)
+    target = _promotion_target(sch, full, out_dtype) if sch.pointwise else None
+    # The kernel sees the promoted dtype (real * complex runs a complex kernel), so that is
+    # the dtype the manifest entry must declare; a complex operand the kernel would not see
+    # as complex (a non-pointwise op taking the first operand's dtype) is declined.
+    kernel_dtype = target or dtype
+    entry = _pick_entry(entries, kernel_dtype, rank, numel)
+    if kernel_dtype is not None and not kernel_dtype.is_complex and _has_complex_operand(sch, full):
+        raise Declined("complex operand of a real kernel")
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")
     broadcasting = (sch.pointwise or sch.name in BROADCASTING_OPS) and not entry.broadcast
-    target = _promotion_target(sch, full, out_dtype) if sch.pointwise else None
     inputs = []
     for pos in sch.input_positions:
         kind = sch.kinds[pos]

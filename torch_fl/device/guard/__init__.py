@@ -50,6 +50,7 @@ def _compile(dest: Path) -> None:
         tmp,
         f"-L{torch_dir / 'lib'}",
         "-lc10",
+        "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}",
     ]
     try:
@@ -79,3 +80,11 @@ def load(device_count: int) -> bool:
             return False
     _loaded.ral_guard_set_device_count(max(device_count, 8))
     return True
+
+
+def register_hooks(device_count: int) -> bool:
+    """Register the shim's PrivateUse1 hooks (with a pinned-memory allocator); False if the
+    shim is not loaded or registration failed (then the caller registers Python hooks)."""
+    if _loaded is None:
+        return False
+    return _loaded.ral_guard_register_hooks(device_count) == 0

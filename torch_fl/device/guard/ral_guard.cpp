@@ -6,9 +6,14 @@
 // runtime found (plus headroom for hot-plug) and tracks the current device per thread.
 // It is compiled against the installed torch at first import (see __init__.py) and contains
 // no torch_fl logic: streams and events stay in the Python/native layers.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 
 namespace {
 
@@ -54,7 +59,71 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, RalGuardImpl);
 
+// Pinned host memory (DataLoader(pin_memory=True), Tensor.pin_memory()). PyTorch asks the
+// accelerator's hooks for a pinned allocator; the ral runtime copies through ordinary host
+// memory, so "pinned" blocks are plain 64-byte-aligned host allocations whose ranges are
+// remembered, so is_pinned() answers true for exactly the tensors pin_memory() made.
+std::mutex pinned_mutex;
+std::map<std::uintptr_t, std::size_t> pinned_blocks;  // start -> size
+
+void free_pinned(void* p) {
+  if (!p) return;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mutex);
+    pinned_blocks.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  std::free(p);
+}
+
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(std::size_t n) override {
+    void* p = nullptr;
+    if (n) {
+      p = std::aligned_alloc(64, (n + 63) / 64 * 64);
+      TORCH_CHECK_WITH(OutOfMemoryError, p, "ral: cannot allocate ", n, " bytes of pinned host memory");
+      std::lock_guard<std::mutex> lock(pinned_mutex);
+      pinned_blocks[reinterpret_cast<std::uintptr_t>(p)] = n;
+    }
+    return {p, p, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedAllocator pinned_allocator;
+std::atomic<int> real_devices{0};
+
+struct RalHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return real_devices.load() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator; }
+  bool isPinnedPtr(const void* data) const override {
+    auto p = reinterpret_cast<std::uintptr_t>(data);
+    std::lock_guard<std::mutex> lock(pinned_mutex);
+    auto it = pinned_blocks.upper_bound(p);
+    if (it == pinned_blocks.begin()) return false;
+    --it;
+    return p < it->first + (it->second ? it->second : 1);
+  }
+};
+
 }  // namespace
+
+// Called once by torch_fl instead of registering the Python hooks object (which has no
+// pinned-memory allocator); returns 0 on success.
+extern "C" __attribute__((visibility("default"))) int ral_guard_register_hooks(int devices) {
+  static RalHooks hooks;
+  real_devices.store(devices);
+  try {
+    at::RegisterPrivateUse1HooksInterface(&hooks);
+  } catch (...) {
+    return 1;
+  }
+  return 0;
+}
 
 // Called once by torch_fl after device discovery, before any backward pass.
 extern "C" __attribute__((visibility("default"))) void ral_guard_set_device_count(int n) {
