@@ -39,6 +39,8 @@ def _child_command(device: str | None, out: str, script_argv: list[str]) -> list
 
 def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
     """Run the script per device, print the report, return the script's exit code."""
+    import torch  # noqa: F401  (torch first: it loads torch_fl's API before its torch-facing modules)
+
     from torch_fl.observe.coverage import Coverage
     from torch_fl.observe.coverage_report import workload_report
 
@@ -67,7 +69,8 @@ def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
 
 def run_opinfo(devices: list[str], dtypes: list[str], ops: list[str], max_samples: int | None, fmt: str) -> int:
     """Run the OpInfo conformance per device and print the op x dtype matrix; 1 if any fail."""
-    from torch_fl import api  # noqa: F401  (ralctl imports torch_fl torch-free: register the device now)
+    import torch  # noqa: F401  (torch first: it loads torch_fl's API before its torch-facing modules)
+
     from torch_fl.observe import conformance as C
     from torch_fl.observe.coverage_report import opinfo_matrix
 

@@ -179,6 +179,9 @@ def why_no_devices(plugins: list[PluginRow]) -> str:
 
 def op_checker() -> Callable[[str], str | None]:
     """check_op for plugin_rows that resolves op names in torch (imports torch: slow)."""
+    # torch first: it loads torch_fl's torch-facing API (autoload) before any of its modules.
+    import torch  # noqa: F401
+
     from torch_fl.tensor.op_schema import resolve_op
 
     def check(op: str) -> str | None:
