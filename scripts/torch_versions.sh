@@ -23,7 +23,8 @@ quiet() { "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a director
 "$VENV/bin/pip" wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$WORK/dist" . || exit 1
 WHEEL=$(ls "$WORK"/dist/torch_fl-*.whl)
 # Tests without the package: conftest's REPO then has no torch_fl/, so imports hit the wheel.
-mkdir -p "$WORK/src" && cp -r tests "$WORK/src/tests" && rm -rf "$WORK/src/tests/__pycache__"
+# pyproject.toml too: the packaging tests read the declared entry point from it.
+mkdir -p "$WORK/src" && cp -r tests pyproject.toml "$WORK/src/" && rm -rf "$WORK/src/tests/__pycache__"
 
 for v in "${VERSIONS[@]}"; do
   echo "=== torch $v"
