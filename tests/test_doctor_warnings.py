@@ -43,8 +43,8 @@ def test_doctor_turns_a_plugin_warning_into_an_explained_finding(tmp_path):
     manifest = json.loads((plugin / "manifest.json").read_text())
     manifest["kernels"][0]["dtypes"] = ["float99"]  # schema-invalid: torch_fl warns and ignores its kernels
     (plugin / "manifest.json").write_text(json.dumps(manifest))
-    # TORCH_FL_LIGHT_IMPORT=1: as the `ralctl` console script runs (no full import before doctor).
-    env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_FL_PLUGIN_PATH=str(tmp_path / "root"), TORCH_FL_LIGHT_IMPORT="1")
+    # torch_fl is imported torch-free, as the `ralctl` console script runs (no full import before doctor).
+    env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_FL_PLUGIN_PATH=str(tmp_path / "root"))
     proc = subprocess.run(
         [sys.executable, "-m", "torch_fl.tools.ralctl", "doctor", "--json"],
         env=env,

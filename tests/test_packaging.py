@@ -147,7 +147,7 @@ def test_sdist_carries_native_sources(tmp_path):
         "torch_fl/_native/build_runtime.py",
         "torch_fl/_native/loader.c",
         "torch_fl/_native/include/ral_plugin.h",
-        "torch_fl/guard/ral_guard.cpp",
+        "torch_fl/device/guard/ral_guard.cpp",
         "plugins/host/Makefile",
         "plugins/host/plugin.c",
         "plugins/opencl/kernels/common.cl",
