@@ -23,6 +23,7 @@ from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.core.runtime import device_records as _device_records
 from torch_fl.core.runtime import ensure_initialized as _ensure_initialized
 from torch_fl.core.runtime import rescan as _rescan_runtime
+from torch_fl.device import amp as _amp
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError  # noqa: F401 (public API)
@@ -38,6 +39,7 @@ from torch_fl.tensor.ral_tensor import RalTensor  # noqa: F401 (public API)
 _ensure_initialized()
 _REGISTRY.op_check = resolve_op
 _backend.register()
+_amp.register()
 _factories.register()
 _serialization.register()
 _REGISTRY.reload()
