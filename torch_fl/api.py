@@ -27,6 +27,7 @@ from torch_fl.device import amp as _amp
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError  # noqa: F401 (public API)
+from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
 from torch_fl.dispatch.router import clear_op_overrides, set_op_override  # noqa: F401
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode

@@ -418,6 +418,10 @@ def build(sch, args, kwargs, full, dev):
     dtype = probe.dtype if probe is not None else out_dtype
     rank = probe.dim() if probe is not None else len(out_shape)
     entry = _pick_entry(entries, dtype, rank, numel)
+    if sch.name == "aten::copy_" and CODE_OF_TORCH.get(full[1].dtype) not in entry.dtype_codes:
+        # A cast kernel must know the source dtype too (bfloat16 -> float32 on a device
+        # without bfloat16 read garbage).
+        raise Declined(f"source dtype {str(full[1].dtype).replace('torch.', '')} not in manifest")
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")
