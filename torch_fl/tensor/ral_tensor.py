@@ -113,7 +113,7 @@ class RalTensor(torch.Tensor):
     @staticmethod
     def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
         inner = inner_tensors["_flat_payload"]
-        if inner.device.type == "meta" and not type(inner) is torch.Tensor:
+        if inner.device.type == "meta" and type(inner) is not torch.Tensor:
             return _fake_on_ral(inner, meta, outer_size, outer_stride)
         return wrap(inner._ral_buf, outer_size, outer_stride, inner.storage_offset(), meta[1])
 
