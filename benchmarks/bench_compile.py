@@ -51,6 +51,7 @@ def child(case: str, mode: str, steps: int) -> float:
         from benchmarks.bench_models import _ids, gpt2
 
         model = gpt2().train().to("ral:0")
+        model.config.use_cache = False  # training; the KV cache builds tensors with torch.tensor(device=)
         ids = _ids().to("ral:0")
         inputs = dict(input_ids=ids, labels=ids)
     else:

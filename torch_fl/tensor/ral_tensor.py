@@ -106,8 +106,20 @@ class RalTensor(torch.Tensor):
         # payload is device memory, not a tensor, so the inner tensor is a storage-free meta
         # tensor of the same geometry; __tensor_unflatten__ turns its fake into a plain fake
         # tensor on the ral device (see torch_fl/compile/fake.py).
-        inner = meta_like(self)
-        inner._ral_buf = self._buf
+        # Cached per tensor: Dynamo's no-aliasing guard compares the ids of inner tensors, and
+        # fresh temporaries could reuse one another's id.
+        inner = self.__dict__.get("_flat_inner")
+        if (
+            inner is None
+            or inner._ral_buf is not self._buf
+            or inner.dtype != self.dtype
+            or inner.shape != self.shape
+            or inner.stride() != self.stride()
+            or inner.storage_offset() != self.storage_offset()
+        ):
+            inner = meta_like(self)
+            inner._ral_buf = self._buf
+            self.__dict__["_flat_inner"] = inner
         return inner
 
     @staticmethod
