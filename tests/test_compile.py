@@ -114,3 +114,29 @@ def test_inductor_on_ral():
     torch._dynamo.reset()
     f = torch.compile(lambda a: a.sin() + 1)
     torch.testing.assert_close(f(torch.ones(3).to("ral:0")).cpu(), torch.ones(3).sin() + 1)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ral"])
+def test_gpt2_training_step_compiles_like_cpu(backend):
+    from tests import model_zoo
+
+    model = model_zoo.build("gpt2")
+    model.config.use_cache = False  # training: no KV cache
+    batch = model_zoo.inputs("gpt2")
+
+    def run(m, b, be):
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+        out = torch.compile(m, backend=be)(**b)
+        out.loss.backward()
+        return out.loss, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+
+    ref, cpu_breaks, cpu_graphs = run(copy.deepcopy(model), batch, "aot_eager")
+    dmodel = copy.deepcopy(model).to("ral:0")
+    loss, breaks, graphs = run(dmodel, model_zoo.to(batch, "ral:0"), backend)
+    torch.testing.assert_close(loss.cpu(), ref.detach(), **TOL)
+    assert breaks <= cpu_breaks and graphs <= cpu_graphs, (breaks, graphs, cpu_breaks, cpu_graphs)
+    g = dmodel.transformer.h[0].mlp.c_fc.weight.grad
+    assert g is not None and g.device.type == "ral"
