@@ -24,9 +24,11 @@ from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.core.runtime import device_records as _device_records
 from torch_fl.core.runtime import ensure_initialized as _ensure_initialized
 from torch_fl.core.runtime import rescan as _rescan_runtime
+from torch_fl.device import amp as _amp
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError
+from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
 from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
@@ -40,6 +42,7 @@ from torch_fl.tensor.ral_tensor import RalTensor
 _ensure_initialized()
 _REGISTRY.op_check = resolve_op
 _backend.register()
+_amp.register()
 _factories.register()
 _serialization.register()
 _safetensors_compat.register()

@@ -21,6 +21,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from torch_fl.device import fork
+from torch_fl.device.amp import cpu_autocast_needs_mirror as _cpu_amp_needs_mirror
+from torch_fl.device.amp import mirror_cpu_autocast as _mirror_cpu_amp
 from torch_fl.device.index import parse_device
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
@@ -510,6 +512,9 @@ class ral_mode(TorchFunctionMode):
         return out.requires_grad_(True) if requires_grad else out
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
+            with _mirror_cpu_amp():
+                return self.__torch_function__(func, types, args, kwargs)
         kwargs = kwargs or {}
         kind = _KINDS.get(func)
         if kind is None:

@@ -141,5 +141,7 @@ def set_rng_state_all(states) -> None:
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    """Dtypes autocast may use on ral devices."""
-    return [torch.float16, torch.bfloat16]
+    """Dtypes autocast may use on the current ral device (float16 only where it is native)."""
+    from torch_fl.device.amp import supported_dtypes
+
+    return supported_dtypes(current_device())

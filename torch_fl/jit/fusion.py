@@ -264,6 +264,20 @@ def _fusible(func) -> bool:
 
 def _launch_group(g: _Group, live) -> bool:
     """One kernel for the whole group; False if it cannot be built."""
+    plan = plan_group(g, live)
+    if plan is None:
+        return False
+    handle, tensors, scalars = plan
+    if handle is not None:
+        L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, g.target.plugin, "torch_fl.fused")
+    STATS["groups"] += 1
+    STATS["fused_ops"] += len(g.nodes)
+    return True
+
+
+def plan_group(g: _Group, live):
+    """(kernel handle or None for an empty shape, launch tensors, scalar words) of a group, or
+    None if it cannot be built. The compile backend replays such plans without re-recording."""
     spec = PointwiseSpec(
         outs=[t.dtype for _, t in live],
         ins=[t.dtype for t in g.leaves],
@@ -276,7 +290,7 @@ def _launch_group(g: _Group, live) -> bool:
     source, name = source_for(target, spec)
     handle = compile_kernel(target, source, name)
     if handle is None:
-        return False
+        return None
     shape = g.shape
     tensors = [(t, shape, t.stride()) for _, t in live]
     tensors += [(t, shape, expand_strides(t, shape)) for t in g.leaves]
@@ -285,13 +299,10 @@ def _launch_group(g: _Group, live) -> bool:
         try:
             scalars += geometry_scalars(shape, [t[2] for t in tensors])
         except Unfit:
-            return False
+            return None
     if any(d == 0 for d in shape):
-        return True
-    L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, target.plugin, "torch_fl.fused")
-    STATS["groups"] += 1
-    STATS["fused_ops"] += len(g.nodes)
-    return True
+        handle = None
+    return handle, tensors, scalars
 
 
 _FUSED_NAME = ffi.new("char[]", b"torch_fl.fused")

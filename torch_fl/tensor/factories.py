@@ -9,12 +9,25 @@ from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
 from torch_fl.tensor.layout import extent_elems
-from torch_fl.tensor.ral_tensor import outside_modes, wrap
+from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
 
 _lib = None
 _PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
     torch._C.DispatchKey.PythonTLSSnapshot
 )
+
+
+def _under_tracer(fn, args, kwargs):
+    """Run a factory kernel while a dispatch mode is active (torch.tensor(..., device="ral")
+    traced by torch.compile reaches it with the Python key excluded): without the modes, so a
+    fake mode never meets our real staging tensors, and a fake result if a fake mode traces."""
+    modes = torch.utils._python_dispatch._get_current_dispatch_mode_stack()
+    with torch.utils._python_dispatch._disable_current_modes():
+        out = fn(*args, **kwargs)
+        fake = next((m for m in reversed(modes) if type(m).__name__ == "FakeTensorMode"), None)
+        if fake is not None and type(out) is RalTensor:
+            out = fake.from_tensor(out)
+    return out
 
 
 def _with_python_key(fn):
@@ -29,6 +42,8 @@ def _with_python_key(fn):
             return fn(*args, **kwargs)
         include = torch._C._dispatch_tls_local_include_set()
         with torch._C._ForceDispatchKeyGuard(include, exclude - _PYTHON_KEYS):
+            if torch._C._len_torch_dispatch_stack():
+                return _under_tracer(fn, args, kwargs)
             return fn(*args, **kwargs)
 
     wrapper.__doc__ = fn.__doc__
@@ -78,6 +93,8 @@ def _host_computed(overload):
 
 def copy_from(self, dst, non_blocking=False):
     """aten::_copy_from on ral: the copy_ path PyTorch takes below the Python key."""
+    if type(dst) is not RalTensor and dst.device.type == "ral":
+        return dst  # a tracer's fake ral tensor (torch.tensor(..., device=) under torch.compile)
     done = transfer.copy_into(dst, self)
     return done if done is not None else torch.ops.aten.copy_.default(dst, self)
 

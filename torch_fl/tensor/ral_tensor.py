@@ -19,6 +19,7 @@ def torch_device(index: int) -> torch.device:
 
 
 _make = torch.Tensor._make_wrapper_subclass
+_no_dispatch_modes = torch.utils._python_dispatch._disable_current_modes
 _modes_on = torch._C._is_torch_function_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunction
 
@@ -36,6 +37,27 @@ def outside_modes(fn):
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
+
+
+def _flatten(self):
+    # The context must compare equal across calls (Dynamo guards on it): no buffer here.
+    return ["_flat_payload"], (self._dev, self.dtype)
+
+
+class _FlattenOutsideBackward:
+    """`__tensor_flatten__`, hidden from instances while autograd runs a backward node outside
+    any tracer. Tracers need the flatten protocol to see a RalTensor as a device tensor, but
+    a compiled graph's runtime treats the gradients it receives in backward as plain tensors
+    (that is how they were traced) and rejects a flattenable one."""
+
+    def __get__(self, obj, cls=None):
+        if obj is not None and _autograd_node() is not None and _tracing_context() is None:
+            raise AttributeError("__tensor_flatten__")
+        return _flatten.__get__(obj, cls) if obj is not None else _flatten
+
+
+_autograd_node = torch._C._current_autograd_node
+_tracing_context = torch._guards.TracingContext.try_get
 
 
 class RalTensor(torch.Tensor):
@@ -72,19 +94,40 @@ class RalTensor(torch.Tensor):
                 return _dispatch(func, args, kwargs or {})
         return _dispatch(func, args, kwargs or {})
 
-    def __tensor_flatten__(self):
-        return ["_flat_payload"], (self._buf, self.dtype)
+    __tensor_flatten__ = _FlattenOutsideBackward()
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        """A compiled graph traced this gradient as a plain device tensor: it already is one."""
+        return self
 
     @property
     def _flat_payload(self):
-        # Subclass-aware machinery (swap_tensors, torch.compile) asks for inner tensors; the
-        # payload is device memory, so expose it as an aliasing RalTensor of the same layout.
-        return wrap(self._buf, self.shape, self.stride(), self.storage_offset(), self.dtype)
+        # Subclass-aware machinery (torch.compile, swap_tensors) asks for inner tensors. The
+        # payload is device memory, not a tensor, so the inner tensor is a storage-free meta
+        # tensor of the same geometry; __tensor_unflatten__ turns its fake into a plain fake
+        # tensor on the ral device (see torch_fl/compile/fake.py).
+        # Cached per tensor: Dynamo's no-aliasing guard compares the ids of inner tensors, and
+        # fresh temporaries could reuse one another's id.
+        inner = self.__dict__.get("_flat_inner")
+        if (
+            inner is None
+            or inner._ral_buf is not self._buf
+            or inner.dtype != self.dtype
+            or inner.shape != self.shape
+            or inner.stride() != self.stride()
+            or inner.storage_offset() != self.storage_offset()
+        ):
+            inner = meta_like(self)
+            inner._ral_buf = self._buf
+            self.__dict__["_flat_inner"] = inner
+        return inner
 
     @staticmethod
     def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
         inner = inner_tensors["_flat_payload"]
-        return wrap(inner._buf, outer_size, outer_stride, inner.storage_offset(), inner.dtype)
+        if inner.device.type == "meta" and type(inner) is not torch.Tensor:
+            return _fake_on_ral(inner, meta, outer_size, outer_stride)
+        return wrap(inner._ral_buf, outer_size, outer_stride, inner.storage_offset(), meta[1])
 
     @outside_modes
     def __repr__(self, *, tensor_contents=None):
@@ -183,6 +226,32 @@ class DeviceStorage:
 
 
 _STRIDED = torch.strided
+
+
+def meta_like(t: torch.Tensor) -> torch.Tensor:
+    """A storage-free meta tensor with t's sizes, strides, offset and dtype (never a fake or
+    functional tensor, even while a tracer's dispatch mode is active)."""
+    with _NoTorchFunction(), _no_dispatch_modes():
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta").as_strided(
+            t.shape, t.stride(), t.storage_offset()
+        )
+
+
+def _fake_on_ral(inner, meta, outer_size, outer_stride):
+    # Tracing (Dynamo, AOT) fakeifies our meta inner tensor: hand back a FakeTensor that
+    # reports the ral device, so the traced program is an ordinary device program and the
+    # compiled graph later runs on real RalTensors through the dispatcher.
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    dev = torch_device(meta[0])
+    return FakeTensor(inner.fake_mode, _meta_elem(inner), dev)
+
+
+def _meta_elem(fake):
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return torch.Tensor._make_subclass(torch.Tensor, fake, fake.requires_grad)
 
 
 def wrap(buf: Buffer, size, stride, offset: int, dtype: torch.dtype, sig=None) -> RalTensor:

@@ -434,6 +434,10 @@ def build(sch, args, kwargs, full, dev):
     entry = _pick_entry(entries, kernel_dtype, rank, numel)
     if kernel_dtype is not None and not kernel_dtype.is_complex and _has_complex_operand(sch, full):
         raise Declined("complex operand of a real kernel")
+    if sch.name == "aten::copy_" and CODE_OF_TORCH.get(full[1].dtype) not in entry.dtype_codes:
+        # A cast kernel must know the source dtype too (bfloat16 -> float32 on a device
+        # without bfloat16 read garbage).
+        raise Declined(f"source dtype {str(full[1].dtype).replace('torch.', '')} not in manifest")
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")

@@ -1,0 +1,189 @@
+"""`torch.compile(model, backend="ral")`: AOT autograd with the jit tier's fusion.
+
+The forward and backward graphs AOT autograd produces are partitioned (torch.fx's
+CapabilityBasedPartitioner) into maximal regions of pointwise ops that have jit templates;
+each region runs inside a `fuse()` region, so the chain becomes one generated kernel per
+shape group, and every other node calls the router directly (vendor kernels first).
+
+Registered with Dynamo when this module is imported, and through the `torch_dynamo_backends`
+entry point (pyproject.toml) when torch_fl is installed, so `import torch_fl` stays free of
+torch._dynamo's import cost.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl.jit.fusion import _FUSED_NAME, STATS, FuseMode, _fusible, _run_eagerly, fuse, plan_group
+from torch_fl.jit.pointwise import Unfit
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.transfer import empty_on
+from torch_fl.tiers import launch as L
+
+
+class _Recorder(FuseMode):
+    """A fusion region that also keeps each launched group's plan, and notes whether every
+    op of the partition was deferred (only then can the plans stand for the partition)."""
+
+    def __init__(self):
+        super().__init__()
+        self.plans = []
+        self.complete = True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        try:
+            out = self._defer(func, args, kwargs)
+        except Unfit:
+            out = None
+        if out is not None:
+            return out
+        self.complete = False
+        self.flush()
+        return func(*args, **kwargs)
+
+    def flush(self):
+        """Launch the pending group, keeping its plan."""
+        g = self.group
+        if g is None or self._flushing:
+            return
+        self._flushing = True
+        self.group = None
+        try:
+            live = [(i, t) for i, t in ((i, n[3]()) for i, n in enumerate(g.nodes)) if t is not None]
+            if not live:
+                return
+            plan = plan_group(g, live)
+            if plan is None:
+                self.complete = False
+                _run_eagerly(g, live)
+                return
+            handle, tensors, scalars = plan
+            if handle is not None:
+                L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, g.target.plugin, "torch_fl.fused")
+            STATS["groups"] += 1
+            STATS["fused_ops"] += len(g.nodes)
+            self.plans.append((g.dev, g.target.plugin, handle, len(live), tensors, scalars))
+        finally:
+            self._flushing = False
+
+
+class _Replay:
+    """The launches of a recorded partition with tensors replaced by where they come from:
+    ("in", i) a partition input, ("out", j, k) output k of launch j. Replaying allocates
+    the outputs and launches the kernels: no per-op dispatch, tracing or code generation."""
+
+    def __init__(self, plans, inputs, result):
+        where = {id(t): ("in", i) for i, t in enumerate(inputs) if type(t) is RalTensor}
+        self.in_strides = [(i, tuple(t.stride())) for i, t in enumerate(inputs) if type(t) is RalTensor]
+        self.launches = []
+        for j, (dev, plugin, handle, n_out, tensors, scalars) in enumerate(plans):
+            outs = [(tuple(t.shape), t.dtype) for t, _, _ in tensors[:n_out]]
+            for k, (t, _, _) in enumerate(tensors[:n_out]):
+                where[id(t)] = ("out", j, k)
+            srcs = [(where[id(t)], shape, strides) for t, shape, strides in tensors[n_out:]]
+            outs_geo = [(shape, strides) for _, shape, strides in tensors[:n_out]]
+            self.launches.append((dev, plugin, handle, outs, outs_geo, srcs, scalars))
+        single = isinstance(result, torch.Tensor)
+        self.single = single
+        self.result = [where[id(t)] for t in ((result,) if single else result)]
+
+    def fits(self, args) -> bool:
+        """Whether the inputs have the strides the plans were made for."""
+        return all(type(args[i]) is RalTensor and tuple(args[i].stride()) == st for i, st in self.in_strides)
+
+    def __call__(self, args):
+        made = []
+
+        def get(ref):
+            return args[ref[1]] if ref[0] == "in" else made[ref[1]][ref[2]]
+
+        for dev, plugin, handle, outs, outs_geo, srcs, scalars in self.launches:
+            fresh = [empty_on(dev, shape, dtype) for shape, dtype in outs]
+            made.append(fresh)
+            if handle is None:
+                continue
+            tensors = [(t, shape, strides) for t, (shape, strides) in zip(fresh, outs_geo)]
+            tensors += [(get(ref), shape, strides) for ref, shape, strides in srcs]
+            L.call(dev, handle, len(fresh), tensors, scalars, _FUSED_NAME, plugin, "torch_fl.fused")
+        res = [get(r) for r in self.result]
+        return res[0] if self.single else tuple(res)
+
+
+class _FusedRegion(torch.nn.Module):
+    """One partition of pointwise nodes: recorded once as fused launches, then replayed."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        super().__init__()
+        self.gm = gm
+        self.replay = None
+        self.tries = 0
+
+    def forward(self, *args):
+        """Replay the partition's kernels, or record them (falls back to a fuse() region)."""
+        replay = self.replay
+        if replay is not None and replay.fits(args):
+            return replay(args)
+        if self.tries >= 2:
+            with fuse():
+                return self.gm(*args)
+        self.tries += 1
+        rec = _Recorder()
+        with rec:
+            out = self.gm(*args)
+        outs = (out,) if isinstance(out, torch.Tensor) else out
+        if rec.complete and rec.plans and all(type(t) is RalTensor for t in outs):
+            try:
+                self.replay = _Replay(rec.plans, args, out)
+            except KeyError:  # an output or source the plans do not produce
+                self.replay = None
+        return out
+
+
+def _supported(node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _fusible(node.target)
+
+
+def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Group fusible pointwise nodes into submodules that run as fusion regions."""
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    class _Support(OperatorSupport):
+        def is_node_supported(self, submodules, node) -> bool:
+            return _supported(node)
+
+    parts = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=False).propose_partitions()
+    if not parts:
+        return gm
+    fused = CapabilityBasedPartitioner(gm, _Support(), allows_single_node_partition=False).fuse_partitions(parts)
+    for node in fused.graph.nodes:
+        if node.op == "call_module" and node.target.startswith("fused_"):
+            setattr(fused, node.target, _FusedRegion(getattr(fused, node.target)))
+    fused.recompile()
+    return fused
+
+
+def _compiler(gm: torch.fx.GraphModule, example_inputs):
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    return make_boxed_func(partition(gm).forward)
+
+
+def ral_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend: AOT autograd, fw/bw graphs partitioned into fused pointwise regions."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler)(gm, example_inputs)
+
+
+def register() -> None:
+    """Make backend="ral" known to Dynamo (imports torch._dynamo)."""
+    from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
+
+    # Loaded through the entry point, Dynamo registers the backend itself right after.
+    if "ral" not in _COMPILER_FNS and _BACKENDS.get("ral") is None:
+        register_backend(ral_backend, name="ral")
+
+
+register()
