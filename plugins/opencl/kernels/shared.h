@@ -85,7 +85,7 @@ enum { RNG_UNIFORM, RNG_NORMAL, RNG_BERNOULLI };
 /* ral dtype codes as the kernels see them (ral_plugin.h numbering). */
 enum {
   DT_BOOL = 0, DT_U8 = 1, DT_I8 = 2, DT_I16 = 3, DT_I32 = 4, DT_I64 = 5, DT_F16 = 6,
-  DT_F32 = 8, DT_F64 = 9
+  DT_BF16 = 7, DT_F32 = 8, DT_F64 = 9
 };
 
 #endif /* OCL_SHARED_H */
