@@ -104,6 +104,26 @@ inline void st_d(gbuf p, long e, int dt, double v) {
 }
 #endif
 
+/* Compensated (Neumaier) summation: hi + lo carries a running sum to about twice float32's
+ * precision, so a long or badly conditioned float32 sum (sum, mean, var, softmax, norms,
+ * losses) keeps float32 accuracy however the work is split. (.x = hi, .y = lo) */
+inline float2 cs_add(float2 a, float v) {
+  float t = a.x + v;
+  float e = fabs(a.x) >= fabs(v) ? (a.x - t) + v : (v - t) + a.x;
+  return (float2)(t, a.y + e);
+}
+
+inline float2 cs_merge(float2 a, float2 b) {
+  float2 r = cs_add(a, b.x);
+  r.y += b.y;
+  return r;
+}
+
+/* The sum's value; an infinite or NaN hi is the answer (lo is NaN then: inf - inf). */
+inline float cs_val(float2 a) {
+  return (as_uint(a.x) & 0x7f800000u) == 0x7f800000u ? a.x : a.x + a.y;
+}
+
 /* Element offsets of operands 0..nt-1 at linear position i of an ocl_geom. */
 inline void geom_offsets(const ocl_geom* g, long i, long* e, int nt) {
   for (int k = 0; k < nt; k++) e[k] = g->off[k];
