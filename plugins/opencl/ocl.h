@@ -27,7 +27,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(reduce, reduce_any)                                                                    \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
   X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd)                               \
-  X(blas, matmul_tiled)                                                                    \
+  X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)
@@ -43,7 +43,7 @@ typedef struct {
   int fp16, fp64;
   cl_ulong max_alloc, global_mem;
   size_t max_wg;
-  cl_uint addr_bits;
+  cl_uint addr_bits, vec_f32;
   /* Guards program builds and the set-args + enqueue pair of a shared cl_kernel. */
   pthread_mutex_t lock;
   cl_program programs[OCL_N_FAMILIES];

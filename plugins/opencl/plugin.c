@@ -48,6 +48,8 @@ static int probe_device(ocl_device* d) {
   CL.clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof d->global_mem, &d->global_mem, NULL);
   CL.clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d->max_wg, &d->max_wg, NULL);
   CL.clGetDeviceInfo(d->id, CL_DEVICE_ADDRESS_BITS, sizeof d->addr_bits, &d->addr_bits, NULL);
+  /* The GEMM tile choice (blas.c) reads the SIMD width the runtime prefers for float. */
+  CL.clGetDeviceInfo(d->id, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, sizeof d->vec_f32, &d->vec_f32, NULL);
   cl_bool compiler = CL_FALSE;
   CL.clGetDeviceInfo(d->id, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
   cl_int err;

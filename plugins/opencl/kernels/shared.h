@@ -63,6 +63,14 @@ typedef struct {
   float alpha, beta;
 } ocl_mmgeom;
 
+/* GEMM operand packing: panel p of V consecutive rows (outer index) stored k-major,
+ * dst[((b * P + p) * K + k) * V + j] = src[off + b*s_b + (p*V + j)*s_o + k*s_k], zero past
+ * `outer`. P = ceil(outer / V). */
+typedef struct {
+  g_i64 batch, outer, K, s_b, s_o, s_k, off, P;
+  g_i32 V, pad0;
+} ocl_pack;
+
 /* Element-wise op codes (ew_* kernels). */
 enum {
   EW_COPY, EW_FILL, EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_POW, EW_MAX, EW_MIN, EW_REM,
