@@ -104,3 +104,22 @@ print("ok")
 """
     r = run_python(code, env={"TORCH_FL_OPENCL_GEMM": variant})
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_tuned_tile_file_is_read_and_a_bad_one_ignored(tmp_path):
+    """gemm_tiles.conf beside the binaries picks the tile; malformed lines change nothing."""
+    conf = tmp_path / "torch_fl" / "opencl" / "gemm_tiles.conf"
+    conf.parent.mkdir(parents=True)
+    name = next(d.name for d in torch_fl.devices() if f"ral:{d.index}" == DEV)
+    conf.write_text(f"garbage\n{name}\tlarge\tno_such_variant\n{name}\tsmall\tr16x16\n{name}\tlarge\tr4x8\n\n")
+    code = f"""
+import torch, torch_fl
+dev = {DEV!r}
+torch.manual_seed(0)
+for (bt, m, n, k) in [(4, 33, 40, 17), (1, 300, 260, 31)]:
+    a, b = torch.randn(bt, m, k), torch.randn(bt, k, n)
+    torch.testing.assert_close(torch.bmm(a.to(dev), b.to(dev)).cpu(), torch.bmm(a, b), rtol=1e-4, atol=1e-3)
+print("ok")
+"""
+    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr

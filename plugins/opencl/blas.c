@@ -40,14 +40,58 @@ static int ocl_gemm_reg_ok(const ral_kernel_call* c) {
   return !(e && strcmp(e, "tiled") == 0);
 }
 
-/* The tile per shape class and device: 16-wide rows where the runtime prefers 16 floats
- * per vector (AVX-512 under PoCL), 8 otherwise; tall tiles only when M fills them.
+/* Shape classes a tuned choice is recorded for (benchmarks/tune_opencl_gemm.py). */
+enum { CLS_NARROW, CLS_SMALL, CLS_LARGE, N_CLASSES };
+static const char* k_class_name[N_CLASSES] = {"narrow", "small", "large"};
+
+static int shape_class(const ocl_mmgeom* g) {
+  if (g->N <= 8) return CLS_NARROW;
+  return g->M * g->N < 256 * 256 ? CLS_SMALL : CLS_LARGE;
+}
+
+/* Tuned tiles per device, read once from gemm_tiles.conf beside the program binaries:
+ * lines "<device name>\t<class>\t<variant>"; anything else is ignored. -1: none. */
+static pthread_mutex_t g_tuned_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_tuned_loaded[OCL_MAX_DEVICES];
+static int g_tuned[OCL_MAX_DEVICES][N_CLASSES];
+
+static void load_tuned(int dev, const ocl_device* d) {
+  for (int c = 0; c < N_CLASSES; c++) g_tuned[dev][c] = -1;
+  char path[4200], line[512];
+  if (!ocl_cache_file("gemm_tiles.conf", path, sizeof path)) return;
+  FILE* f = fopen(path, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    char* name = strtok(line, "\t\n");
+    char* cls = strtok(NULL, "\t\n");
+    char* var = strtok(NULL, "\t\n");
+    if (!name || !cls || !var || strcmp(name, d->name) != 0) continue;
+    for (int c = 0; c < N_CLASSES; c++)
+      for (int v = 0; v < N_VARIANTS; v++)
+        if (strcmp(cls, k_class_name[c]) == 0 && strcmp(var, k_variants[v].name) == 0) g_tuned[dev][c] = v;
+  }
+  fclose(f);
+}
+
+/* The tile per shape class and device: a tuned choice from gemm_tiles.conf if there is
+ * one; else 16-wide rows where the runtime prefers 16 floats per vector (AVX-512 under
+ * PoCL), 8 otherwise, and tall tiles only when M fills them.
  * TORCH_FL_OPENCL_GEMM=<variant name> forces one (benchmarks/tune_opencl_gemm.py). */
 static const gemm_variant* pick_variant(const ral_kernel_call* c, const ocl_mmgeom* g) {
   const char* e = getenv("TORCH_FL_OPENCL_GEMM");
   for (int i = 0; e && i < N_VARIANTS; i++)
     if (strcmp(e, k_variants[i].name) == 0) return &k_variants[i];
   ocl_device* d = ocl_device_get(c->device);
+  if (d && c->device >= 0 && c->device < OCL_MAX_DEVICES) {
+    pthread_mutex_lock(&g_tuned_lock);
+    if (!g_tuned_loaded[c->device]) {
+      load_tuned(c->device, d);
+      g_tuned_loaded[c->device] = 1;
+    }
+    int t = g_tuned[c->device][shape_class(g)];
+    pthread_mutex_unlock(&g_tuned_lock);
+    if (t >= 0) return &k_variants[t];
+  }
   int wide = d && d->vec_f32 >= 16 && g->N > 8;
   if (wide) return &k_variants[g->M >= 96 ? 5 /* r12x16 */ : 1 /* r4x16 */];
   return &k_variants[g->M >= 64 ? 0 /* r8x8 */ : 3 /* r4x8 */];

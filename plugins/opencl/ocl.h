@@ -156,6 +156,8 @@ void ocl_geom_init(ocl_geom* g, const ral_tensor* const* ts, int nt);
 ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const* ts, int nt,
                       const double* f, const int64_t* li);
 /*! dst = src (same shape; dtype cast when they differ, any strides). */
+/*! Path of `name` in the program cache directory (created on demand); 0 if none. */
+int ocl_cache_file(const char* name, char* out, size_t cap);
 ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src);
 /*! Fill every byte of a contiguous-or-not tensor with zero (fresh outputs). */
 ral_status ocl_zero_tensor(const ral_kernel_call* c, const ral_tensor* t);
