@@ -57,8 +57,11 @@ def _draw(kind: str, n: int, seed: int) -> torch.Tensor:
 
 
 def _ulp(v: float) -> float:
+    """The float32 ulp at |v| (2^-149 at zero)."""
     v = abs(v)
-    return math.ulp(float(torch.tensor(v, dtype=torch.float32))) if v > 0 else 2.0**-149 * 2**23
+    if v == 0 or not math.isfinite(v):
+        return 2.0**-149
+    return max(2.0 ** (math.frexp(v)[1] - 24), 2.0**-149)
 
 
 def _check(name, fn, x, dev, floor_ulps=FLOOR_ULPS, sum_abs=None):
