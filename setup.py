@@ -53,7 +53,8 @@ class BuildNative(build_ext):
 
     def run(self):
         inplace = self.inplace or getattr(self, "editable_mode", False)
-        target = ROOT / "torch_fl" if inplace else Path(self.build_lib) / "torch_fl"
+        # build_lib is relative to the cwd; make needs an absolute OUT (it runs with -C).
+        target = ROOT / "torch_fl" if inplace else Path(self.build_lib).resolve() / "torch_fl"
         build_native(target)
         super().run()
 

@@ -11,7 +11,7 @@ import torch
 from common import Result, interleaved, median_time
 
 import torch_fl.jit as J
-from torch_fl import router
+from torch_fl.dispatch import router
 from torch_fl.jit import kernel_cache
 
 # Ops with no vendor kernel on the host or OpenCL plugins (manifests/*.json).

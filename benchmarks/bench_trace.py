@@ -10,7 +10,8 @@ import torch
 from common import Result, interleaved
 
 import torch_fl
-from torch_fl import dispatch, memory, transfer
+from torch_fl.device import memory, sync
+from torch_fl.dispatch import entry as dispatch
 
 GPT2_SHAPE = dict(
     n_layer=4, n_embd=256, n_head=4, n_positions=128, vocab_size=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
@@ -19,7 +20,7 @@ BATCH, SEQ = 4, 128
 
 
 def _hooks_empty() -> bool:
-    return not (dispatch.OBSERVERS or memory.ALLOC_OBSERVERS or transfer.SYNC_OBSERVERS)
+    return not (dispatch.OBSERVERS or memory.ALLOC_OBSERVERS or sync.SYNC_OBSERVERS)
 
 
 def trace_off_branch(dev: str) -> list[Result]:
@@ -34,9 +35,9 @@ def trace_off_branch(dev: str) -> list[Result]:
 
     assert _hooks_empty()
     per_op = interleaved({"ops": ops}, repeats=7)["ops"] / n
-    # The exact checks dispatch.route, memory.allocate and transfer.synchronize run when off.
+    # The exact checks dispatch.route, memory.allocate and sync.synchronize run when off.
     checks = "if not O: pass\nif A: pass\nif S: pass"
-    env = {"O": dispatch.OBSERVERS, "A": memory.ALLOC_OBSERVERS, "S": transfer.SYNC_OBSERVERS}
+    env = {"O": dispatch.OBSERVERS, "A": memory.ALLOC_OBSERVERS, "S": sync.SYNC_OBSERVERS}
     per_check = min(timeit.repeat(checks, globals=env, number=200_000, repeat=5)) / 200_000
     return [
         Result(

@@ -35,6 +35,10 @@ def build_gpt2():
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
+        # GPT-2's special token id (50256) lies outside this small vocabulary; transformers
+        # warns about it, so use the last id of our vocabulary instead.
+        bos_token_id=2047,
+        eos_token_id=2047,
     )
     return transformers.GPT2LMHeadModel(cfg).eval()
 

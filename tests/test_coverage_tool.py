@@ -18,7 +18,7 @@ raise SystemExit(7)
 
 
 def _ralctl(*args, timeout=300):
-    env = dict(os.environ, TORCH_FL_LIGHT_IMPORT="1", PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
         [sys.executable, "-m", "torch_fl.tools.ralctl", *args],
         capture_output=True,
@@ -74,7 +74,7 @@ def test_supported_ops_doc_is_current():
         capture_output=True,
         text=True,
         cwd=REPO,
-        env=dict(os.environ, TORCH_FL_LIGHT_IMPORT="1", PYTHONPATH=str(REPO)),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
     assert res.returncode == 0
     assert res.stdout.strip() == (REPO / "docs" / "supported_ops.md").read_text().strip(), (

@@ -70,7 +70,7 @@ def test_missing_device_is_a_clear_error(dev):
 def test_device_descriptor(dev):
     d = torch_fl.devices()[torch.device(dev).index]
     assert d.name and d.vendor and d.type
-    assert "float32" in torch_fl.dtype_names.names_in_mask(d.dtype_mask)
+    assert "float32" in torch_fl.core.dtype_names.names_in_mask(d.dtype_mask)
     props = torch.ral.get_device_properties(dev)
     assert props.name == d.name
 

@@ -100,8 +100,8 @@ print("still alive", keep.tolist(), (keep - keep).tolist())
 
 
 def test_invalid_pointer_never_reaches_plugin(dev):
-    from torch_fl.memory import Buffer
-    from torch_fl.tensor import wrap
+    from torch_fl.device.memory import Buffer
+    from torch_fl.tensor.ral_tensor import wrap
 
     idx = torch.device(dev).index
     good = torch.arange(16.0, device=dev)

@@ -10,6 +10,9 @@ from conftest import REPO
 def _run(*args, timeout=600):
     res = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+    # A first run is quiet: no warnings from the examples' own configuration.
+    noisy = [ln for ln in res.stderr.splitlines() if "warn" in ln.lower() or ln.startswith("[transformers]")]
+    assert not noisy, res.stderr[-4000:]
     return res.stdout
 
 

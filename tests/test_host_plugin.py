@@ -21,7 +21,7 @@ import torch
 from conftest import REPO
 
 import torch_fl
-from torch_fl import dispatch
+from torch_fl.dispatch import entry as dispatch
 
 DEV = "ral:0"
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -566,7 +566,7 @@ def _compile(src, name=b"jit_twice_plus_one", opts=INC):
 
 def test_compile_cache_and_launch(jit_cache):
     from torch_fl._native import ffi, lib
-    from torch_fl.packing import pack_tensor
+    from torch_fl.tiers.packing import pack_tensor
 
     rc, handle, err = _compile(KERNEL_SRC + b"/* unique %d */\n" % os.getpid())
     assert rc == 0, err

@@ -16,11 +16,11 @@ from conftest import run_python
 
 import torch_fl
 import torch_fl.jit as J
-from torch_fl import conformance as C
-from torch_fl import router
 from torch_fl._native import lib
+from torch_fl.dispatch import router
 from torch_fl.jit import fusion, kernel_cache, target
-from torch_fl.op_coverage import Coverage
+from torch_fl.observe import conformance as C
+from torch_fl.observe.coverage import Coverage
 
 
 def _device_of(plugin: str) -> int | None:
@@ -142,7 +142,7 @@ def test_pointwise_opinfo_forced_jit(op, dev, forced):
 def test_env_override_routes_one_op_to_jit():
     code = """
     import torch, torch_fl, torch_fl.jit
-    from torch_fl.op_coverage import Coverage
+    from torch_fl.observe.coverage import Coverage
     cov = Coverage()
     with cov:
         y = torch.atan2(torch.ones(3, device='ral:{d}'), torch.ones(3, device='ral:{d}')).cpu()
@@ -463,7 +463,7 @@ def test_no_compiler_warns_and_falls_back(monkeypatch):
 # ------------------------------------------------------------------ the disk cache
 _CACHE_CODE = """
 import time, torch, torch_fl, torch_fl.jit as J
-from torch_fl import router
+from torch_fl.dispatch import router
 router.set_op_override("aten::logaddexp", "jit")
 x = torch.linspace(-3, 3, 50)
 t0 = time.perf_counter()

@@ -12,7 +12,7 @@ from conftest import assert_close
 
 import torch_fl
 from torch_fl import mode as mode_mod
-from torch_fl.tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor
 
 
 def test_factories_and_results_land_on_device(dev):
@@ -257,7 +257,7 @@ def test_gradients_come_home_complete_for_every_consumer(dev):
 def test_abandoned_backward_leaves_nothing_in_flight(dev):
     """An error midway through backward: gradient buffers whose copies were enqueued are
     held until a synchronization covers them, and the next backward works."""
-    from torch_fl import grad_home
+    from torch_fl.tensor import grad_home
 
     w = torch.randn(64, 64, requires_grad=True)
     v = torch.randn(64, 64, requires_grad=True)

@@ -14,7 +14,7 @@ import zlib
 import pytest
 from opinfo_xfails import XFAIL
 
-from torch_fl import conformance as C
+from torch_fl.observe import conformance as C
 
 OP_DB = C.load_op_db()
 CI_DTYPES = ("float32",)

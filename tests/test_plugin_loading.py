@@ -117,7 +117,8 @@ def test_init_missing_deps_then_rescan_without_restart(roots):
         assert p["status"] == lib.RT_PLUGIN_MISSING_DEPS
         assert p["reason"].startswith("libfakevendor.so.1 not found"), p
         assert lib.rt_device_count() == 1
-        template_device = ffi.string(device(0).info.name)
+        dev0 = device(0)  # keep the record alive: .info.name points into it
+        template_device = ffi.string(dev0.info.name)
         ok(lib.rt_rescan())
         assert plugin("needs_deps")["status"] == lib.RT_PLUGIN_MISSING_DEPS
         os.environ["RAL_FAKE_DEPS_PRESENT"] = "1"
@@ -125,7 +126,8 @@ def test_init_missing_deps_then_rescan_without_restart(roots):
         assert plugin("needs_deps")["status"] == lib.RT_PLUGIN_LOADED
         assert plugin("needs_deps")["reason"] == ""
         assert lib.rt_device_count() == 2
-        assert ffi.string(device(0).info.name) == template_device  # old indices never move
+        dev0 = device(0)
+        assert ffi.string(dev0.info.name) == template_device  # old indices never move
         """,
     )
 

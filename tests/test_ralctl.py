@@ -19,7 +19,7 @@ from torch_fl.tools.output import NO_RUNTIME, OK, PROBLEM, USAGE
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "manifests" / "template.json"
-# A console script as pip writes it; its file name is what tells torch_fl to import light.
+# A console script as pip writes it: it imports torch_fl before torch, so torch_fl stays torch-free.
 CONSOLE_SCRIPT = """\
 import sys
 from torch_fl.tools.ralctl import main
@@ -135,8 +135,8 @@ def test_no_plugins_prints_empty_table_and_reason(tmp_path):
     empty.mkdir()
     # Point the built-in plugin directory at an empty one: the real loader then finds nothing.
     before = f"""
-    import torch_fl._native, torch_fl.runtime
-    torch_fl._native.builtin_plugin_dir = torch_fl.runtime.builtin_plugin_dir = lambda: {str(empty)!r}
+    import torch_fl._native, torch_fl.core.runtime
+    torch_fl._native.builtin_plugin_dir = torch_fl.core.runtime.builtin_plugin_dir = lambda: {str(empty)!r}
     """
     code, out, _ = run_ralctl(tmp_path, "list-devices", before=before)
     assert code == PROBLEM
@@ -179,3 +179,22 @@ def test_manifest_validate(tmp_path):
     res = runner.invoke(ralctl.cli, ["manifest", "validate", str(truncated)])
     assert res.exit_code == PROBLEM and "not valid JSON" in res.output
     assert runner.invoke(ralctl.cli, ["manifest", "validate", str(tmp_path / "absent.json")]).exit_code == USAGE
+
+
+def test_import_torch_fl_without_torch_stays_torch_free():
+    # The console tools import torch_fl before torch: they must get the torch-free core
+    # only, and a public name must still work on demand (it loads the torch-facing API).
+    code = (
+        "import sys, torch_fl, torch_fl.core.runtime, torch_fl.core.registry, torch_fl.tools.ralctl\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+        "mode = torch_fl.ral_mode\n"
+        "import torch\n"
+        "print(mode.__name__, torch.ones(2, device='ral:0').sum().item())\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["ral_mode", "2.0"]
+    # A script that imports torch_fl before torch still gets the device once torch arrives.
+    late = "import torch_fl\nimport torch\nprint(torch.ones(3, device='ral:0').sum().item())\n"
+    res = subprocess.run([sys.executable, "-c", late], env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.split() == ["3.0"], res.stderr[-3000:]

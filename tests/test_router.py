@@ -10,7 +10,7 @@ import torch
 from conftest import REPO, assert_close, run_python
 
 import torch_fl
-from torch_fl import router
+from torch_fl.dispatch import router
 
 
 @pytest.fixture(scope="module")
@@ -169,9 +169,9 @@ def test_missing_symbol_degrades_and_falls_back(template_root, tmp_path):
 
 
 def test_entries_refuse_dtypes_the_device_lacks():
-    from torch_fl.dtype_names import CODE_OF_NAME
-    from torch_fl.manifest import KernelEntry
-    from torch_fl.registry import refuse_unsupported_dtypes
+    from torch_fl.core.dtype_names import CODE_OF_NAME
+    from torch_fl.core.manifest import KernelEntry
+    from torch_fl.core.registry import refuse_unsupported_dtypes
 
     entry = KernelEntry(
         "aten::add.Tensor", "k", frozenset({CODE_OF_NAME["float32"], CODE_OF_NAME["float16"]}), 0, 8, False
@@ -197,3 +197,53 @@ def test_plugin_status_names_refused_dtypes(template_root, tmp_path):
         RAL_TEMPLATE_NO_FP16="1",
     )
     assert "DEGRADED |" in out and "device lacks float16" in out and "aten::add.Tensor" in out
+
+
+def test_forced_tier_that_declines_warns_once_and_the_chain_serves_the_call(dev):
+    # atan2 has no vendor kernel on either built-in plugin: forcing vendor cannot work.
+    x = torch.rand(8) + 0.5
+    rx = x.to(dev)
+    try:
+        torch_fl.set_op_override("aten::atan2", "vendor")
+        with pytest.warns(UserWarning, match=r"aten::atan2 is forced to tier 'vendor'.*cannot run") as caught:
+            with torch_fl.coverage() as cov:
+                out = torch.atan2(rx, rx)
+                again = torch.atan2(rx, rx + 1)
+        assert sum("forced to tier" in str(w.message) for w in caught) == 1, "warned more than once"
+        atan2_tiers = {tier: n for (op, tier), n in cov.counts.items() if op == "aten::atan2"}
+        assert "vendor" not in atan2_tiers and sum(atan2_tiers.values()) == 2, atan2_tiers
+        assert_close(out, torch.atan2(x, x))
+        assert_close(again, torch.atan2(x, x + 1))
+        assert "no manifest entry" in router.VENDOR_MISS[("aten::atan2", int(dev.split(":")[1]))]
+    finally:
+        torch_fl.set_op_override("aten::atan2", None)
+
+
+def test_special_op_table_refuses_a_second_handler():
+    from torch_fl.dispatch.special import SPECIAL, special
+
+    op = torch.ops.aten.copy_.default
+    before = SPECIAL[op]
+    with pytest.raises(RuntimeError, match="already has a special handler"):
+        special(op)(lambda func, args, kwargs: None)
+    assert SPECIAL[op] is before
+
+
+def test_every_tier_builder_follows_the_protocol(dev):
+    # The router owns the chain: a builder either returns a run that names its tier or
+    # raises Declined; none of them falls through to another tier on its own.
+    from torch_fl.tensor.op_schema import schema_of
+    from torch_fl.tiers.protocol import Declined
+
+    a = torch.randn(4).to(dev)
+    func = torch.ops.aten.atan2.default
+    sch = schema_of(func)
+    full = sch.normalize((a, a), {})
+    index = int(dev.split(":")[1])
+    for tier in router.TIERS:
+        try:
+            run = router.BUILDERS[tier](sch, (a, a), {}, full, index)
+        except Declined as exc:
+            assert str(exc), f"{tier} declined without a reason"
+            continue
+        assert run.tier == tier

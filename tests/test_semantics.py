@@ -6,7 +6,7 @@ import torch
 from conftest import assert_close
 
 import torch_fl
-from torch_fl import conformance as C
+from torch_fl.observe import conformance as C
 
 
 def test_data_dependent_shapes(dev):

@@ -7,7 +7,7 @@ import torch
 from conftest import assert_close
 
 import torch_fl
-from torch_fl.tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor
 
 
 def test_factories_land_on_device(dev):

@@ -15,7 +15,8 @@ import torch
 from click.testing import CliRunner
 
 import torch_fl
-from torch_fl import dispatch, memory, transfer
+from torch_fl.device import memory, sync
+from torch_fl.dispatch import entry as dispatch
 from torch_fl.tools import raltrace
 from torch_fl.tools.output import OK, PROBLEM
 from torch_fl.tools.trace.analysis import summarize
@@ -71,7 +72,7 @@ def write_known_trace(path: Path) -> Path:
 
 
 def _hooks_empty() -> bool:
-    return not (dispatch.OBSERVERS or memory.ALLOC_OBSERVERS or transfer.SYNC_OBSERVERS)
+    return not (dispatch.OBSERVERS or memory.ALLOC_OBSERVERS or sync.SYNC_OBSERVERS)
 
 
 def test_context_manager_records_ops_allocations_and_syncs(dev, tmp_path):
@@ -128,18 +129,16 @@ def test_traces_do_not_nest(dev, tmp_path):
 
 
 def _ral_trace(tmp_path: Path, *args: str, script: str = "") -> subprocess.CompletedProcess:
-    """`ral-trace run ... -- python script.py` from a parent in light-import mode."""
+    """`ral-trace run ... -- python script.py` from a torch-free parent."""
     (tmp_path / "script.py").write_text(textwrap.dedent(script))
-    env = dict(
-        os.environ, TORCH_FL_LIGHT_IMPORT="1", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "torch_fl.tools.raltrace", "run", *args, "--", sys.executable, "script.py"]
     return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
 
 
 SCRIPT = """
     import os, torch, torch_fl
-    assert "TORCH_FL_LIGHT_IMPORT" not in os.environ and "TORCH_FL_TRACE" not in os.environ
+    assert "TORCH_FL_TRACE" not in os.environ
     x = torch.randn(32, 32, device="ral:0")
     for _ in range(5):
         x = torch.tanh(x @ x) + x

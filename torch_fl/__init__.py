@@ -3,66 +3,59 @@
 `import torch_fl` registers the `ral` device type (`ral:0`, `ral:1`, ...), loads every plugin
 it finds, and exposes the `torch.ral` module. `with torch_fl.ral_mode("ral:0"):` runs plain
 CPU code on a device.
+
+Layers (imports point down only; .importlinter enforces it):
+tools > observe > mode > jit > dispatch > tiers > tensor > device > core > _native.
+The public names live in `torch_fl.api`. When torch is not imported yet, `import torch_fl`
+stays torch-free (the console tools rely on that) and the API loads as soon as torch is
+imported, or on first use of a public name, whichever comes first.
 """
 
 from __future__ import annotations
 
-import os as _os
 import sys as _sys
+from importlib import import_module as _import_module
+from importlib.util import find_spec as _find_spec
 
 __version__ = "0.1.0"
 
 
-def _light_import() -> bool:
-    # The console tools (ralctl, ral-trace) need only the torch-free modules (runtime, manifest,
-    # _native). A console script cannot run code before this import, so the tools are known by
-    # their script name; TORCH_FL_LIGHT_IMPORT=1 asks for the same (python -m torch_fl.tools.*).
-    if _os.environ.get("TORCH_FL_LIGHT_IMPORT") == "1":
-        return True
-    argv = getattr(_sys, "argv", None) or [""]
-    return _os.path.basename(argv[0] or "") in ("ralctl", "ral-trace")
+def __getattr__(name: str):
+    # Public names of torch_fl.api, loaded on first use when torch_fl was imported torch-free.
+    # Subpackages (torch_fl.core, ...) are left to the import system, so the tools stay light.
+    if name.startswith("_") or _find_spec(f"torch_fl.{name}") is not None:
+        raise AttributeError(f"module 'torch_fl' has no attribute {name!r}")
+    api = _import_module("torch_fl.api")
+    try:
+        return getattr(api, name)
+    except AttributeError:
+        raise AttributeError(f"module 'torch_fl' has no attribute {name!r}") from None
 
 
-def trace(path="trace.json"):
-    """Record every op, allocation and sync into a Chrome trace file: `with torch_fl.trace(path):`."""
-    from .tools.trace.recorder import trace as _trace
+class _LoadApiAfterTorch:
+    """Meta-path hook: when torch is imported after torch_fl, load torch_fl.api right after
+    torch itself, so `import torch_fl; import torch` registers the device as usual."""
 
-    return _trace(path)
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        _sys.meta_path.remove(self)
+        spec = _find_spec("torch")
+        if spec is not None and spec.loader is not None:
+            run_torch = spec.loader.exec_module
 
+            def exec_module(module):
+                run_torch(module)
+                _import_module("torch_fl.api")
 
-if not _light_import():
-    from ._face import *  # noqa: F401,F403
-
-
-def reload_manifests() -> None:
-    """Re-read every plugin's manifest and drop cached routing decisions (no restart)."""
-    from .registry import REGISTRY
-    from .router import invalidate
-
-    REGISTRY.reload()
-    invalidate()
-
-
-def rescan() -> None:
-    """Look for new/removed plugins and devices (hot plug), then reload manifests."""
-    from . import guard
-    from .runtime import device_count
-    from .runtime import rescan as _rescan
-
-    _rescan()
-    guard.load(device_count())
-    reload_manifests()
+            spec.loader.exec_module = exec_module
+        return spec
 
 
-def plugins():
-    """Every plugin with its status (LOADED, DEGRADED, INVALID_MANIFEST, MISSING_DEPS, ...)."""
-    from .registry import REGISTRY
+if "torch" in _sys.modules:
+    from torch_fl.api import *  # noqa: F401,F403
+    from torch_fl.autoload import after_import as _after_import  # a late import after a backward
 
-    return list(REGISTRY.plugins)
-
-
-def devices():
-    """Device descriptors of every visible ral device."""
-    from .runtime import device_records
-
-    return device_records()
+    _after_import()
+else:
+    _sys.meta_path.insert(0, _LoadApiAfterTorch())

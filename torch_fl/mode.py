@@ -12,14 +12,16 @@ A TorchFunctionMode (above autograd, so uploads are differentiable):
 from __future__ import annotations
 
 import threading
-import weakref
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils.weak import WeakIdKeyDictionary
 
-from .grad_home import differentiable_upload
-from .tensor import RalTensor
-from .transfer import to_cpu, to_device
+from torch_fl.device.index import parse_device
+from torch_fl.tensor.grad_home import differentiable_upload
+from torch_fl.tensor.host_copy import to_cpu
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.transfer import to_device
 
 _PASSTHROUGH_NAMES = {
     "size",
@@ -121,8 +123,8 @@ _RNG_FUNCTIONS = {
 _PASS, _FACTORY, _INPLACE, _COMPUTE, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(8)
 _KINDS: dict = {}
 
-# Upload cache: id(cpu tensor) -> (weakref, version, data_ptr, device, device copy).
-_CACHE: dict = {}
+# Upload cache: cpu tensor (held weakly, by identity) -> (version, data_ptr, device, device copy).
+_CACHE = WeakIdKeyDictionary()
 _cache_lock = threading.Lock()
 stats = {"uploads": 0, "cache_hits": 0}
 
@@ -162,16 +164,15 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
         version = t._version
     except RuntimeError:  # inference tensors carry no version counter: do not cache
         return to_device(t.detach(), dev)
-    key = id(t)
     ptr = t.data_ptr()
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0]() is t and hit[1] == version and hit[2] == ptr and hit[3] == dev:
+    hit = _CACHE.get(t)
+    if hit is not None and hit[0] == version and hit[1] == ptr and hit[2] == dev:
         stats["cache_hits"] += 1
-        return hit[4]
+        return hit[3]
     copy = to_device(t.detach(), dev)
     stats["uploads"] += 1
     with _cache_lock:
-        _CACHE[key] = (weakref.ref(t, lambda _r, k=key: _CACHE.pop(k, None)), version, ptr, dev, copy)
+        _CACHE[t] = (version, ptr, dev, copy)
     return copy
 
 
@@ -219,9 +220,9 @@ def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
     op buried in a function): copy the new values home, and keep the twin cached as current."""
     with torch.no_grad():
         t.copy_(to_cpu(twin.detach()))
-    hit = _CACHE.get(id(t))
-    if hit is not None and hit[0]() is t:
-        _CACHE[id(t)] = (hit[0], t._version, hit[2], hit[3], hit[4])
+    hit = _CACHE.get(t)
+    if hit is not None:
+        _CACHE[t] = (t._version, hit[1], hit[2], hit[3])
 
 
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
@@ -270,12 +271,10 @@ class ral_mode(TorchFunctionMode):
         if rng not in ("cpu", "device"):
             raise ValueError(f"rng must be 'cpu' (CPU generator, CPU-identical numbers) or 'device', got {rng!r}")
         self.rng = rng
-        from .device_module import _index
-
-        d = torch.device(device) if not isinstance(device, int) else torch.device("ral", device)
-        if d.type not in ("ral", "privateuseone"):
+        index = parse_device(device)  # raises a clear error for a device that does not exist
+        if index is None:
             raise ValueError(f"ral_mode needs a ral device, got {device!r}")
-        self.index = _index(d)  # raises a clear error for a device that does not exist
+        self.index = index
         self.device = torch.device("ral", self.index)
 
     def _cpu_rng(self, kind, func, args, kwargs):

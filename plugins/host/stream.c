@@ -174,6 +174,16 @@ static void* worker_main(void* arg) {
     node* n = s->head;
     s->head = n->next;
     if (!s->head) s->tail = NULL;
+    if (n->kind == NODE_EVENT) {
+      /* Reach the event and count the node done under one hold of s->mu, so a thread
+       * that saw the event complete also sees the stream idle (and vice versa). */
+      event_reach(n->event, n->generation);
+      s->completed++;
+      n->next = s->free_nodes;
+      s->free_nodes = n;
+      if (s->waiters) pthread_cond_broadcast(&s->done_cv);
+      continue;
+    }
     pthread_mutex_unlock(&s->mu);
     ral_status st = execute(n);
     pthread_mutex_lock(&s->mu);
@@ -240,7 +250,7 @@ static int stream_idle(struct ral_stream_s* s) {
 
 static void stream_free(struct ral_stream_s* s) {
   pthread_mutex_lock(&s->mu);
-  s->stop = 1;
+  __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE); /* the worker polls it unlocked */
   pthread_cond_signal(&s->work_cv);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->thread, NULL);

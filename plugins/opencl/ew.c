@@ -97,6 +97,7 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   if (ocl_is_contiguous(dst) && ocl_is_contiguous(src) && dst->data != src->data) {
     cl_int err = CL.clEnqueueCopyBuffer(c->stream->q, (cl_mem)src->data, (cl_mem)dst->data, src->byte_offset,
                                         dst->byte_offset, (size_t)(n * es), 0, NULL, NULL);
+    if (err == CL_SUCCESS) ocl_stream_counted(c->stream);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueCopyBuffer"), "%s", ocl_last_error());
   }
   const ral_tensor* ts[2] = {dst, src};
@@ -185,6 +186,7 @@ static ral_status fill_value(const ral_kernel_call* c, const ral_tensor* t, doub
   if (ok && ocl_is_contiguous(t)) {
     cl_int err = CL.clEnqueueFillBuffer(c->stream->q, (cl_mem)t->data, &pat, (size_t)es, t->byte_offset,
                                         (size_t)(n * es), 0, NULL, NULL);
+    if (err == CL_SUCCESS) ocl_stream_counted(c->stream);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueFillBuffer"), "%s", ocl_last_error());
   }
   double fs[3] = {f, 0, 0};

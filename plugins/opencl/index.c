@@ -22,15 +22,28 @@ static void raw_geom(ocl_geom* g, const ral_tensor* shape, const ral_tensor* con
   g->cfl = ocl_dtype_is_float(ts[0]->dtype);
 }
 
-/* Launch one of the element-per-work-item index kernels over g->n items. */
-static ral_status launch_geom(const ral_kernel_call* c, int kid, const ral_tensor* const* bufs, int nb, ocl_geom* g) {
+/* Launch one of the element-per-work-item index kernels over g->n items; `checked`
+ * kernels take the stream's fault record as a last argument (bounds-checked indices). */
+static ral_status launch_geom_ex(const ral_kernel_call* c, int kid, const ral_tensor* const* bufs, int nb,
+                                 ocl_geom* g, int checked) {
   if (g->n == 0) return RAL_OK;
-  ocl_arg args[4];
+  ocl_arg args[5];
   for (int i = 0; i < nb; i++) args[i] = ocl_mem(bufs[i]);
   args[nb] = OCL_VAL(*g);
+  if (checked) args[nb + 1] = ocl_stream_err_arg(c);
   size_t global = (size_t)g->n, local = 64;
-  return ocl_enqueue(c, kid, nb + 1, args, 1, &global, &local);
+  ral_status st = ocl_enqueue(c, kid, nb + 1 + checked, args, 1, &global, &local);
+  if (st == RAL_OK && checked) ocl_stream_arm(c);
+  return st;
 }
+
+static ral_status launch_geom(const ral_kernel_call* c, int kid, const ral_tensor* const* bufs, int nb, ocl_geom* g) {
+  return launch_geom_ex(c, kid, bufs, nb, g, 0);
+}
+
+/* 0-d tensors index like 1-d tensors of one element (as in PyTorch's gather/scatter). */
+static int rank1(const ral_tensor* t) { return t->ndim ? t->ndim : 1; }
+static int64_t size1(const ral_tensor* t, int dim) { return t->ndim ? t->sizes[dim] : 1; }
 
 static int index_dtype_ok(const ral_tensor* t) {
   return t->dtype == RAL_DTYPE_INT64 || t->dtype == RAL_DTYPE_INT32;
@@ -52,10 +65,13 @@ ral_status ocl_embedding(const ral_kernel_call* c) {
   g.off[0] = ocl_elem_off(out);
   g.off[1] = ocl_elem_off(w);
   g.off[2] = ocl_elem_off(idx);
+  g.li1 = w->sizes[0];
   if (g.rows * g.len == 0) return RAL_OK;
-  ocl_arg args[4] = {ocl_mem(out), ocl_mem(w), ocl_mem(idx), OCL_VAL(g)};
+  ocl_arg args[5] = {ocl_mem(out), ocl_mem(w), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
   size_t global = (size_t)(g.rows * g.len), local = 64;
-  return ocl_enqueue(c, OCL_K_embedding_fwd, 4, args, 1, &global, &local);
+  st = ocl_enqueue(c, OCL_K_embedding_fwd, 5, args, 1, &global, &local);
+  if (st == RAL_OK) ocl_stream_arm(c);
+  return st;
 }
 
 /* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
@@ -78,10 +94,13 @@ ral_status ocl_embedding_dense_backward(const ral_kernel_call* c) {
   g.off[0] = ocl_elem_off(gw);
   g.off[1] = ocl_elem_off(go);
   g.off[2] = ocl_elem_off(idx);
+  g.li1 = gw->ndim >= 1 ? gw->sizes[0] : 1;
   if (g.rows == 0 || g.len == 0) return RAL_OK;
-  ocl_arg args[4] = {ocl_mem(gw), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
+  ocl_arg args[5] = {ocl_mem(gw), ocl_mem(go), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
   size_t global = (size_t)g.len, local = 64;
-  return ocl_enqueue(c, OCL_K_embedding_bwd, 4, args, 1, &global, &local);
+  st = ocl_enqueue(c, OCL_K_embedding_bwd, 5, args, 1, &global, &local);
+  if (st == RAL_OK) ocl_stream_arm(c);
+  return st;
 }
 
 /* gather(self, dim, index, sparse_grad): outputs [out]; inputs [self, index]. */
@@ -90,13 +109,14 @@ ral_status ocl_gather(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *self = ocl_in(c, 0), *index = ocl_in(c, 1);
   int dim = ocl_wrap_dim(ocl_scalar_i(c, 0, 0), self->ndim);
-  if (dim < 0 || !index_dtype_ok(index) || index->ndim != self->ndim)
+  if (dim < 0 || !index_dtype_ok(index) || rank1(index) != rank1(self))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim or index for gather");
   const ral_tensor* ts[3] = {out, self, index};
   ocl_geom g;
   raw_geom(&g, index, ts, 3);
   g.li[0] = dim;
-  return launch_geom(c, OCL_K_gather_k, ts, 3, &g);
+  g.li[1] = size1(self, dim);
+  return launch_geom_ex(c, OCL_K_gather_k, ts, 3, &g, 1);
 }
 
 /* index_select(self, dim, index): index is 1-D. */
@@ -112,7 +132,8 @@ ral_status ocl_index_select(const ral_kernel_call* c) {
   raw_geom(&g, out, ts, 3);
   g.st[2][0] = index->ndim ? index->strides[0] : 0;
   g.li[0] = dim;
-  return launch_geom(c, OCL_K_index_select_k, ts, 3, &g);
+  g.li[1] = self->sizes[dim];
+  return launch_geom_ex(c, OCL_K_index_select_k, ts, 3, &g, 1);
 }
 
 /* scatter.src / scatter_add(self, dim, index, src): out = self, then one pass per line. */
@@ -121,20 +142,20 @@ static ral_status scatter_run(const ral_kernel_call* c, int add) {
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *self = ocl_in(c, 0), *index = ocl_in(c, 1), *src = ocl_in(c, 2);
   int dim = ocl_wrap_dim(ocl_scalar_i(c, 0, 0), self->ndim);
-  if (dim < 0 || !index_dtype_ok(index) || index->ndim != self->ndim || src->ndim != self->ndim)
+  if (dim < 0 || !index_dtype_ok(index) || rank1(index) != rank1(self) || rank1(src) != rank1(self))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim, index or src for scatter");
   st = ocl_copy_tensor(c, out, self);
   if (st != RAL_OK) return st;
   const ral_tensor* ts[3] = {out, index, src};
   ocl_geom g;
   raw_geom(&g, index, ts, 3);
-  if (index->ndim == 0) return RAL_OK;
   g.li[0] = dim;
-  g.li[1] = index->sizes[dim];
+  g.li[1] = size1(index, dim);
+  g.li[2] = size1(out, dim);
   g.n = g.li[1] ? g.n / g.li[1] : 0;
   g.size[dim] = 1;
   g.op = add;
-  return launch_geom(c, OCL_K_scatter_k, ts, 3, &g);
+  return launch_geom_ex(c, OCL_K_scatter_k, ts, 3, &g, 1);
 }
 ral_status ocl_scatter_src(const ral_kernel_call* c) { return scatter_run(c, 0); }
 ral_status ocl_scatter_add(const ral_kernel_call* c) { return scatter_run(c, 1); }

@@ -48,7 +48,10 @@ ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel
   for (int i = 0; i < nargs && err == CL_SUCCESS; i++) err = CL.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
   if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, NULL);
   pthread_mutex_unlock(lock);
-  if (err == CL_SUCCESS) return RAL_OK;
+  if (err == CL_SUCCESS) {
+    ocl_stream_counted(c->stream);
+    return RAL_OK;
+  }
   ocl_cl_fail(err, "clEnqueueNDRangeKernel");
   return ocl_fail(c, err == CL_OUT_OF_RESOURCES || err == CL_INVALID_WORK_GROUP_SIZE ||
                              err == CL_INVALID_GLOBAL_WORK_SIZE || err == CL_INVALID_WORK_ITEM_SIZE

@@ -41,6 +41,7 @@ ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const 
   cl_int err;
   if (!staged) {
     err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_TRUE, dst_offset, nbytes, src, 0, NULL, NULL);
+    if (err == CL_SUCCESS) ocl_stream_counted(stream);
     return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueWriteBuffer");
   }
   memcpy(staged, src, nbytes);
@@ -56,6 +57,7 @@ ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const 
   }
   CL.clReleaseEvent(ev);
   CL.clFlush(stream->q);
+  ocl_stream_counted(stream);
   return RAL_OK;
 }
 
@@ -63,7 +65,7 @@ ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t s
                           uint64_t nbytes, ral_stream stream) {
   (void)device;
   cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, NULL);
-  if (err == CL_SUCCESS) CL.clFlush(stream->q);
+  if (err == CL_SUCCESS) CL.clFlush(stream->q), ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueReadBuffer");
 }
 
@@ -73,6 +75,7 @@ ral_status ocl_memcpy_d2d(int32_t device, void* dst, uint64_t dst_offset, const 
   if (nbytes == 0) return RAL_OK;
   cl_int err = CL.clEnqueueCopyBuffer(stream->q, (cl_mem)src, (cl_mem)dst, src_offset, dst_offset, nbytes,
                                       0, NULL, NULL);
+  if (err == CL_SUCCESS) ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueCopyBuffer");
 }
 
@@ -82,5 +85,6 @@ ral_status ocl_memset(int32_t device, void* dst, uint64_t offset, int32_t value,
   if (nbytes == 0) return RAL_OK;
   cl_uchar byte = (cl_uchar)value;
   cl_int err = CL.clEnqueueFillBuffer(stream->q, (cl_mem)dst, &byte, 1, offset, nbytes, 0, NULL, NULL);
+  if (err == CL_SUCCESS) ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueFillBuffer");
 }

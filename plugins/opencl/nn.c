@@ -187,10 +187,13 @@ ral_status ocl_nll_loss_forward(const ral_kernel_call* c) {
   const ral_tensor* w = ocl_in(c, 2);
   g.flags = ocl_absent(w) ? 0 : 1;
   const ral_tensor* bufs[5] = {ocl_out(c, 0), ocl_out(c, 1), ocl_in(c, 0), ocl_in(c, 1), ocl_absent(w) ? ocl_in(c, 0) : w};
-  ocl_arg args[6];
+  ocl_arg args[7];
   bind_rows(&g, bufs, 5, args);
+  args[6] = ocl_stream_err_arg(c); /* out-of-range targets: IndexError at the next sync */
   size_t local = row_local(c, OCL_K_nll_fwd, g.rows), global = local;
-  return ocl_enqueue(c, OCL_K_nll_fwd, 6, args, 1, &global, &local);
+  st = ocl_enqueue(c, OCL_K_nll_fwd, 7, args, 1, &global, &local);
+  if (st == RAL_OK) ocl_stream_arm(c);
+  return st;
 }
 
 /* nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight) */

@@ -6,6 +6,7 @@
 #define OCL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "cl_api.h"
@@ -54,11 +55,25 @@ typedef struct {
 extern ocl_device g_dev[OCL_MAX_DEVICES];
 extern int g_ndev;
 
-/* ral_stream is an in-order command queue of one device. */
+/* ral_stream is an in-order command queue of one device. `err` is the device-side fault
+ * record of the index kernels queued on it (see queue.c); `armed` says one may have run
+ * since the last synchronization, so only then does a sync pay for reading it.
+ * `enqueued` counts commands queued (bumped after each enqueue returns); `tail` is the
+ * last marker queued by event_record/query when `tail_n` commands had been counted, so
+ * query can answer from it exactly while nothing was queued since (queue.c). */
 struct ral_stream_s {
   cl_command_queue q;
   int32_t device;
+  cl_mem err;
+  _Atomic int armed;
+  _Atomic uint64_t enqueued;
+  pthread_mutex_t tail_mu;
+  cl_event tail;
+  uint64_t tail_n;
 };
+
+/*! Count one command queued on the stream (call after the enqueue succeeded). */
+static inline void ocl_stream_counted(struct ral_stream_s* s) { atomic_fetch_add(&s->enqueued, 1); }
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */
@@ -94,6 +109,11 @@ typedef struct {
   size_t size;
   const void* ptr;
 } ocl_arg;
+
+/*! The fault-record kernel argument of the launch's stream. */
+ocl_arg ocl_stream_err_arg(const ral_kernel_call* c);
+/*! Mark that a bounds-checked kernel was queued on the launch's stream (after the enqueue). */
+void ocl_stream_arm(const ral_kernel_call* c);
 
 /*! Set args and enqueue a built-in kernel on the call's stream. `global` is rounded up to
  *  a multiple of `local` (0 = let the runtime pick); sizes beyond the device's limits

@@ -2,7 +2,10 @@
  * queue.c -- streams are in-order command queues (with profiling, for elapsed times);
  * events are markers enqueued at the stream's tail.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "ocl.h"
 
@@ -22,15 +25,58 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
     free(s);
     return ocl_cl_fail(err, "clCreateCommandQueue");
   }
+  static const cl_int zeros[OCL_ERR_INTS] = {0};
+  s->err = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zeros, (void*)zeros, &err);
+  if (!s->err) {
+    CL.clReleaseCommandQueue(s->q);
+    free(s);
+    return ocl_cl_fail(err, "clCreateBuffer (stream fault record)");
+  }
   s->device = device;
+  atomic_init(&s->armed, 0);
+  atomic_init(&s->enqueued, 0);
+  pthread_mutex_init(&s->tail_mu, NULL);
   *stream = s;
   return RAL_OK;
+}
+
+ocl_arg ocl_stream_err_arg(const ral_kernel_call* c) { return (ocl_arg){sizeof(cl_mem), &c->stream->err}; }
+
+void ocl_stream_arm(const ral_kernel_call* c) { atomic_store(&c->stream->armed, 1); }
+
+static const char* const k_site_names[OCL_N_SITES] = {
+    "?", "gather", "index_select", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "nll_loss",
+};
+
+/* After the queue drained: report (and clear) an index fault recorded by a kernel.
+ * `armed` is cleared before the clFinish that preceded this, and set only after an
+ * enqueue, so a fault of a kernel the finish did not cover is read by a later sync. */
+static ral_status read_fault(struct ral_stream_s* s) {
+  cl_int rec[OCL_ERR_INTS] = {0};
+  cl_int err = CL.clEnqueueReadBuffer(s->q, s->err, CL_TRUE, 0, sizeof rec, rec, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueReadBuffer (stream fault record)");
+  if (rec[0] == 0) return RAL_OK;
+  static const cl_int zeros[OCL_ERR_INTS] = {0};
+  err = CL.clEnqueueWriteBuffer(s->q, s->err, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueWriteBuffer (stream fault record)");
+  long long index = (long long)(((uint64_t)(uint32_t)rec[2] << 32) | (uint32_t)rec[1]);
+  long long size = (long long)(((uint64_t)(uint32_t)rec[5] << 32) | (uint32_t)rec[4]);
+  const char* op = rec[0] > 0 && rec[0] < OCL_N_SITES ? k_site_names[rec[0]] : "an index kernel";
+  /* Same words as PyTorch's CPU message; torch_fl.errors maps them to IndexError. */
+  return ocl_error(RAL_ERROR_INVALID_ARGUMENT,
+                   "%s: index %lld is out of bounds for dimension %d with size %lld (found on the "
+                   "device by a kernel queued before this synchronization; nothing was written "
+                   "outside its buffers)",
+                   op, index, rec[3], size);
 }
 
 ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   (void)device;
   if (!stream) return RAL_OK;
   CL.clFinish(stream->q);
+  CL.clReleaseMemObject(stream->err);
+  if (stream->tail) CL.clReleaseEvent(stream->tail);
+  pthread_mutex_destroy(&stream->tail_mu);
   CL.clReleaseCommandQueue(stream->q);
   free(stream);
   return RAL_OK;
@@ -38,8 +84,10 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
 
 ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
   (void)device;
+  int armed = atomic_exchange(&stream->armed, 0);
   cl_int err = CL.clFinish(stream->q);
-  return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  return armed ? read_fault(stream) : RAL_OK;
 }
 
 static ral_status event_state(cl_event ev) {
@@ -50,13 +98,60 @@ static ral_status event_state(cl_event ev) {
   return state == CL_COMPLETE ? RAL_OK : RAL_ERROR_NOT_READY;
 }
 
+/* Queue a marker at the stream's tail and remember it (with the command count taken
+ * before it, so every counted command precedes it) as the stream's tail. */
+static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
+  uint64_t n = atomic_load(&s->enqueued);
+  cl_event ev;
+  cl_int err = CL.clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
+  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
+  CL.clFlush(s->q);
+  CL.clRetainEvent(ev);
+  pthread_mutex_lock(&s->tail_mu);
+  if (!s->tail || n >= s->tail_n) {
+    if (s->tail) CL.clReleaseEvent(s->tail);
+    s->tail = ev;
+    s->tail_n = n;
+  } else {
+    CL.clReleaseEvent(ev);
+  }
+  pthread_mutex_unlock(&s->tail_mu);
+  *out = ev;
+  return RAL_OK;
+}
+
+/* How long a query waits for a fresh marker. OpenCL has no "is this queue idle" call: a
+ * marker completes only once the driver's scheduler has seen it (tens of microseconds on
+ * PoCL, much more on a loaded host), so a query answers from the last recorded marker when
+ * nothing was queued after it (exact: "idle right after its event synchronized"), and
+ * otherwise gives a fresh marker this long before reporting the stream busy. */
+#define QUERY_GRACE_NS 2000000L
+
 ral_status ocl_stream_query(int32_t device, ral_stream stream) {
   (void)device;
-  cl_event ev;
-  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
-  CL.clFlush(stream->q);
-  ral_status st = event_state(ev);
+  cl_event ev = NULL;
+  pthread_mutex_lock(&stream->tail_mu);
+  if (stream->tail && stream->tail_n == atomic_load(&stream->enqueued)) {
+    ev = stream->tail;
+    CL.clRetainEvent(ev);
+  }
+  pthread_mutex_unlock(&stream->tail_mu);
+  if (ev) {
+    ral_status st = event_state(ev);
+    CL.clReleaseEvent(ev);
+    if (st != RAL_ERROR_NOT_READY) return st;
+  }
+  ral_status st = mark_tail(stream, &ev);
+  if (st != RAL_OK) return st;
+  st = event_state(ev);
+  struct timespec t0, now, nap = {0, 20000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (st == RAL_ERROR_NOT_READY) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) > QUERY_GRACE_NS) break;
+    nanosleep(&nap, NULL);
+    st = event_state(ev);
+  }
   CL.clReleaseEvent(ev);
   return st;
 }
@@ -78,9 +173,8 @@ ral_status ocl_event_destroy(int32_t device, ral_event event) {
 ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) {
   (void)device;
   cl_event ev;
-  cl_int err = CL.clEnqueueMarkerWithWaitList(stream->q, 0, NULL, &ev);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
-  CL.clFlush(stream->q);
+  ral_status st = mark_tail(stream, &ev);
+  if (st != RAL_OK) return st;
   if (event->ev) CL.clReleaseEvent(event->ev);
   event->ev = ev;
   return RAL_OK;
@@ -102,6 +196,7 @@ ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event ev
   (void)device;
   if (!event->ev) return RAL_OK;
   cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &event->ev, NULL);
+  if (err == CL_SUCCESS) ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 

@@ -64,6 +64,10 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
   ocl_device* d = ocl_device_get(c->device);
   size_t want = 1;
   while (want < (size_t)g.n_red && want < OCL_MAX_LOCAL) want *= 2;
+  /* Short reductions run in one work-item, in index order: the order PyTorch's CPU
+   * kernels use for them, so results round alike (a tree order differed by an ulp, which
+   * cov's near-cancelling normalisation magnified past float32 tolerance). */
+  if (g.n_red <= 8) want = 1;
   size_t local = ocl_local_size(d, OCL_K_reduce_any, want);
   size_t global = (size_t)g.n_out * local;
   ocl_arg args[4] = {ocl_mem(out), ocl_mem(idx), ocl_mem(in), OCL_VAL(g)};

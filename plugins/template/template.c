@@ -2,7 +2,8 @@
  * template.c -- the smallest complete torch_fl plugin. Copy this directory to start
  * your own (see README.md). It drives RAL_TEMPLATE_DEVICE_COUNT (default 1) "devices"
  * whose memory is ordinary aligned host memory, runs every stream synchronously and
- * exports two float32 kernels. It includes ral_plugin.h and nothing else of torch_fl.
+ * exports two float32 kernels. It includes ral_plugin.h and the optional header-only
+ * ral_plugin_sdk.h, and nothing else of torch_fl.
  *
  * Plugin rules kept here: never abort, never print, report failures with a status and
  * a thread-local message that names the op.
@@ -14,25 +15,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "ral_plugin.h"
+#define RAL_SDK_IMPLEMENT_ERROR
+#include "ral_plugin_sdk.h"
 
 #define PLUGIN_NAME "template"
 #define PLUGIN_VERSION "1.0.0"
 #define MAX_DEVICES 8
 #define ALIGNMENT 64
 
-static _Thread_local char g_error[512];
 static int32_t g_device_count = 1;
 
-static ral_status fail(ral_status status, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(g_error, sizeof g_error, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
-static const char* tpl_last_error(void) { return g_error; }
+#define fail ral_sdk_fail
 
 static ral_status check_device(int32_t device) {
   if (device < 0 || device >= g_device_count)
@@ -76,9 +69,7 @@ static ral_status tpl_device_info(int32_t device, ral_device_info* info) {
   snprintf(mine.type, sizeof mine.type, "cpu");
   snprintf(mine.driver_version, sizeof mine.driver_version, PLUGIN_VERSION);
   /* Write only what the caller's struct has room for: it may be an older runtime. */
-  size_t n = info->struct_size < sizeof mine ? info->struct_size : sizeof mine;
-  memcpy(info, &mine, n);
-  info->struct_size = (uint32_t)n;
+  ral_sdk_fill_struct(info, &mine, sizeof mine);
   return RAL_OK;
 }
 
@@ -181,32 +172,17 @@ static ral_status tpl_event_elapsed_ms(int32_t device, ral_event start, ral_even
 
 /* ---- kernels ---- */
 
-static int64_t numel(const ral_tensor* t) {
-  int64_t n = 1;
-  for (int k = 0; k < t->ndim; k++) n *= t->sizes[k];
-  return n;
-}
-
-static int is_contiguous(const ral_tensor* t) {
-  int64_t expected = 1;
-  for (int k = t->ndim - 1; k >= 0; k--) {
-    if (t->sizes[k] != 1 && t->strides[k] != expected) return 0;
-    expected *= t->sizes[k];
-  }
-  return 1;
-}
-
-static float* f32(const ral_tensor* t) { return (float*)((char*)t->data + t->byte_offset); }
+static float* f32(const ral_tensor* t) { return (float*)ral_sdk_data(t); }
 
 /* One float32 output and two same-shaped contiguous float32 inputs. */
 static ral_status check_binary_f32(const ral_kernel_call* call, const char* kernel) {
   if (call->n_outputs != 1 || call->n_inputs != 2)
     return fail(RAL_ERROR_INVALID_ARGUMENT, "%s (%s): expected 1 output and 2 inputs, got %d and %d",
                 call->op_name, kernel, call->n_outputs, call->n_inputs);
-  int64_t n = numel(&call->tensors[0]);
+  int64_t n = ral_sdk_numel(&call->tensors[0]);
   for (int i = 0; i < 3; i++) {
     const ral_tensor* t = &call->tensors[i];
-    if (t->dtype != RAL_DTYPE_FLOAT32 || !is_contiguous(t) || numel(t) != n)
+    if (t->dtype != RAL_DTYPE_FLOAT32 || !ral_sdk_is_contiguous(t) || ral_sdk_numel(t) != n)
       return fail(RAL_ERROR_UNSUPPORTED,
                   "%s (%s): tensor %d must be a contiguous float32 tensor of %lld elements",
                   call->op_name, kernel, i, (long long)n);
@@ -214,19 +190,13 @@ static ral_status check_binary_f32(const ral_kernel_call* call, const char* kern
   return RAL_OK;
 }
 
-static double scalar_value(const ral_scalar* s, double fallback) {
-  if (s->tag == RAL_SCALAR_INT || s->tag == RAL_SCALAR_BOOL) return (double)s->v.i;
-  if (s->tag == RAL_SCALAR_FLOAT) return s->v.f;
-  return fallback;
-}
-
 /* aten::add.Tensor: out = self + alpha * other (alpha is scalars[0]). */
 static ral_status template_add_f32(const ral_kernel_call* call) {
   ral_status st = check_binary_f32(call, "template_add_f32");
   if (st != RAL_OK) return st;
-  float alpha = (float)(call->n_scalars > 0 ? scalar_value(&call->scalars[0], 1.0) : 1.0);
+  float alpha = (float)(call->n_scalars > 0 ? ral_sdk_scalar_f64(&call->scalars[0], 1.0) : 1.0);
   float *out = f32(&call->tensors[0]), *a = f32(&call->tensors[1]), *b = f32(&call->tensors[2]);
-  for (int64_t i = 0, n = numel(&call->tensors[0]); i < n; i++) out[i] = a[i] + alpha * b[i];
+  for (int64_t i = 0, n = ral_sdk_numel(&call->tensors[0]); i < n; i++) out[i] = a[i] + alpha * b[i];
   return RAL_OK;
 }
 
@@ -235,7 +205,7 @@ static ral_status template_mul_f32(const ral_kernel_call* call) {
   ral_status st = check_binary_f32(call, "template_mul_f32");
   if (st != RAL_OK) return st;
   float *out = f32(&call->tensors[0]), *a = f32(&call->tensors[1]), *b = f32(&call->tensors[2]);
-  for (int64_t i = 0, n = numel(&call->tensors[0]); i < n; i++) out[i] = a[i] * b[i];
+  for (int64_t i = 0, n = ral_sdk_numel(&call->tensors[0]); i < n; i++) out[i] = a[i] * b[i];
   return RAL_OK;
 }
 
@@ -291,7 +261,7 @@ static const ral_plugin_api k_api = {
     .event_elapsed_ms = tpl_event_elapsed_ms,
     .get_kernel = tpl_get_kernel,
     .launch = tpl_launch,
-    .last_error = tpl_last_error,
+    .last_error = ral_sdk_last_error,
     .memset = tpl_memset,
     /* compile / module_get_kernel / module_destroy: no run-time compiler here. */
 };

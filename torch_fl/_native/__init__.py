@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ._ral import ffi, lib
+from torch_fl._native._ral import ffi, lib
 
 __all__ = ["ffi", "lib", "builtin_plugin_dir"]
 

@@ -13,7 +13,8 @@ typedef struct {
   uint64_t ptr, offset;
 } range;
 
-/* Resolve device and stream and check each range against the SecureContext. */
+/* Resolve device and stream and check each range against the SecureContext. On success
+ * the stream is acquired: the caller calls rt_stream_release(*dev, stream) after use. */
 static int prepare(int32_t device, int32_t stream, const range* ranges, int n_ranges,
                    uint64_t nbytes, rt_device** dev, ral_stream* h) {
   int st = rt_dev_get(device, dev);
@@ -21,7 +22,7 @@ static int prepare(int32_t device, int32_t stream, const range* ranges, int n_ra
   pthread_mutex_lock(&(*dev)->lock);
   for (int i = 0; i < n_ranges && st == RAL_OK; i++)
     st = rt_sc_check_locked(*dev, ranges[i].ptr, ranges[i].offset, nbytes);
-  if (st == RAL_OK) st = rt_stream_handle_locked(*dev, stream, h);
+  if (st == RAL_OK) st = rt_stream_acquire_locked(*dev, stream, h);
   pthread_mutex_unlock(&(*dev)->lock);
   return st;
 }
@@ -39,9 +40,14 @@ int rt_copy_h2d(int32_t device, int32_t stream, uint64_t dst, uint64_t dst_offse
   ral_stream h;
   range r = {dst, dst_offset};
   int st = prepare(device, stream, &r, 1, nbytes, &dev, &h);
-  if (st != RAL_OK || nbytes == 0) return st;
-  st = dev->plugin->api.memcpy_h2d(dev->local, (void*)(uintptr_t)dst, dst_offset, src, nbytes, h);
-  return copy_result(dev, st, "memcpy_h2d", nbytes);
+  if (st != RAL_OK) return st;
+  if (nbytes)
+    st = copy_result(dev,
+                     dev->plugin->api.memcpy_h2d(dev->local, (void*)(uintptr_t)dst, dst_offset, src,
+                                                 nbytes, h),
+                     "memcpy_h2d", nbytes);
+  rt_stream_release(dev, stream);
+  return st;
 }
 
 /* Public: device -> host; waits for the stream when `sync` is set. */
@@ -51,11 +57,13 @@ int rt_copy_d2h(int32_t device, int32_t stream, void* dst, uint64_t src, uint64_
   ral_stream h;
   range r = {src, src_offset};
   int st = prepare(device, stream, &r, 1, nbytes, &dev, &h);
-  if (st == RAL_OK && nbytes)
+  if (st != RAL_OK) return st;
+  if (nbytes)
     st = copy_result(dev,
                      dev->plugin->api.memcpy_d2h(dev->local, dst, (const void*)(uintptr_t)src,
                                                  src_offset, nbytes, h),
                      "memcpy_d2h", nbytes);
+  rt_stream_release(dev, stream);
   if (st == RAL_OK && sync) st = rt_stream_synchronize(device, stream);
   return st;
 }
@@ -89,10 +97,14 @@ int rt_copy_d2d(int32_t dst_device, uint64_t dst, uint64_t dst_offset, int32_t s
   ral_stream h;
   range r[2] = {{dst, dst_offset}, {src, src_offset}};
   int st = prepare(dst_device, stream, r, 2, nbytes, &dev, &h);
-  if (st != RAL_OK || nbytes == 0) return st;
-  st = dev->plugin->api.memcpy_d2d(dev->local, (void*)(uintptr_t)dst, dst_offset,
-                                   (const void*)(uintptr_t)src, src_offset, nbytes, h);
-  return copy_result(dev, st, "memcpy_d2d", nbytes);
+  if (st != RAL_OK) return st;
+  if (nbytes)
+    st = copy_result(dev,
+                     dev->plugin->api.memcpy_d2d(dev->local, (void*)(uintptr_t)dst, dst_offset,
+                                                 (const void*)(uintptr_t)src, src_offset, nbytes, h),
+                     "memcpy_d2d", nbytes);
+  rt_stream_release(dev, stream);
+  return st;
 }
 
 /* Public: fill bytes; plugins without memset get a host-staged fill. */
@@ -102,12 +114,15 @@ int rt_memset(int32_t device, int32_t stream, uint64_t dst, uint64_t offset, int
   ral_stream h;
   range r = {dst, offset};
   int st = prepare(device, stream, &r, 1, nbytes, &dev, &h);
-  if (st != RAL_OK || nbytes == 0) return st;
-  if (dev->plugin->api.memset)
-    return copy_result(dev,
-                       dev->plugin->api.memset(dev->local, (void*)(uintptr_t)dst, offset, value,
-                                               nbytes, h),
-                       "memset", nbytes);
+  if (st != RAL_OK) return st;
+  if (nbytes && dev->plugin->api.memset)
+    st = copy_result(dev,
+                     dev->plugin->api.memset(dev->local, (void*)(uintptr_t)dst, offset, value,
+                                             nbytes, h),
+                     "memset", nbytes);
+  int done_here = nbytes == 0 || dev->plugin->api.memset;
+  rt_stream_release(dev, stream);
+  if (done_here) return st;
   size_t chunk = nbytes < STAGING_CHUNK ? (size_t)nbytes : STAGING_CHUNK;
   void* fill = malloc(chunk);
   if (!fill) return rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for a %zu-byte fill buffer", chunk);

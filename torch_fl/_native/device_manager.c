@@ -98,6 +98,7 @@ int rt_dm_add_plugin_devices(rt_plugin* p, int32_t count) {
     atomic_init(&dev->present, 1);
     atomic_init(&dev->launches, 0);
     pthread_mutex_init(&dev->lock, NULL);
+    pthread_cond_init(&dev->finished_cv, NULL);
     rt_pool_init(dev);
     g_rt.phys[g_rt.n_phys++] = dev;
   }

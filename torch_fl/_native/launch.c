@@ -70,13 +70,14 @@ static int validate_and_launch(rt_device* dev, int32_t stream, const rt_kernel* 
   pthread_mutex_lock(&dev->lock);
   for (int i = 0; i < n && st == RAL_OK; i++)
     st = rt_sc_check_tensor_locked(dev, &call->tensors[i], i, op_name);
-  if (st == RAL_OK) st = rt_stream_handle_locked(dev, stream, &call->stream);
+  if (st == RAL_OK) st = rt_stream_acquire_locked(dev, stream, &call->stream);
   pthread_mutex_unlock(&dev->lock);
   if (st != RAL_OK) return st;
   atomic_fetch_add_explicit(&dev->launches, 1, memory_order_relaxed);
   st = dev->plugin->api.launch(k->fn, call);
-  if (st != RAL_OK) return rt_plugin_fail(dev->plugin, st, "%s (kernel %s)", op_name, k->symbol);
-  return RAL_OK;
+  if (st != RAL_OK) st = rt_plugin_fail(dev->plugin, st, "%s (kernel %s)", op_name, k->symbol);
+  rt_stream_release(dev, stream);
+  return st;
 }
 
 /* Public: validate and launch one kernel call (format in ral_runtime.h). */

@@ -21,6 +21,11 @@
 #define SYSTEM_ROOT "/opt/torch_fl/plugins"
 #define MAX_DEVICES_PER_PLUGIN 256
 
+const char* rt_system_plugin_root(void) {
+  const char* over = getenv("TORCH_FL_SYSTEM_PLUGIN_DIR");
+  return over && *over ? over : SYSTEM_ROOT;
+}
+
 #define REQUIRED(field) {#field, offsetof(ral_plugin_api, field)}
 static const struct {
   const char* name;
@@ -294,8 +299,7 @@ int rt_loader_scan(void) {
       scan_root(dir, RT_SOURCE_ENV_PATH);
     free(copy);
   }
-  const char* sys = getenv("TORCH_FL_SYSTEM_PLUGIN_DIR");
-  scan_root(sys ? sys : SYSTEM_ROOT, RT_SOURCE_SYSTEM);
+  scan_root(rt_system_plugin_root(), RT_SOURCE_SYSTEM);
 
   int n = atomic_load(&g_rt.n_plugins);
   for (int i = 0; i < n; i++) {

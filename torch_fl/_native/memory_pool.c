@@ -145,9 +145,8 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr) {
   uint64_t cls = size_class(nbytes);
   pthread_mutex_lock(&dev->lock);
   rt_memory_stats* s = &dev->pool.stats;
-  ral_stream unused;
   rt_block* b = NULL;
-  if (stream != 0 && (st = rt_stream_handle_locked(dev, stream, &unused)) != RAL_OK)
+  if (stream != 0 && (st = rt_stream_check_locked(dev, stream)) != RAL_OK)
     goto out;
   if (!cls) {
     st = oom(dev, nbytes, cls, "");

@@ -45,16 +45,26 @@ typedef struct {
 } rt_pool;
 
 /* ---- streams and events (streams.c) ---- */
+/* A slot's plugin handle stays valid from rt_stream_acquire_locked until the matching
+ * rt_stream_release: destroy only marks the slot closing, and whoever drops the last
+ * reference synchronizes the stream and frees the handle (under dev->lock), so no call
+ * ever uses a freed handle and the id is not reused before then. */
+enum { RT_OPEN = 0, RT_CLOSING = 1, RT_FINISHING = 2 };
 typedef struct {
   ral_stream handle;
-  int32_t in_use;
+  int32_t in_use;  /* slot holds a plugin stream (possibly closing) */
+  int32_t closing; /* RT_OPEN, RT_CLOSING (destroyed, still referenced), RT_FINISHING */
+  int32_t refs;    /* calls between acquire and release */
   int32_t pending_status; /* async error found by an internal sync, returned later */
   char* pending_msg;
 } rt_stream_slot;
 
 typedef struct {
   ral_event handle;
-  int32_t next_free; /* free-list link while unused */
+  int32_t next_free; /* free-list link while unused, -1 while in use */
+  int32_t closing;   /* as for streams */
+  int32_t refs;
+  int32_t waited;    /* some stream waited on it: those streams finish before the free */
 } rt_event_slot;
 
 /* ---- devices (device_manager.c) ---- */
@@ -71,6 +81,8 @@ typedef struct rt_device {
   int32_t n_streams, cap_streams;
   rt_event_slot* events;
   int32_t n_events, cap_events, free_event;
+  int32_t n_finishing;       /* streams being synchronized before their free */
+  pthread_cond_t finished_cv; /* broadcast when one of those is freed */
   atomic_uint_fast64_t launches;
 } rt_device;
 
@@ -137,11 +149,15 @@ int rt_sc_check_tensor_locked(rt_device* dev, const ral_tensor* t, int arg, cons
 /* Byte size of one element of a dtype, 0 for an invalid code. */
 uint64_t rt_dtype_size(int32_t dtype);
 
-/* streams.c (device lock held) */
-/* Plugin handle of stream id `sid`, creating the default stream on first use. */
-int rt_stream_handle_locked(rt_device* dev, int32_t sid, ral_stream* out);
-/* Stream handle without holding the lock. */
-int rt_stream_handle(rt_device* dev, int32_t sid, ral_stream* out);
+/* streams.c (device lock held unless the name says otherwise) */
+/* Plugin handle of stream id `sid` with a reference taken (the default stream is created
+ * on first use); the handle stays valid until rt_stream_release. */
+int rt_stream_acquire_locked(rt_device* dev, int32_t sid, ral_stream* out);
+/* Drop a reference from rt_stream_acquire_locked; takes dev->lock itself and may wait
+ * for a destroyed stream's work before freeing it. */
+void rt_stream_release(rt_device* dev, int32_t sid);
+/* RAL_OK if stream id `sid` is open (no reference taken). */
+int rt_stream_check_locked(rt_device* dev, int32_t sid);
 /* 1 when the stream has no pending work (or does not exist any more). */
 int rt_stream_idle_locked(rt_device* dev, int32_t sid);
 /* Synchronize every stream; async errors are kept for the next user-visible sync. */

@@ -1,7 +1,14 @@
 /* streams.c -- the AsyncStream layer: per-device tables that map small stream and
  * event ids to plugin handles, and the translation of asynchronous failures into
  * messages. Stream 0 is created on first use. Waiting calls (synchronize) run without
- * the device lock so other threads keep allocating meanwhile. */
+ * the device lock so other threads keep allocating meanwhile.
+ *
+ * Lifetimes: every use of a plugin handle is bracketed by acquire (under dev->lock,
+ * refs++) and release (refs--). Destroy marks the slot closing, so new lookups fail,
+ * and the last release synchronizes the stream (its pending work completes), moves any
+ * asynchronous error to the default stream, and frees the handle under dev->lock. A
+ * slot id is reused only after that. Plugin handles are therefore never used after
+ * (or concurrently with) their destroy; see the threading contract in ral_plugin.h. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +29,7 @@ static int grow_array(void** items, int32_t* cap, int32_t need, size_t item_size
   return 0;
 }
 
-/* Create the plugin stream for slot `sid` (the slot array already holds it). */
+/* Create the plugin stream for slot `sid` (growing the slot array if needed). */
 static int open_stream_locked(rt_device* dev, int32_t sid) {
   if (grow_array((void**)&dev->streams, &dev->cap_streams, sid + 1, sizeof *dev->streams))
     return rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for the stream table");
@@ -30,32 +37,48 @@ static int open_stream_locked(rt_device* dev, int32_t sid) {
   int st = dev->plugin->api.stream_create(dev->local, &slot->handle);
   if (st != RAL_OK) return rt_plugin_fail(dev->plugin, st, "stream_create on device %d", dev->global);
   slot->in_use = 1;
+  slot->closing = RT_OPEN;
+  slot->refs = 0;
   if (sid >= dev->n_streams) dev->n_streams = sid + 1;
   return RAL_OK;
 }
 
-int rt_stream_handle_locked(rt_device* dev, int32_t sid, ral_stream* out) {
-  if (sid == 0 && (dev->n_streams == 0 || !dev->streams[0].in_use)) {
-    int st = open_stream_locked(dev, 0);
-    if (st != RAL_OK) return st;
-  }
-  if (sid < 0 || sid >= dev->n_streams || !dev->streams[sid].in_use)
-    return rt_fail(RAL_ERROR_INVALID_ARGUMENT, "stream %d does not exist on device %d", sid,
-                   dev->global);
-  *out = dev->streams[sid].handle;
+/* The slot of an existing stream whose state is at most `max_closing`, or NULL. */
+static rt_stream_slot* slot_locked(rt_device* dev, int32_t sid, int max_closing) {
+  if (sid < 0 || sid >= dev->n_streams) return NULL;
+  rt_stream_slot* slot = &dev->streams[sid];
+  return slot->in_use && slot->closing <= max_closing ? slot : NULL;
+}
+
+static int missing(rt_device* dev, int32_t sid) {
+  return rt_fail(RAL_ERROR_INVALID_ARGUMENT, "stream %d does not exist on device %d", sid,
+                 dev->global);
+}
+
+static int ensure_default_locked(rt_device* dev, int32_t sid) {
+  if (sid == 0 && (dev->n_streams == 0 || !dev->streams[0].in_use)) return open_stream_locked(dev, 0);
   return RAL_OK;
 }
 
-int rt_stream_handle(rt_device* dev, int32_t sid, ral_stream* out) {
-  LOCK(dev);
-  int st = rt_stream_handle_locked(dev, sid, out);
-  UNLOCK(dev);
-  return st;
+int rt_stream_check_locked(rt_device* dev, int32_t sid) {
+  int st = ensure_default_locked(dev, sid);
+  if (st != RAL_OK) return st;
+  return slot_locked(dev, sid, RT_OPEN) ? RAL_OK : missing(dev, sid);
+}
+
+int rt_stream_acquire_locked(rt_device* dev, int32_t sid, ral_stream* out) {
+  int st = rt_stream_check_locked(dev, sid);
+  if (st != RAL_OK) return st;
+  rt_stream_slot* slot = &dev->streams[sid];
+  slot->refs++;
+  *out = slot->handle;
+  return RAL_OK;
 }
 
 int rt_stream_idle_locked(rt_device* dev, int32_t sid) {
-  if (sid < 0 || sid >= dev->n_streams || !dev->streams[sid].in_use) return 1;
-  return dev->plugin->api.stream_query(dev->local, dev->streams[sid].handle) == RAL_OK;
+  rt_stream_slot* slot = slot_locked(dev, sid, RT_FINISHING);
+  if (!slot) return 1;
+  return dev->plugin->api.stream_query(dev->local, slot->handle) == RAL_OK;
 }
 
 int rt_stream_sync_handle(rt_device* dev, int32_t sid, ral_stream h) {
@@ -68,16 +91,60 @@ int rt_stream_sync_handle(rt_device* dev, int32_t sid, ral_stream h) {
   return rt_plugin_fail(p, st, "asynchronous work on stream %d of device %d", sid, dev->global);
 }
 
+/* Keep an asynchronous error on a slot for its next user-visible sync (first one wins). */
+static void keep_pending_locked(rt_stream_slot* slot, int st, const char* msg) {
+  if (st == RAL_OK || slot->pending_status) return;
+  slot->pending_status = st;
+  slot->pending_msg = strdup(msg ? msg : "");
+}
+
 void rt_streams_drain_locked(rt_device* dev) {
+  /* Handles are freed only under dev->lock, so every in-use slot (closing or not) is
+   * safe to synchronize here. */
   for (int32_t sid = 0; sid < dev->n_streams; sid++) {
     rt_stream_slot* slot = &dev->streams[sid];
     if (!slot->in_use) continue;
     int st = rt_stream_sync_handle(dev, sid, slot->handle);
-    if (st != RAL_OK && !slot->pending_status) {
-      slot->pending_status = st;
-      slot->pending_msg = strdup(rt_last_error());
-    }
+    keep_pending_locked(slot, st, st == RAL_OK ? NULL : rt_last_error());
   }
+}
+
+/* Last reference of a closing stream: wait for its work, then free it. Runs without the
+ * lock while waiting; the slot is FINISHING, so nobody else frees or reuses it. */
+static void finish_stream(rt_device* dev, int32_t sid, ral_stream h) {
+  int st = rt_stream_sync_handle(dev, sid, h);
+  char* msg = st != RAL_OK ? strdup(rt_last_error()) : NULL;
+  LOCK(dev);
+  rt_stream_slot* slot = &dev->streams[sid];
+  /* Errors of work on a dropped stream surface at the next sync of the default stream. */
+  rt_stream_slot* heir = &dev->streams[0];
+  if (slot->pending_status) keep_pending_locked(heir, slot->pending_status, slot->pending_msg);
+  keep_pending_locked(heir, st, msg);
+  int dst = dev->plugin->api.stream_destroy(dev->local, h);
+  (void)dst; /* nothing to report to: the user's destroy returned long ago */
+  free(slot->pending_msg);
+  memset(slot, 0, sizeof *slot);
+  dev->n_finishing--;
+  pthread_cond_broadcast(&dev->finished_cv);
+  UNLOCK(dev);
+  free(msg);
+}
+
+void rt_stream_release(rt_device* dev, int32_t sid) {
+  LOCK(dev);
+  rt_stream_slot* slot = &dev->streams[sid];
+  int last = --slot->refs == 0 && slot->closing == RT_CLOSING;
+  ral_stream h = slot->handle;
+  if (last) {
+    slot->closing = RT_FINISHING;
+    dev->n_finishing++;
+  }
+  UNLOCK(dev);
+  if (!last) return;
+  char* saved = strdup(rt_last_error()); /* the caller's own error must survive */
+  finish_stream(dev, sid, h);
+  if (saved) rt_error_restore(RAL_OK, saved);
+  free(saved);
 }
 
 /* Public: create a stream; ids are reused after destroy. */
@@ -88,13 +155,18 @@ int rt_stream_create(int32_t device, int32_t* stream) {
   LOCK(dev);
   int32_t sid = 1;
   while (sid < dev->n_streams && dev->streams[sid].in_use) sid++;
-  st = open_stream_locked(dev, sid);
+  /* Slot 0 must exist too: it inherits the errors of destroyed streams. */
+  if (grow_array((void**)&dev->streams, &dev->cap_streams, sid + 1, sizeof *dev->streams))
+    st = rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for the stream table");
+  else
+    st = open_stream_locked(dev, sid);
   UNLOCK(dev);
   if (st == RAL_OK) *stream = sid;
   return st;
 }
 
-/* Public: destroy a non-default stream once its work is done. */
+/* Public: destroy a non-default stream. Work already queued on it still runs to
+ * completion; the plugin stream is freed once no call uses it any more. */
 int rt_stream_destroy(int32_t device, int32_t stream) {
   rt_device* dev;
   int st = rt_dev_get(device, &dev);
@@ -103,15 +175,41 @@ int rt_stream_destroy(int32_t device, int32_t stream) {
     return rt_fail(RAL_ERROR_INVALID_ARGUMENT, "the default stream of device %d cannot be destroyed",
                    device);
   LOCK(dev);
-  ral_stream h;
-  if ((st = rt_stream_handle_locked(dev, stream, &h)) == RAL_OK) {
-    rt_stream_slot* slot = &dev->streams[stream];
-    st = dev->plugin->api.stream_destroy(dev->local, h);
-    if (st != RAL_OK) st = rt_plugin_fail(dev->plugin, st, "stream_destroy(%d) on device %d", stream, device);
-    free(slot->pending_msg);
-    memset(slot, 0, sizeof *slot);
+  rt_stream_slot* slot = slot_locked(dev, stream, RT_OPEN);
+  if (slot) {
+    slot->closing = RT_CLOSING;
+    slot->refs++; /* our own, dropped below: the last release frees */
+  } else {
+    st = missing(dev, stream);
   }
   UNLOCK(dev);
+  if (st == RAL_OK) rt_stream_release(dev, stream);
+  return st;
+}
+
+/* Synchronize one stream; `quiet` skips streams that no longer exist without an error
+ * (device-wide syncs race with other threads' destroys). A closing stream is still
+ * synchronized when `quiet` (its work belongs to the device). */
+static int sync_stream(rt_device* dev, int32_t sid, int quiet) {
+  LOCK(dev);
+  int st = ensure_default_locked(dev, sid);
+  rt_stream_slot* slot = st == RAL_OK ? slot_locked(dev, sid, quiet ? RT_CLOSING : RT_OPEN) : NULL;
+  if (st == RAL_OK && !slot) st = quiet ? RAL_OK : missing(dev, sid);
+  if (!slot) {
+    UNLOCK(dev);
+    return st;
+  }
+  slot->refs++;
+  ral_stream h = slot->handle;
+  int pending = slot->pending_status;
+  char* msg = slot->pending_msg;
+  slot->pending_status = 0;
+  slot->pending_msg = NULL;
+  UNLOCK(dev);
+  st = rt_stream_sync_handle(dev, sid, h);
+  if (pending) st = rt_error_restore(pending, msg);
+  free(msg);
+  rt_stream_release(dev, sid);
   return st;
 }
 
@@ -120,23 +218,7 @@ int rt_stream_synchronize(int32_t device, int32_t stream) {
   rt_device* dev;
   int st = rt_dev_get(device, &dev);
   if (st != RAL_OK) return st;
-  ral_stream h;
-  int pending = 0;
-  char* msg = NULL;
-  LOCK(dev);
-  if ((st = rt_stream_handle_locked(dev, stream, &h)) == RAL_OK) {
-    rt_stream_slot* slot = &dev->streams[stream];
-    pending = slot->pending_status;
-    msg = slot->pending_msg;
-    slot->pending_status = 0;
-    slot->pending_msg = NULL;
-  }
-  UNLOCK(dev);
-  if (st != RAL_OK) return st;
-  st = rt_stream_sync_handle(dev, stream, h);
-  if (pending) st = rt_error_restore(pending, msg);
-  free(msg);
-  return st;
+  return sync_stream(dev, stream, 0);
 }
 
 /* Public: RAL_OK if the stream is idle, RAL_ERROR_NOT_READY otherwise. */
@@ -144,12 +226,41 @@ int rt_stream_query(int32_t device, int32_t stream) {
   rt_device* dev;
   ral_stream h;
   int st = rt_dev_get(device, &dev);
-  if (st == RAL_OK) st = rt_stream_handle(dev, stream, &h);
+  if (st != RAL_OK) return st;
+  LOCK(dev);
+  st = rt_stream_acquire_locked(dev, stream, &h);
+  UNLOCK(dev);
   if (st != RAL_OK) return st;
   st = dev->plugin->api.stream_query(dev->local, h);
+  if (st != RAL_OK && st != RAL_ERROR_NOT_READY)
+    st = rt_plugin_fail(dev->plugin, st, "stream_query(%d) on device %d", stream, device);
+  rt_stream_release(dev, stream);
   if (st == RAL_ERROR_NOT_READY)
     return rt_fail(st, "stream %d of device %d has pending work", stream, device);
-  return st == RAL_OK ? st : rt_plugin_fail(dev->plugin, st, "stream_query(%d) on device %d", stream, device);
+  return st;
+}
+
+/* Synchronize every stream of a device (closing ones too) and wait for streams being
+ * freed; returns the first error, which stays this thread's last error. */
+static int sync_all(rt_device* dev) {
+  LOCK(dev);
+  int32_t n = dev->n_streams ? dev->n_streams : 1;
+  UNLOCK(dev);
+  int first = RAL_OK;
+  char first_msg[2048] = "";
+  for (int32_t sid = 0; sid < n; sid++) {
+    int st = sync_stream(dev, sid, 1);
+    if (st != RAL_OK && first == RAL_OK) {
+      first = st;
+      rt_copy_str(first_msg, sizeof first_msg, rt_last_error());
+    }
+  }
+  LOCK(dev);
+  while (dev->n_finishing > 0) pthread_cond_wait(&dev->finished_cv, &dev->lock);
+  UNLOCK(dev);
+  /* A stream freed meanwhile may have handed its error to the default stream. */
+  if (first == RAL_OK) return sync_stream(dev, 0, 1);
+  return rt_error_restore(first, first_msg);
 }
 
 /* Public: synchronize every stream of the device; returns the first error. */
@@ -157,45 +268,85 @@ int rt_device_synchronize(int32_t device) {
   rt_device* dev;
   int st = rt_dev_get(device, &dev);
   if (st != RAL_OK) return st;
-  LOCK(dev);
-  int32_t n = dev->n_streams ? dev->n_streams : 1;
-  UNLOCK(dev);
-  int first = RAL_OK;
-  char first_msg[2048] = "";
-  for (int32_t sid = 0; sid < n; sid++) {
-    LOCK(dev);
-    int exists = sid == 0 || (sid < dev->n_streams && dev->streams[sid].in_use);
-    UNLOCK(dev);
-    if (!exists) continue;
-    st = rt_stream_synchronize(device, sid);
-    if (st != RAL_OK && first == RAL_OK) {
-      first = st;
-      strncpy(first_msg, rt_last_error(), sizeof first_msg - 1);
-    }
-  }
-  return first == RAL_OK ? first : rt_error_restore(first, first_msg);
+  return sync_all(dev);
 }
 
 /* ---- events ---- */
 
-static int event_handle_locked(rt_device* dev, int32_t eid, ral_event* out) {
-  if (eid <= 0 || eid >= dev->n_events || dev->events[eid].next_free >= 0 )
+static int event_acquire_locked(rt_device* dev, int32_t eid, ral_event* out) {
+  if (eid <= 0 || eid >= dev->n_events || dev->events[eid].next_free >= 0 ||
+      dev->events[eid].closing != RT_OPEN)
     return rt_fail(RAL_ERROR_INVALID_ARGUMENT, "event %d does not exist on device %d", eid,
                    dev->global);
+  dev->events[eid].refs++;
   *out = dev->events[eid].handle;
   return RAL_OK;
 }
 
-/* Resolve an event (and optionally a stream) without keeping the lock. */
+/* Last reference of a destroyed event: let streams that waited on it get past the
+ * wait, then free it and put the id back on the free list. */
+static void finish_event(rt_device* dev, int32_t eid, ral_event h, int waited) {
+  if (waited) {
+    char* saved = strdup(rt_last_error());
+    LOCK(dev);
+    int32_t n = dev->n_streams;
+    UNLOCK(dev);
+    for (int32_t sid = 0; sid < n; sid++) {
+      /* Keep their errors for their own next sync rather than reporting them here. */
+      LOCK(dev);
+      rt_stream_slot* slot = slot_locked(dev, sid, RT_CLOSING);
+      ral_stream sh = slot ? slot->handle : NULL;
+      if (slot) slot->refs++;
+      UNLOCK(dev);
+      if (!slot) continue;
+      int st = rt_stream_sync_handle(dev, sid, sh);
+      if (st != RAL_OK) {
+        LOCK(dev);
+        keep_pending_locked(&dev->streams[sid], st, rt_last_error());
+        UNLOCK(dev);
+      }
+      rt_stream_release(dev, sid);
+    }
+    if (saved) rt_error_restore(RAL_OK, saved);
+    free(saved);
+  }
+  LOCK(dev);
+  dev->plugin->api.event_destroy(dev->local, h);
+  rt_event_slot* slot = &dev->events[eid];
+  memset(slot, 0, sizeof *slot);
+  slot->next_free = dev->free_event;
+  dev->free_event = eid;
+  UNLOCK(dev);
+}
+
+static void event_release(rt_device* dev, int32_t eid) {
+  LOCK(dev);
+  rt_event_slot* slot = &dev->events[eid];
+  int last = --slot->refs == 0 && slot->closing == RT_CLOSING;
+  if (last) slot->closing = RT_FINISHING;
+  ral_event h = slot->handle;
+  int waited = slot->waited;
+  UNLOCK(dev);
+  if (last) finish_event(dev, eid, h, waited);
+}
+
+/* Resolve an event (and optionally a stream) with references taken on both. */
 static int resolve(int32_t device, int32_t eid, int32_t sid, rt_device** dev, ral_event* e,
                    ral_stream* s) {
   int st = rt_dev_get(device, dev);
   if (st != RAL_OK) return st;
   LOCK(*dev);
-  st = event_handle_locked(*dev, eid, e);
-  if (st == RAL_OK && s) st = rt_stream_handle_locked(*dev, sid, s);
+  st = event_acquire_locked(*dev, eid, e);
+  if (st == RAL_OK && s && (st = rt_stream_acquire_locked(*dev, sid, s)) != RAL_OK)
+    (*dev)->events[eid].refs--; /* cannot be the last: the event is open */
   UNLOCK(*dev);
   return st;
+}
+
+/* Drop the references resolve() took. */
+static void unresolve(rt_device* dev, int32_t eid, int32_t sid, int had_stream) {
+  if (had_stream) rt_stream_release(dev, sid);
+  event_release(dev, eid);
 }
 
 static int event_result(rt_device* dev, int st, const char* what, int32_t eid) {
@@ -223,8 +374,10 @@ int rt_event_create(int32_t device, int32_t* event) {
   st = dev->plugin->api.event_create(dev->local, &h);
   if (st == RAL_OK) {
     if (eid == dev->free_event) dev->free_event = dev->events[eid].next_free;
-    dev->events[eid].handle = h;
-    dev->events[eid].next_free = -1;
+    rt_event_slot* slot = &dev->events[eid];
+    memset(slot, 0, sizeof *slot);
+    slot->handle = h;
+    slot->next_free = -1;
     if (eid >= dev->n_events) dev->n_events = eid + 1;
     *event = eid;
   }
@@ -232,21 +385,17 @@ int rt_event_create(int32_t device, int32_t* event) {
   return event_result(dev, st, "event_create", 0);
 }
 
-/* Public: destroy an event. */
+/* Public: destroy an event; it is freed once no call uses it any more. */
 int rt_event_destroy(int32_t device, int32_t event) {
   rt_device* dev;
+  ral_event h;
   int st = rt_dev_get(device, &dev);
   if (st != RAL_OK) return st;
   LOCK(dev);
-  ral_event h = NULL;
-  if ((st = event_handle_locked(dev, event, &h)) == RAL_OK) {
-    st = dev->plugin->api.event_destroy(dev->local, h);
-    dev->events[event].handle = NULL;
-    dev->events[event].next_free = dev->free_event;
-    dev->free_event = event;
-  }
+  if ((st = event_acquire_locked(dev, event, &h)) == RAL_OK) dev->events[event].closing = RT_CLOSING;
   UNLOCK(dev);
-  return st == RAL_OK ? st : event_result(dev, st, "event_destroy", event);
+  if (st == RAL_OK) event_release(dev, event);
+  return st;
 }
 
 /* Public: record an event at the tail of a stream. */
@@ -256,7 +405,9 @@ int rt_event_record(int32_t device, int32_t event, int32_t stream) {
   ral_stream s;
   int st = resolve(device, event, stream, &dev, &e, &s);
   if (st != RAL_OK) return st;
-  return event_result(dev, dev->plugin->api.event_record(dev->local, e, s), "event_record", event);
+  st = event_result(dev, dev->plugin->api.event_record(dev->local, e, s), "event_record", event);
+  unresolve(dev, event, stream, 1);
+  return st;
 }
 
 /* Public: block until the event's work is done. */
@@ -265,8 +416,10 @@ int rt_event_synchronize(int32_t device, int32_t event) {
   ral_event e;
   int st = resolve(device, event, 0, &dev, &e, NULL);
   if (st != RAL_OK) return st;
-  return event_result(dev, dev->plugin->api.event_synchronize(dev->local, e), "event_synchronize",
-                      event);
+  st = event_result(dev, dev->plugin->api.event_synchronize(dev->local, e), "event_synchronize",
+                    event);
+  unresolve(dev, event, 0, 0);
+  return st;
 }
 
 /* Public: RAL_OK if the event completed, RAL_ERROR_NOT_READY otherwise. */
@@ -275,7 +428,9 @@ int rt_event_query(int32_t device, int32_t event) {
   ral_event e;
   int st = resolve(device, event, 0, &dev, &e, NULL);
   if (st != RAL_OK) return st;
-  return event_result(dev, dev->plugin->api.event_query(dev->local, e), "event_query", event);
+  st = event_result(dev, dev->plugin->api.event_query(dev->local, e), "event_query", event);
+  unresolve(dev, event, 0, 0);
+  return st;
 }
 
 /* Public: make later work on `stream` wait for `event`. */
@@ -285,8 +440,13 @@ int rt_stream_wait_event(int32_t device, int32_t stream, int32_t event) {
   ral_stream s;
   int st = resolve(device, event, stream, &dev, &e, &s);
   if (st != RAL_OK) return st;
-  return event_result(dev, dev->plugin->api.stream_wait_event(dev->local, s, e), "stream_wait_event",
-                      event);
+  LOCK(dev);
+  dev->events[event].waited = 1; /* the queued wait may point at the event until it runs */
+  UNLOCK(dev);
+  st = event_result(dev, dev->plugin->api.stream_wait_event(dev->local, s, e), "stream_wait_event",
+                    event);
+  unresolve(dev, event, stream, 1);
+  return st;
 }
 
 /* Public: milliseconds between two completed events. */
@@ -294,8 +454,14 @@ int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms) {
   rt_device* dev;
   ral_event a, b;
   int st = resolve(device, start, 0, &dev, &a, NULL);
-  if (st == RAL_OK) st = resolve(device, end, 0, &dev, &b, NULL);
   if (st != RAL_OK) return st;
-  return event_result(dev, dev->plugin->api.event_elapsed_ms(dev->local, a, b, ms),
-                      "event_elapsed_ms", end);
+  if ((st = resolve(device, end, 0, &dev, &b, NULL)) != RAL_OK) {
+    unresolve(dev, start, 0, 0);
+    return st;
+  }
+  st = event_result(dev, dev->plugin->api.event_elapsed_ms(dev->local, a, b, ms),
+                    "event_elapsed_ms", end);
+  unresolve(dev, end, 0, 0);
+  unresolve(dev, start, 0, 0);
+  return st;
 }

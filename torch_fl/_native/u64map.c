@@ -52,7 +52,8 @@ int u64map_put(u64map* m, uint64_t key, void* val) {
 }
 
 void* u64map_remove(u64map* m, uint64_t key) {
-  if (m->cap == 0) return NULL;
+  /* 0 marks an empty slot: "removing" it would match a free slot and corrupt the table. */
+  if (m->cap == 0 || key == 0) return NULL;
   uint32_t mask = m->cap - 1, i = slot_of(key, m->cap);
   while (m->keys[i] != key) {
     if (!m->keys[i]) return NULL;

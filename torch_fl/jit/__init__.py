@@ -1,23 +1,24 @@
 """The jit tier: pointwise and reduction kernels generated for the device, compiled through
 its plugin, cached on disk by the plugin, and fused inside `fuse()` regions.
 
-Importing this package fills `router.JIT_BUILDER`. `force(True)` (or TORCH_FL_JIT=force)
-routes every op that has a template to jit ahead of vendor kernels, for testing.
+Importing this package registers the jit tier's builder with the router. `force(True)` (or
+TORCH_FL_JIT=force) routes every op that has a template to jit ahead of vendor kernels, for testing.
 """
 
 from __future__ import annotations
 
 import os
 
-from .. import router
-from ..decomp import build_decomp
-from ..fallback import CpuRun
-from ..vendor import NoVendor, build_vendor
-from . import kernel_cache
-from .kernel_cache import STATS
-from .pointwise import build_pointwise
-from .reduce import REDUCTIONS, build_reduce
-from .templates import TEMPLATES, template_for
+import torch
+
+from torch_fl.dispatch import router
+from torch_fl.jit import kernel_cache
+from torch_fl.jit.kernel_cache import STATS
+from torch_fl.jit.pointwise import build_pointwise
+from torch_fl.jit.reduce import REDUCTIONS, build_reduce
+from torch_fl.jit.templates import TEMPLATES, template_for
+from torch_fl.tensor.host_copy import host_mappable
+from torch_fl.tiers.protocol import Declined
 
 _forced: list[str] = []
 
@@ -28,17 +29,15 @@ def _cpu_tier_is_better(dev: int) -> bool:
     measured 3-10x slower. With glibc's SIMD math the jit kernel is 0.3-0.9x the cpu tier's
     time (benchmarks/run.py --only jit), so jit takes its place in the chain as designed.
     TORCH_FL_JIT=always, force() or a per-op override still route to jit regardless."""
-    from ..transfer import host_mappable
-
     if os.environ.get("TORCH_FL_JIT", "").strip() in ("always", "force"):
         return False
     return host_mappable(dev) and not kernel_cache.has_libmvec()
 
 
 def build(sch, args, kwargs, full, dev):
-    """router.JIT_BUILDER: a JitRun for this call, or None (the router moves on)."""
+    """The jit tier's builder: a JitRun for this call, or Declined (the router moves on)."""
     if router.override_for(sch.name) != "jit" and _cpu_tier_is_better(dev):
-        return None
+        raise Declined("the cpu tier is faster here (no SIMD math library for generated C)")
     try:
         if sch.name in REDUCTIONS:
             run = build_reduce(sch, args, kwargs, full, dev)
@@ -48,25 +47,14 @@ def build(sch, args, kwargs, full, dev):
             run = None
     except Exception as exc:  # a generator bug must never cost the user the op
         kernel_cache.warn_once(dev, f"jit planning error in {sch.name}", f"{type(exc).__name__}: {exc}")
-        run = None
-    if run is None and router.override_for(sch.name) == "jit":
-        return _next_tier(sch, args, kwargs, full, dev)
+        raise Declined(f"planning error: {type(exc).__name__}: {exc}") from None
+    if run is None:
+        raise Declined("no template, or the generator or compiler declined this call")
     return run
-
-
-def _next_tier(sch, args, kwargs, full, dev):
-    """Forced to jit but jit declined: the other tiers in order, so nothing is lost."""
-    try:
-        return build_vendor(sch, args, kwargs, full, dev)
-    except NoVendor:
-        pass
-    return build_decomp(sch, args, kwargs, full, dev) or CpuRun(sch, dev)
 
 
 def _variants(name: str) -> list[str]:
     """An overload name and its in-place and out= siblings that exist."""
-    import torch
-
     base, _, ov = name.partition(".")
     short = base.split("::")[1]
     out = [name]
@@ -104,10 +92,10 @@ def forced() -> bool:
     return bool(_forced)
 
 
-router.JIT_BUILDER = build
+router.register_tier("jit", build)
 if os.environ.get("TORCH_FL_JIT", "").strip().lower() == "force":
     force(True)
 
-from .fusion import fuse  # noqa: E402
+from torch_fl.jit.fusion import fuse  # noqa: E402
 
 __all__ = ["build", "force", "forced", "fuse", "STATS"]

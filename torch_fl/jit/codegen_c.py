@@ -7,7 +7,7 @@ tensor laid out like the output) take a flat, vectorisable loop; others walk row
 
 from __future__ import annotations
 
-from .spec import PointwiseSpec, body_lines
+from torch_fl.jit.spec import PointwiseSpec, body_lines
 
 # Math functions glibc's libmvec has SIMD versions of (float and double, since 2.35),
 # by argument count. Declared with the `simd` attribute, a loop calling them vectorises

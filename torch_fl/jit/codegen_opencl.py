@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .spec import PointwiseSpec, body_lines, uses_double
+from torch_fl.jit.spec import PointwiseSpec, body_lines, uses_double
 
 RMAX = 6
 

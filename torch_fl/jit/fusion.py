@@ -19,19 +19,22 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import dispatch as _dispatch_mod
-from .._native import ffi
-from ..schema import NON_TENSOR, TENSOR_LIST, schema_of
-from ..tensor import RalTensor
-from ..transfer import SYNC_OBSERVERS
-from ..vendor import _to_meta
-from . import launch as L
-from .expr import cast, var
-from .kernel_cache import compile_kernel
-from .pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
-from .spec import PointwiseSpec
-from .target import target_of
-from .templates import NO_PROMOTE, Ctx, template_for
+from torch_fl._native import ffi
+from torch_fl.device.sync import SYNC_OBSERVERS
+from torch_fl.dispatch import entry as _dispatch_mod
+from torch_fl.dispatch.entry import dispatch
+from torch_fl.jit.expr import cast, var
+from torch_fl.jit.kernel_cache import compile_kernel
+from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
+from torch_fl.jit.spec import PointwiseSpec
+from torch_fl.jit.target import target_of
+from torch_fl.jit.templates import Ctx, template_for
+from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST, schema_of
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.transfer import empty_on
+from torch_fl.tiers import launch as L
+from torch_fl.tiers.packing import expand_strides, scalar_words
+from torch_fl.tiers.vendor import to_meta
 
 # A group flushes before it would pass this many tensors (OpenCL argument limits).
 MAX_TENSORS = 12
@@ -61,7 +64,6 @@ class _Group:
         self.nodes = []  # (func, args, kwargs with _Ref markers, weakref(placeholder), out dtype)
         self.lets = []  # (name, E)
         self.node_of = {}  # id(placeholder) -> node index
-        self.spec_ins = []
 
 
 _META: dict = {}
@@ -70,7 +72,7 @@ _META: dict = {}
 def _meta_out(func, args, kwargs, key):
     r = _META.get(key)
     if r is None:
-        res = func(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+        res = func(*[to_meta(a) for a in args], **{k: to_meta(v) for k, v in kwargs.items()})
         r = _META[key] = (tuple(res.shape), res.dtype) if isinstance(res, torch.Tensor) else None
     return r
 
@@ -169,7 +171,7 @@ class FuseMode(TorchDispatchMode):
         tmpl = template_for(func)
         promo = []
         for pos, v in enumerate(full):
-            if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE:
+            if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE_ARGS:
                 promo.append(torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v)
         ct = compute_dtype(promo, out_dtype)
         if not ct.is_floating_point and not tmpl.ints:
@@ -192,7 +194,7 @@ class FuseMode(TorchDispatchMode):
                         g.leaves.append(v)
                         leaf_added.append(id(v))
                     leaf = var(f"a{li}", v.dtype)
-                leaves.append(leaf if sch.names[pos] in NO_PROMOTE else cast(leaf, ct))
+                leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
                 j = len(g.scalars)
                 g.scalars.append((v, ct, tag))
@@ -209,7 +211,7 @@ class FuseMode(TorchDispatchMode):
                 g.leaves.pop()
             raise Unfit("template declined")
         dev = g.dev
-        ph = L.empty(dev, shape, out_dtype)
+        ph = empty_on(dev, shape, out_dtype)
         idx = len(g.nodes)
         marks = {i: _Ref(ni) for i, ni in g.node_of.items()}
         rec_args = _mark(args, marks)
@@ -277,8 +279,8 @@ def _launch_group(g: _Group, live) -> bool:
         return False
     shape = g.shape
     tensors = [(t, shape, t.stride()) for _, t in live]
-    tensors += [(t, shape, L.expand_strides(t, shape)) for t in g.leaves]
-    scalars = [L.scalar_words(v, dt, tag, target.lang) for v, dt, tag in g.scalars]
+    tensors += [(t, shape, expand_strides(t, shape)) for t in g.leaves]
+    scalars = [scalar_words(v, dt, tag, target.lang) for v, dt, tag in g.scalars]
     if target.lang == "opencl-c":
         try:
             scalars += geometry_scalars(shape, [t[2] for t in tensors])
@@ -297,8 +299,6 @@ _FUSED_NAME = ffi.new("char[]", b"torch_fl.fused")
 
 def _run_eagerly(g: _Group, live) -> None:
     """Replay the recorded ops one by one through the router, then fill the live placeholders."""
-    from ..dispatch import dispatch
-
     STATS["eager_fallbacks"] += 1
     results = []
 

@@ -16,8 +16,8 @@ import threading
 import time
 import warnings
 
-from .._native import ffi, lib
-from .target import Target, include_dir
+from torch_fl._native import ffi, lib
+from torch_fl.jit.target import Target, include_dir
 
 _lock = threading.Lock()
 _handles: dict = {}  # (dev, source hash) -> handle, or None after a failure

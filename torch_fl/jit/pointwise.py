@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import torch
 
-from .._native import ffi
-from ..schema import NON_TENSOR, TENSOR_LIST
-from ..tensor import RalTensor
-from ..vendor import _to_meta, meta_run
-from . import launch as L
-from .codegen_c import pointwise_c
-from .codegen_opencl import RMAX, coalesce, pointwise_cl
-from .expr import cast, var
-from .kernel_cache import compile_kernel, kernel_name
-from .spec import PointwiseSpec
-from .target import Target, target_of
-from .templates import NO_PROMOTE, Ctx, template_for
+from torch_fl._native import ffi
+from torch_fl.jit.codegen_c import pointwise_c
+from torch_fl.jit.codegen_opencl import RMAX, coalesce, pointwise_cl
+from torch_fl.jit.expr import cast, var
+from torch_fl.jit.kernel_cache import compile_kernel, kernel_name
+from torch_fl.jit.spec import PointwiseSpec
+from torch_fl.jit.target import Target, target_of
+from torch_fl.jit.templates import Ctx, template_for
+from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.transfer import empty_on
+from torch_fl.tiers import launch as L
+from torch_fl.tiers.packing import expand_strides, scalar_words
+from torch_fl.tiers.vendor import meta_run, to_meta
 
 _NAME = "RLK_NAME"
 # Operand kinds of a planned call.
@@ -111,7 +113,7 @@ class JitRun:
     def run(self, args, kwargs, full):
         """Allocate (or take) the output, pack the call, launch the generated kernel."""
         dev, shape = self.dev, self.out_shape
-        out = L.empty(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
+        out = empty_on(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
         if out.numel() == 0:
             return out
         tensors = [(out, shape, out.stride())]
@@ -121,18 +123,18 @@ class JitRun:
         for pos, kind, tag in self.plan:
             v = full[pos]
             if kind == IN_TENSOR:
-                tensors.append((v, shape, L.expand_strides(v, shape)))
+                tensors.append((v, shape, expand_strides(v, shape)))
             else:
                 if kind == IN_CPU0:
                     v = v.item()
-                scalars.append(L.scalar_words(v, sdt[len(scalars)], tag, lang))
+                scalars.append(scalar_words(v, sdt[len(scalars)], tag, lang))
         if lang == "opencl-c":
             scalars += geometry_scalars(shape, [t[2] for t in tensors])
         L.call(dev, self.handle, 1, tensors, scalars, self.name_c, self.target.plugin, self.sch.name)
         return out
 
 
-def plan_operands(sch, full, tmpl_ints):
+def plan_operands(sch, full):
     """Classify each non-out argument: tensor input, run-time scalar, or baked constant."""
     items = []  # (pos, what, value) what: "tensor" | "scalar" | "cpu0" | "const" | "none"
     for pos in range(sch.n_args):
@@ -203,11 +205,13 @@ def _build(sch, args, kwargs, full, dev):
         out_dtype = o.dtype
     if len(out_shape) > RMAX and target.lang == "opencl-c":
         raise Unfit("rank")
-    items = plan_operands(sch, full, tmpl.ints)
+    items = plan_operands(sch, full)
     promo = [
-        _to_meta(v) if isinstance(v, torch.Tensor) and type(v) is RalTensor else v
+        to_meta(v) if isinstance(v, torch.Tensor) and type(v) is RalTensor else v
         for pos, what, v in items
-        if what in ("tensor", "cpu0", "scalar") and sch.kinds[pos] != NON_TENSOR and sch.names[pos] not in NO_PROMOTE
+        if what in ("tensor", "cpu0", "scalar")
+        and sch.kinds[pos] != NON_TENSOR
+        and sch.names[pos] not in NO_PROMOTE_ARGS
     ]
     promo = [
         torch.empty((), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
@@ -225,7 +229,7 @@ def _build(sch, args, kwargs, full, dev):
             k = len(spec.ins)
             spec.ins.append(v.dtype)
             leaf = var(f"a{k}", v.dtype)
-            leaves.append(leaf if sch.names[pos] in NO_PROMOTE else cast(leaf, ct))
+            leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             plan.append((pos, IN_TENSOR, None))
         elif what in ("scalar", "cpu0"):
             j = len(spec.scalars)

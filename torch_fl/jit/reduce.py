@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from .._native import ffi
-from ..schema import NON_TENSOR
-from ..tensor import RalTensor
-from ..transfer import contiguous_strides
-from ..vendor import meta_run
-from . import launch as L
-from .codegen_opencl import RMAX, coalesce
-from .kernel_cache import compile_kernel, kernel_name
-from .pointwise import Unfit
-from .target import target_of
+from torch_fl._native import ffi
+from torch_fl.jit.codegen_opencl import RMAX, coalesce
+from torch_fl.jit.kernel_cache import compile_kernel, kernel_name
+from torch_fl.jit.pointwise import Unfit
+from torch_fl.jit.target import target_of
+from torch_fl.tensor.layout import contiguous_strides
+from torch_fl.tensor.op_schema import NON_TENSOR
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.transfer import empty_on
+from torch_fl.tiers import launch as L
+from torch_fl.tiers.vendor import meta_run
 
 # overload -> (reduction kind, name of its dim argument or None for "all dims")
 REDUCTIONS = {
@@ -194,7 +195,7 @@ class ReduceRun:
         """Allocate the output, pack the permuted input view, launch."""
         dev, shape = self.dev, self.out_shape
         x = full[0]
-        out = L.empty(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
+        out = empty_on(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
         if out.numel() == 0:
             return out
         xs, xt = x.shape, x.stride()

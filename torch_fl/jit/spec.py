@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .expr import E, cast, render
+from torch_fl.jit.expr import cast, render
 
 
 @dataclass
@@ -45,15 +45,3 @@ def body_lines(spec: PointwiseSpec, ctype, index_of) -> list[str]:
 def uses_double(spec_dtypes) -> bool:
     """Whether any value of the kernel is float64 (OpenCL then needs cl_khr_fp64)."""
     return torch.float64 in spec_dtypes
-
-
-def expr_dtypes(exprs) -> set:
-    """Every dtype appearing in a list of expressions."""
-    out = set()
-    stack = list(exprs)
-    while stack:
-        e = stack.pop()
-        if isinstance(e, E):
-            out.add(e.dt)
-            stack.extend(a for a in e.args if isinstance(a, E))
-    return out

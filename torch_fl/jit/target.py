@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 
-from ..registry import REGISTRY
+from torch_fl.core.dtype_names import names_in_mask
+from torch_fl.core.registry import REGISTRY
+from torch_fl.core.runtime import device_records
 
 # The plugins whose compile entry this package can feed, and the lang they take.
 LANG_OF_PLUGIN = {"host": "c", "opencl": "opencl-c"}
@@ -55,9 +57,6 @@ class Target:
 @cache
 def target_of(dev: int) -> Target | None:
     """The code generation target of ral:dev, or None if its plugin cannot compile for us."""
-    from ..dtype_names import names_in_mask
-    from ..runtime import device_records
-
     st = REGISTRY.plugin_of(dev)
     if st is None or not st.record.has_compile:
         return None

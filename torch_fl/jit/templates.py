@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .expr import E, call, cast, isnan, land, lift, lnot, lor, where
+from torch_fl.jit.expr import E, call, cast, isnan, land, lift, lnot, lor, where
+from torch_fl.tensor.op_schema import op_name
 
 _B = torch.bool
 
@@ -547,13 +548,8 @@ def _silu_backward(k, g, a):
 
 
 # Arguments that keep their own dtype instead of joining type promotion.
-NO_PROMOTE = frozenset({"condition", "mask"})
-
-
 def _functional_name(func) -> str | None:
     """The overload whose template serves func: itself, its functional form, or None."""
-    from ..schema import op_name
-
     name = op_name(func)
     if name in TEMPLATES:
         return name

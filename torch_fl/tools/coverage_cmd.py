@@ -39,11 +39,10 @@ def _child_command(device: str | None, out: str, script_argv: list[str]) -> list
 
 def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
     """Run the script per device, print the report, return the script's exit code."""
-    from ..coverage_report import workload_report
-    from ..op_coverage import Coverage
+    from torch_fl.observe.coverage import Coverage
+    from torch_fl.observe.coverage_report import workload_report
 
     env = dict(os.environ)
-    env.pop("TORCH_FL_LIGHT_IMPORT", None)
     covs, code = {}, 0
     for dev in devices or [None]:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
@@ -68,9 +67,9 @@ def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
 
 def run_opinfo(devices: list[str], dtypes: list[str], ops: list[str], max_samples: int | None, fmt: str) -> int:
     """Run the OpInfo conformance per device and print the op x dtype matrix; 1 if any fail."""
-    from .. import _face  # noqa: F401  (ralctl imports torch_fl light: register the device now)
-    from .. import conformance as C
-    from ..coverage_report import opinfo_matrix
+    from torch_fl import api  # noqa: F401  (ralctl imports torch_fl torch-free: register the device now)
+    from torch_fl.observe import conformance as C
+    from torch_fl.observe.coverage_report import opinfo_matrix
 
     db = C.load_op_db()
     pairs = C.select(db, set(ops) if ops else None, dtypes=tuple(dtypes))

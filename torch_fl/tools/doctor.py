@@ -8,15 +8,16 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
-from . import inventory
+from torch_fl.tools import inventory
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 # The torch requirement when torch_fl is used from a source tree rather than installed.
-FALLBACK_TORCH_REQUIREMENT = "torch>=2.9"
+FALLBACK_TORCH_REQUIREMENT = "torch>=2.10,<2.15"
 SMOKE_TIMEOUT_S = 180
 
 STATUS_FIX = {
@@ -106,8 +107,12 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def _torch_finding() -> Finding:
+    import re
+
     requirement = _torch_requirement()
-    minimum = requirement.split(">=")[-1] if ">=" in requirement else "0"
+    low = re.search(r">=\s*([0-9][0-9.]*)", requirement)
+    high = re.search(r"<\s*([0-9][0-9.]*)", requirement)
+    minimum = low.group(1) if low else "0"
     try:
         installed = metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -130,11 +135,19 @@ def _torch_finding() -> Finding:
             "reinstall torch (pip install --force-reinstall torch)",
         )
     ms = (time.perf_counter() - t0) * 1000
+    if high and _version_tuple(installed) >= _version_tuple(high.group(1)):
+        return Finding(
+            "torch",
+            WARNING,
+            f"torch {installed} is newer than the range torch_fl was verified on ({requirement}); "
+            "it may work, but nothing has checked it",
+            f'run scripts/torch_versions.sh {installed.split("+")[0]} from a source checkout, or pip install "{requirement}"',
+        )
     return Finding("torch", OK, f"torch {torch.__version__} ({requirement}); import took {ms:.0f} ms")
 
 
 def _cache_findings() -> list[Finding]:
-    from ..guard import cache_dir  # imports torch; called only once torch imported fine
+    from torch_fl.device.guard import cache_dir  # imports torch; called only once torch imported fine
 
     root = cache_dir()
     dirs = [root] + sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else [root]
@@ -170,7 +183,7 @@ sys.exit(1 if bad else 0)
 
 def _smoke_finding(n_devices: int) -> Finding:
     # In a child process: a crashing plugin must not take the doctor down with it.
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_FL_LIGHT_IMPORT", "TORCH_FL_TRACE")}
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_FL_TRACE"}
     try:
         res = subprocess.run(
             [sys.executable, "-c", SMOKE_CODE], env=env, capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S
@@ -182,6 +195,10 @@ def _smoke_finding(n_devices: int) -> Finding:
             f"`import torch_fl` and one op per device took over {SMOKE_TIMEOUT_S} s",
             "run `python -c 'import torch_fl'` by hand to see where it hangs",
         )
+    from torch_fl.tools.doctor_warnings import warning_lines
+
+    for line in warning_lines(res.stderr):  # surfaced (and explained) by run_checks
+        warnings.warn(f"smoke-test child printed: {line}", stacklevel=1)
     if res.returncode == 0:
         return Finding("device smoke test", OK, f"import torch_fl and a multiply on {n_devices} device(s) worked")
     tail = (res.stderr.strip().splitlines() or [res.stdout.strip() or f"exit code {res.returncode}"])[-1]
@@ -194,6 +211,18 @@ def _smoke_finding(n_devices: int) -> Finding:
 
 
 def run_checks(smoke: bool = True) -> list[Finding]:
+    """Every check, then one explained finding per warning raised or printed while checking."""
+    from torch_fl.tools.doctor_warnings import collected, explain
+
+    with collected() as messages:
+        findings = _run_checks(smoke)
+    for message in messages:
+        meaning, fix = explain(message)
+        findings.append(Finding("warning", WARNING, f"{message.splitlines()[0][:300]} (means: {meaning})", fix))
+    return findings
+
+
+def _run_checks(smoke: bool) -> list[Finding]:
     """Every check, in order; later checks are skipped when the ones they depend on failed."""
     try:
         inventory.runtime()
@@ -202,7 +231,7 @@ def run_checks(smoke: bool = True) -> list[Finding]:
             Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl")
         ]
         return findings + [_torch_finding()]
-    from .._native import _ral
+    from torch_fl._native import _ral
 
     findings = [Finding("native runtime", OK, f"loaded {_ral.__file__}")]
     findings += _search_path_findings()

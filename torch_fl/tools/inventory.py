@@ -1,6 +1,6 @@
 """What ralctl shows: plugins with their refined status, devices, and where plugins are searched.
 
-Torch-free: the loader's records come from torch_fl.runtime, manifests from torch_fl.manifest,
+Torch-free: the loader's records come from torch_fl.core.runtime, manifests from torch_fl.core.manifest,
 and kernel symbols are looked up through the runtime. Only `check_op` (deep mode) needs torch.
 """
 
@@ -10,8 +10,6 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-SYSTEM_PLUGIN_DIR = "/opt/torch_fl/plugins"
 
 
 class RuntimeUnavailable(Exception):
@@ -55,9 +53,9 @@ class DeviceRow:
 
 
 def runtime():
-    """torch_fl.runtime, initialised; raises RuntimeUnavailable with the cause and the fix."""
+    """torch_fl.core.runtime, initialised; raises RuntimeUnavailable with the cause and the fix."""
     try:
-        from .. import runtime as rt
+        from torch_fl.core import runtime as rt
 
         rt.ensure_initialized()
     except ImportError as exc:
@@ -72,18 +70,13 @@ def runtime():
 
 def search_roots() -> list[tuple[str, str, bool]]:
     """(where it comes from, directory, exists) for every place the loader looks for plugins."""
-    from .._native import builtin_plugin_dir
-
-    roots = [("builtin", builtin_plugin_dir())]
-    roots += [("TORCH_FL_PLUGIN_PATH", p) for p in os.environ.get("TORCH_FL_PLUGIN_PATH", "").split(":") if p]
-    roots.append(("system", os.environ.get("TORCH_FL_SYSTEM_PLUGIN_DIR") or SYSTEM_PLUGIN_DIR))
-    return [(src, path, os.path.isdir(path)) for src, path in roots]
+    return [(src, path, os.path.isdir(path)) for src, path in runtime().search_roots()]
 
 
 def _read_manifest(plugin_dir: str):
     """(manifest or None, error text or None) for a plugin directory."""
-    from ..errors_base import ManifestError
-    from ..manifest import load_manifest
+    from torch_fl.core.errors import ManifestError
+    from torch_fl.core.manifest import load_manifest
 
     try:
         return load_manifest(Path(plugin_dir) / "manifest.json"), None
@@ -92,7 +85,7 @@ def _read_manifest(plugin_dir: str):
 
 
 def _disabled_entries(manifest, device: int | None, check_op: Callable[[str], str | None] | None) -> list[str]:
-    from .._native import ffi, lib
+    from torch_fl._native import ffi, lib
 
     out = []
     handle = ffi.new("int64_t*")
@@ -186,7 +179,7 @@ def why_no_devices(plugins: list[PluginRow]) -> str:
 
 def op_checker() -> Callable[[str], str | None]:
     """check_op for plugin_rows that resolves op names in torch (imports torch: slow)."""
-    from ..registry import resolve_op
+    from torch_fl.tensor.op_schema import resolve_op
 
     def check(op: str) -> str | None:
         try:

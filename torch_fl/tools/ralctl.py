@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
-from . import coverage_cmd, inventory, output
-from .output import NO_RUNTIME, OK, PROBLEM
-from .units import fmt_bytes
+from torch_fl import __version__
+from torch_fl.tools import coverage_cmd, inventory, output
+from torch_fl.tools.certify import SECTIONS
+from torch_fl.tools.output import NO_RUNTIME, OK, PROBLEM
+from torch_fl.tools.units import fmt_bytes
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
 EXIT_CODES = "Exit codes: 0 all good; 1 a problem was found; 2 bad command line; 3 the native runtime cannot load."
@@ -97,8 +98,8 @@ def manifest():
 @json_option
 def manifest_validate(file: str, as_json: bool):
     """Validate a manifest.json against the schema; errors name the entry and field (exit 1 if invalid)."""
-    from ..errors_base import ManifestError
-    from ..manifest import load_manifest
+    from torch_fl.core.errors import ManifestError
+    from torch_fl.core.manifest import load_manifest
 
     try:
         m = load_manifest(file)
@@ -136,8 +137,8 @@ _MARKS = {"ok": "[green]✔[/]", "warning": "[yellow]![/]", "problem": "[red]✘
 @click.option("--no-smoke", is_flag=True, help="Skip the child-process test that runs one op on every device.")
 def doctor(as_json: bool, no_smoke: bool):
     """Check the runtime, every plugin, the cache directories and torch; print the fix for each problem."""
-    from .doctor import PROBLEM as LEVEL_PROBLEM
-    from .doctor import as_dicts, run_checks
+    from torch_fl.tools.doctor import PROBLEM as LEVEL_PROBLEM
+    from torch_fl.tools.doctor import as_dicts, run_checks
 
     findings = run_checks(smoke=not no_smoke)
     problems = [f for f in findings if f.level == LEVEL_PROBLEM]
@@ -154,6 +155,28 @@ def doctor(as_json: bool, no_smoke: bool):
         warnings = sum(f.level == "warning" for f in findings)
         out.print(f"{len(problems)} problem(s), {warnings} warning(s)")
     raise SystemExit(PROBLEM if problems else OK)
+
+
+@cli.command(epilog="Exit codes: 0 certified; 1 not certified; 2 bad command line.")
+@click.argument("plugin_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", default="ral-certificate", show_default=True, help="Folder for certificate.md/.json.")
+@click.option("--samples", default=4, show_default=True, help="Samples per OpInfo op; below 3, one rank per entry.")
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS), help="Run only these (iterating).")
+def certify(plugin_dir: str, out_dir: str, samples: int, sections: tuple):
+    """Run the conformance programme against a plugin directory and write its certificate."""
+    from .certify import CERTIFIED
+    from .certify import certify as run_certify
+
+    try:
+        cert = run_certify(plugin_dir, out_dir, samples, sections or SECTIONS)
+    except FileNotFoundError as exc:
+        raise click.BadParameter(str(exc)) from None
+    s = cert["summary"]
+    for r in s["sections"]:
+        click.echo(f"{r['title']}: {r['passed']}/{r['run']} passed ({r['skipped']} not exercised)")
+    click.echo(f"vendor-tier share {s['vendor_share']:.1%}; {len(s['failures'])} failure(s); certificate in {out_dir}/")
+    click.echo(s["verdict"])
+    raise SystemExit(OK if s["verdict"] == CERTIFIED else PROBLEM)
 
 
 coverage_cmd.register(cli)

@@ -12,16 +12,14 @@ import sys
 
 import click
 
-from .. import __version__
-from . import output
-from .output import OK, PROBLEM
+from torch_fl import __version__
+from torch_fl.tools import output
+from torch_fl.tools.output import OK, PROBLEM
 
 EXIT_CODES = (
     "Exit codes: `run` returns the traced command's own code (1 if it succeeded but left no trace, "
     "127 if it cannot start); `report`: 0 done, 1 unreadable or foreign trace, 2 bad command line."
 )
-# Variables the parent must not hand to the traced program: it has to import torch_fl fully.
-_PARENT_ONLY_ENV = ("TORCH_FL_LIGHT_IMPORT",)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES)
@@ -31,8 +29,8 @@ def cli():
 
 
 def child_env(trace_path: str, flush_every: int | None = None) -> dict[str, str]:
-    """The traced program's environment: ours, minus parent-only settings, plus TORCH_FL_TRACE."""
-    env = {k: v for k, v in os.environ.items() if k not in _PARENT_ONLY_ENV}
+    """The traced program's environment: ours plus TORCH_FL_TRACE."""
+    env = dict(os.environ)
     env["TORCH_FL_TRACE"] = trace_path
     if flush_every:
         env["TORCH_FL_TRACE_FLUSH_EVERY"] = str(flush_every)
@@ -80,8 +78,8 @@ def run(out: str, html: str | None, flush_every: int | None, command: tuple[str,
 
 
 def _report(trace_file: str, html: str | None, top: int, as_json: bool, quiet: bool = False) -> None:
-    from .trace.analysis import summarize
-    from .trace.load import TraceError, load_trace
+    from torch_fl.tools.trace.analysis import summarize
+    from torch_fl.tools.trace.load import TraceError, load_trace
 
     try:
         summary = summarize(load_trace(trace_file))
@@ -89,17 +87,17 @@ def _report(trace_file: str, html: str | None, top: int, as_json: bool, quiet: b
         click.echo(f"ral-trace: {exc}", err=True)
         raise SystemExit(PROBLEM) from None
     if html:
-        from .trace.report_html import render_html
+        from torch_fl.tools.trace.report_html import render_html
 
         with open(html, "w", encoding="utf-8") as f:
             f.write(render_html(summary))
         click.echo(f"ral-trace: report written to {html}", err=True)
     if as_json:
-        from .trace.report_text import summary_dict
+        from torch_fl.tools.trace.report_text import summary_dict
 
         output.print_json(summary_dict(summary, top))
     elif not html and not quiet:
-        from .trace.report_text import print_report
+        from torch_fl.tools.trace.report_text import print_report
 
         print_report(summary, output.console(), top)
 

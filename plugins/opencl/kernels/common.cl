@@ -145,3 +145,16 @@ inline void geom_coords(const ocl_geom* g, long i, long* c) {
     i /= g->size[d];
   }
 }
+
+/* Record the first out-of-range index of a launch in the stream's fault record (site,
+ * index, dim, size; read by the host at the next synchronization). The caller skips the
+ * access, so no kernel reads or writes outside its buffers whatever the indices. */
+inline void index_fault(__global int* err, int site, long v, long dim, long size) {
+  if (atomic_cmpxchg(err, 0, site) == 0) {
+    err[1] = (int)(v & 0xffffffffL);
+    err[2] = (int)(v >> 32);
+    err[3] = (int)dim;
+    err[4] = (int)(size & 0xffffffffL);
+    err[5] = (int)(size >> 32);
+  }
+}

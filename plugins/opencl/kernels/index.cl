@@ -15,24 +15,35 @@ inline void put_value(gbuf dst, long ed, const ocl_geom* g) {
     st_i(dst, ed, g->dt[0], g->li[3]);
 }
 
-/* out[r, j] = w[idx[r], j]; flags = index dtype. */
-__kernel void embedding_fwd(__global float* out, __global const float* w, gcbuf idx, ocl_rows g) {
+/* out[r, j] = w[idx[r], j]; flags = index dtype, li1 = rows of w. */
+__kernel void embedding_fwd(__global float* out, __global const float* w, gcbuf idx, ocl_rows g,
+                            __global int* err) {
   long i = get_global_id(0);
   if (i >= g.rows * g.len) return;
   long r = i / g.len, j = i % g.len;
   long v = ld_i(idx, g.off[2] + r, g.flags);
+  if (v < 0 || v >= g.li1) {
+    index_fault(err, OCL_SITE_EMBEDDING, v, 0, g.li1);
+    out[g.off[0] + i] = 0.0f;
+    return;
+  }
   out[g.off[0] + i] = w[g.off[1] + v * g.len + j];
 }
 
 /* One work-item per column j: gw[idx[r], j] += go[r, j] over all rows in order, so the
- * result is deterministic without atomics. li0 padding_idx; op: index dtype; flags 1:
- * scale_grad_by_freq. */
-__kernel void embedding_bwd(__global float* gw, __global const float* go, gcbuf idx, ocl_rows g) {
+ * result is deterministic without atomics. li0 padding_idx; li1 rows of gw; op: index
+ * dtype; flags 1: scale_grad_by_freq. */
+__kernel void embedding_bwd(__global float* gw, __global const float* go, gcbuf idx, ocl_rows g,
+                            __global int* err) {
   long j = get_global_id(0);
   if (j >= g.len) return;
   for (long r = 0; r < g.rows; r++) {
     long v = ld_i(idx, g.off[2] + r, g.op);
     if (v == g.li0) continue;
+    if (v < 0 || v >= g.li1) {
+      index_fault(err, OCL_SITE_EMBEDDING_BACKWARD, v, 0, g.li1);
+      continue;
+    }
     float scale = 1.0f;
     if (g.flags & 1) {
       long cnt = 0;
@@ -43,8 +54,9 @@ __kernel void embedding_bwd(__global float* gw, __global const float* go, gcbuf 
   }
 }
 
-/* out[c] = self[c with c[dim] = index[c]]; iteration over index's shape. */
-__kernel void gather_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
+/* out[c] = self[c with c[dim] = index[c]]; iteration over index's shape; li1 = size of
+ * self along dim. */
+__kernel void gather_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g, __global int* err) {
   long i = get_global_id(0);
   if (i >= g.n) return;
   long c[OCL_MAXR];
@@ -55,12 +67,18 @@ __kernel void gather_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
     ei += c[d] * g.st[2][d];
     if (d != g.li[0]) es += c[d] * g.st[1][d];
   }
-  es += ld_i(index, ei, g.dt[2]) * g.st[1][g.li[0]];
+  long k = ld_i(index, ei, g.dt[2]);
+  if (k < 0 || k >= g.li[1]) {
+    index_fault(err, OCL_SITE_GATHER, k, g.li[0], g.li[1]);
+    return;
+  }
+  es += k * g.st[1][g.li[0]];
   move_elem(out, eo, g.dt[0], self, es, g.dt[1], g.cfl);
 }
 
-/* out[c] = self[c with c[dim] = index[c[dim]]]; iteration over out's shape. */
-__kernel void index_select_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
+/* out[c] = self[c with c[dim] = index[c[dim]]]; iteration over out's shape; li1 = size
+ * of self along dim. */
+__kernel void index_select_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g, __global int* err) {
   long i = get_global_id(0);
   if (i >= g.n) return;
   long c[OCL_MAXR];
@@ -71,13 +89,18 @@ __kernel void index_select_k(gbuf out, gcbuf self, gcbuf index, ocl_geom g) {
     if (d != g.li[0]) es += c[d] * g.st[1][d];
   }
   long k = ld_i(index, g.off[2] + c[g.li[0]] * g.st[2][0], g.dt[2]);
+  if (k < 0 || k >= g.li[1]) {
+    index_fault(err, OCL_SITE_INDEX_SELECT, k, g.li[0], g.li[1]);
+    return;
+  }
   es += k * g.st[1][g.li[0]];
   move_elem(out, eo, g.dt[0], self, es, g.dt[1], g.cfl);
 }
 
 /* One work-item per line along `dim` of index: out[.., index[..j..], ..] (+)= src[..j..],
- * j in order, so duplicate indices resolve deterministically. op 1: add. */
-__kernel void scatter_k(gbuf out, gcbuf index, gcbuf src, ocl_geom g) {
+ * j in order, so duplicate indices resolve deterministically. op 1: add; li2 = size of
+ * out along dim. */
+__kernel void scatter_k(gbuf out, gcbuf index, gcbuf src, ocl_geom g, __global int* err) {
   long i = get_global_id(0);
   if (i >= g.n) return;
   long c[OCL_MAXR];
@@ -92,6 +115,10 @@ __kernel void scatter_k(gbuf out, gcbuf index, gcbuf src, ocl_geom g) {
   }
   for (long j = 0; j < g.li[1]; j++) {
     long k = ld_i(index, ei + j * g.st[1][dim], g.dt[1]);
+    if (k < 0 || k >= g.li[2]) {
+      index_fault(err, OCL_SITE_SCATTER + g.op, k, dim, g.li[2]);
+      continue;
+    }
     long at = eo + k * g.st[0][dim], from = es + j * g.st[2][dim];
     if (g.op == 0) {
       move_elem(out, at, g.dt[0], src, from, g.dt[2], g.cfl);

@@ -150,14 +150,17 @@ __kernel void layer_norm_bwd_params(__global float* gw, __global float* gb, __gl
 }
 
 /* One work-group for the whole batch. Buffers: out, total_weight, self, target, weight.
- * op = reduction (0 none, 1 mean, 2 sum); li0 = ignore_index; flags 1: weight given. */
+ * op = reduction (0 none, 1 mean, 2 sum); li0 = ignore_index; flags 1: weight given. A
+ * target outside [0, C) (and not ignore_index) is recorded as an index fault. */
 __kernel void nll_fwd(__global float* out, __global float* tw, __global const float* x,
-                      __global const long* target, __global const float* w, ocl_rows g) {
+                      __global const long* target, __global const float* w, ocl_rows g,
+                      __global int* err) {
   __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   int lid = get_local_id(0), L = get_local_size(0);
   float2 cs = CS0, cw = CS0;
   for (long n = lid; n < g.rows; n += L) {
     long t = target[g.off[3] + n];
+    if (t != g.li0 && (t < 0 || t >= g.len)) index_fault(err, OCL_SITE_NLL_LOSS, t, 1, g.len);
     float wt = (t == g.li0 || t < 0 || t >= g.len) ? 0.0f : (g.flags & 1) ? w[g.off[4] + t] : 1.0f;
     float l = wt == 0.0f ? 0.0f : -x[g.off[2] + n * g.len + t] * wt;
     if (g.op == 0) out[g.off[0] + n] = l;

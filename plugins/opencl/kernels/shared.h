@@ -71,6 +71,13 @@ typedef struct {
   g_i32 V, pad0;
 } ocl_pack;
 
+/* Fault sites of the bounds-checked index kernels: the code they record in their
+ * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,
+ * dim, size lo/hi. OCL_SITE_SCATTER + 1 is scatter_add. */
+enum { OCL_SITE_NONE, OCL_SITE_GATHER, OCL_SITE_INDEX_SELECT, OCL_SITE_SCATTER, OCL_SITE_SCATTER_ADD,
+       OCL_SITE_EMBEDDING, OCL_SITE_EMBEDDING_BACKWARD, OCL_SITE_NLL_LOSS, OCL_N_SITES };
+#define OCL_ERR_INTS 6
+
 /* Element-wise op codes (ew_* kernels). */
 enum {
   EW_COPY, EW_FILL, EW_ADD, EW_SUB, EW_MUL, EW_DIV, EW_POW, EW_MAX, EW_MIN, EW_REM,

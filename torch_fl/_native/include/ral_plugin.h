@@ -5,9 +5,23 @@
  * on the torch_fl runtime, or on any C++ runtime. A plugin built against ABI 1.x
  * keeps loading on every later 1.y runtime:
  *   - fields are only ever APPENDED to the structs below, never removed or reordered;
- *   - every struct that crosses the boundary starts with `struct_size`, and the
- *     runtime never reads a field that lies past the size the plugin reported;
+ *   - the three structs that cross the boundary start with `struct_size` (see below);
  *   - a different ABI major version is refused at load time (status ABI_MISMATCH).
+ *
+ * struct_size, exactly as the runtime applies it (the min(struct_size, sizeof) rule):
+ *   - ral_plugin_api (plugin -> runtime): the plugin sets sizeof(ral_plugin_api) as it
+ *     was compiled. The runtime copies min(struct_size, its own sizeof) bytes; entries
+ *     past that are NULL to it (an older plugin simply lacks newer OPTIONAL entries). A
+ *     struct_size smaller than ABI 1.0's REQUIRED entries is refused (LOAD_FAILED).
+ *   - ral_device_info (runtime -> plugin, filled by the plugin): the runtime zero-fills it
+ *     and sets struct_size to its own sizeof before device_info(); the plugin writes at
+ *     most min(info->struct_size, its own sizeof) bytes. Fields the plugin does not know
+ *     stay zero; the runtime ignores the struct_size value the plugin leaves behind.
+ *   - ral_kernel_call (runtime -> plugin, read-only): the runtime sets sizeof its own
+ *     struct; a plugin reads only fields that end within min(call->struct_size, its own
+ *     sizeof(ral_kernel_call)).
+ * No other struct carries a size: ral_tensor and ral_scalar are frozen for ABI 1.
+ * ral_plugin_sdk.h (optional, header-only) has ral_sdk_fill_struct for the device_info case.
  *
  * Lifetime of a plugin (in the manner of PJRT / Vulkan loaders):
  *   1. the runtime dlopen()s lib<name>.so from a plugin directory;
@@ -26,8 +40,22 @@
  *   - treat every pointer the runtime passes as already validated against the live
  *     allocation table (the runtime's SecureContext does this before any call).
  *
- * Thread safety: every entry may be called from any thread. Calls on one stream are
- * issued in order by the runtime; calls on different streams may be concurrent.
+ * Threading contract (what a plugin may assume, and must provide):
+ *   - every entry may be called from any thread, concurrently with any other entry,
+ *     on the same stream too: several threads may launch onto, copy on, query or
+ *     synchronize one stream at once (the plugin serializes what it must). Work queued
+ *     on a stream runs in the order its enqueueing calls returned;
+ *   - handles outlive their uses: the runtime never passes a stream or event handle to
+ *     any entry after, or concurrently with, its stream_destroy / event_destroy. It calls
+ *     stream_destroy only once no call on that stream is in flight and after a
+ *     stream_synchronize of it returned, and event_destroy only once no call with that
+ *     event is in flight and, if a stream waited on the event, after those streams were
+ *     synchronized (a queued wait may point at the event until it runs);
+ *   - free() is called only for memory no queued work uses (see free below);
+ *   - asynchronous failures (including out-of-range indices found on the device) are
+ *     returned by the next stream_synchronize of the stream they ran on.
+ * The runtime implements this with reference-counted stream and event slots
+ * (torch_fl/_native/streams.c); torch_fl/_native/README.md has the runtime side.
  */
 #ifndef RAL_PLUGIN_H
 #define RAL_PLUGIN_H
@@ -269,82 +297,128 @@ typedef struct {
   /*! \brief Plugin version string, e.g. "1.0.0". Static storage. */
   const char* plugin_version;
 
-  /*! \brief REQUIRED. Bring up the vendor stack. MISSING_DEPS if a library/driver is absent. */
+  /*! \brief REQUIRED. Bring up the vendor stack; called once, before any other entry.
+   *  \return RAL_OK; RAL_ERROR_MISSING_DEPS if a vendor library or driver is absent (the
+   *  plugin shows MISSING_DEPS and init is retried on rescan); any other status fails the load. */
   ral_status (*init)(void);
-  /*! \brief REQUIRED. Release everything; no other entry is called afterwards. */
+  /*! \brief REQUIRED. Release everything; no other entry is called afterwards.
+   *  Called once before dlclose(); must not fail and returns nothing. */
   void (*shutdown)(void);
 
-  /*! \brief REQUIRED. Number of devices this plugin drives (may be 0). */
+  /*! \brief REQUIRED. Number of devices this plugin drives (may be 0).
+   *  \param count out: the device count; local indices are 0 .. count-1.
+   *  \return RAL_OK or an error status. */
   ral_status (*device_count)(int32_t* count);
-  /*! \brief REQUIRED. Fill the device descriptor of one device. */
+  /*! \brief REQUIRED. Fill the device descriptor of one device.
+   *  \param device plugin-local index.
+   *  \param info zero-filled by the runtime, struct_size set; write at most
+   *  min(info->struct_size, sizeof) bytes.
+   *  \return RAL_OK or an error status (the plugin's devices are then not used). */
   ral_status (*device_info)(int32_t device, ral_device_info* info);
 
-  /*! \brief REQUIRED. Allocate nbytes (>0) of device memory, at least 64-byte aligned. */
+  /*! \brief REQUIRED. Allocate nbytes (>0) of device memory, at least 64-byte aligned.
+   *  \param device plugin-local index.
+   *  \param nbytes bytes wanted, > 0.
+   *  \param ptr out: the allocation (a host pointer, or an opaque handle such as a cl_mem).
+   *  \return RAL_OK; RAL_ERROR_OUT_OF_MEMORY when the device is full (the runtime then
+   *  empties its cache and retries once before raising torch.OutOfMemoryError). */
   ral_status (*malloc)(int32_t device, uint64_t nbytes, void** ptr);
   /*! \brief REQUIRED. Free memory from malloc(). The runtime guarantees no queued work
-   *  still uses it (it synchronizes the owning stream first). */
+   *  still uses it (it synchronizes the owning stream first).
+   *  \param device plugin-local index.  \param ptr exactly a value malloc() returned.
+   *  \return RAL_OK or an error status. */
   ral_status (*free)(int32_t device, void* ptr);
 
   /*! \brief REQUIRED. Host -> device copy, ordered on `stream`. `src` may be reused by the
-   *  caller as soon as this returns (stage or copy synchronously if needed). */
+   *  caller as soon as this returns (stage or copy synchronously if needed).
+   *  \param dst an allocation; the copy lands at dst + dst_offset (validated in range).
+   *  \param src host memory of nbytes.  \param stream the stream to order it on.
+   *  \return RAL_OK or an error status. */
   ral_status (*memcpy_h2d)(int32_t device, void* dst, uint64_t dst_offset, const void* src,
                            uint64_t nbytes, ral_stream stream);
   /*! \brief REQUIRED. Device -> host copy, ordered on `stream`. `dst` is valid once the
-   *  stream is synchronized. */
+   *  stream is synchronized.
+   *  \param dst host memory of nbytes.  \param src an allocation, read from src + src_offset.
+   *  \return RAL_OK or an error status. */
   ral_status (*memcpy_d2h)(int32_t device, void* dst, const void* src, uint64_t src_offset,
                            uint64_t nbytes, ral_stream stream);
-  /*! \brief REQUIRED. Device -> device copy within one device, ordered on `stream`. */
+  /*! \brief REQUIRED. Device -> device copy within one device, ordered on `stream`.
+   *  \return RAL_OK or an error status. */
   ral_status (*memcpy_d2d)(int32_t device, void* dst, uint64_t dst_offset, const void* src,
                            uint64_t src_offset, uint64_t nbytes, ral_stream stream);
 
-  /*! \brief REQUIRED. Create an in-order stream. */
+  /*! \brief REQUIRED. Create an in-order stream.
+   *  \param stream out: the new stream.
+   *  \return RAL_OK or an error status. */
   ral_status (*stream_create)(int32_t device, ral_stream* stream);
-  /*! \brief REQUIRED. Destroy a stream after its work completes. */
+  /*! \brief REQUIRED. Destroy a stream after its work completes.
+   *  The runtime calls it only once no other thread uses the stream.
+   *  \return RAL_OK or an error status. */
   ral_status (*stream_destroy)(int32_t device, ral_stream stream);
-  /*! \brief REQUIRED. Block until all work on the stream is done. Returns the first
-   *  error of asynchronous work since the last synchronize (and clears it). */
+  /*! \brief REQUIRED. Block until all work on the stream is done.
+   *  \return RAL_OK, or the first error of asynchronous work since the last synchronize
+   *  (which it clears), with its message available through last_error(). */
   ral_status (*stream_synchronize)(int32_t device, ral_stream stream);
-  /*! \brief REQUIRED. RAL_OK if the stream is idle, RAL_ERROR_NOT_READY otherwise. */
+  /*! \brief REQUIRED. Whether all work queued on the stream is done; never blocks.
+   *  \return RAL_OK if idle, RAL_ERROR_NOT_READY if work is pending, else an error. */
   ral_status (*stream_query)(int32_t device, ral_stream stream);
 
-  /*! \brief REQUIRED. Create an event. */
+  /*! \brief REQUIRED. Create an event (not yet recorded).
+   *  \param event out: the new event.  \return RAL_OK or an error status. */
   ral_status (*event_create)(int32_t device, ral_event* event);
-  /*! \brief REQUIRED. Destroy an event. */
+  /*! \brief REQUIRED. Destroy an event; the runtime calls it once no thread uses it.
+   *  \return RAL_OK or an error status. */
   ral_status (*event_destroy)(int32_t device, ral_event event);
-  /*! \brief REQUIRED. Record the event at the current tail of `stream`. */
+  /*! \brief REQUIRED. Record the event at the current tail of `stream` (re-recording
+   *  moves it).  \return RAL_OK or an error status. */
   ral_status (*event_record)(int32_t device, ral_event event, ral_stream stream);
-  /*! \brief REQUIRED. Block until the event's recorded work is done. */
+  /*! \brief REQUIRED. Block until the event's recorded work is done (at once if it was
+   *  never recorded).  \return RAL_OK or an error status. */
   ral_status (*event_synchronize)(int32_t device, ral_event event);
-  /*! \brief REQUIRED. RAL_OK if done (or never recorded), RAL_ERROR_NOT_READY otherwise. */
+  /*! \brief REQUIRED. Whether the event's recorded work is done; never blocks.
+   *  \return RAL_OK if done (or never recorded), RAL_ERROR_NOT_READY otherwise. */
   ral_status (*event_query)(int32_t device, ral_event event);
-  /*! \brief REQUIRED. Work queued on `stream` after this call waits for `event`. */
+  /*! \brief REQUIRED. Work queued on `stream` after this call waits for `event`
+   *  (the host does not block).  \return RAL_OK or an error status. */
   ral_status (*stream_wait_event)(int32_t device, ral_stream stream, ral_event event);
-  /*! \brief REQUIRED. Milliseconds between two completed events. */
+  /*! \brief REQUIRED. Milliseconds between two completed events.
+   *  \param ms out: end minus start.  \return RAL_OK, RAL_ERROR_NOT_READY if either is
+   *  pending, or an error status. */
   ral_status (*event_elapsed_ms)(int32_t device, ral_event start, ral_event end, float* ms);
 
   /*! \brief REQUIRED. Look a kernel up by the symbol name a manifest entry names.
-   *  RAL_ERROR_UNSUPPORTED (and *kernel = NULL) if the plugin has no such kernel. */
+   *  \param symbol the manifest entry's "kernel".  \param kernel out: the kernel.
+   *  \return RAL_OK; RAL_ERROR_UNSUPPORTED (and *kernel = NULL) if there is no such kernel
+   *  (the entry is then disabled and the plugin shows DEGRADED). */
   ral_status (*get_kernel)(const char* symbol, ral_kernel_fn* kernel);
   /*! \brief REQUIRED. Run `kernel` with `call` on call->stream, asynchronously if the
-   *  plugin can. A synchronous error is returned here; an asynchronous one is returned
-   *  by the next stream_synchronize(). */
+   *  plugin can. `call` and its arrays are valid only during this call.
+   *  \return RAL_OK; a synchronous error is returned here, an asynchronous one by the
+   *  next stream_synchronize(). */
   ral_status (*launch)(ral_kernel_fn kernel, const ral_kernel_call* call);
 
   /*! \brief OPTIONAL. Thread-local message describing the last error of this thread
    *  (or of the asynchronous failure returned by stream_synchronize). Never NULL when
-   *  the entry exists; "" when there is nothing to say. */
+   *  the entry exists; "" when there is nothing to say.
+   *  \return a NUL-terminated string owned by the plugin, valid until the thread's next call. */
   const char* (*last_error)(void);
-  /*! \brief OPTIONAL. Fill nbytes at dst+offset with the byte `value`, ordered on `stream`. */
+  /*! \brief OPTIONAL. Fill nbytes at dst+offset with the byte `value`, ordered on `stream`.
+   *  \return RAL_OK or an error status (NULL entry: the runtime stages a host copy). */
   ral_status (*memset)(int32_t device, void* dst, uint64_t offset, int32_t value,
                        uint64_t nbytes, ral_stream stream);
   /*! \brief OPTIONAL. Compile `source` written in `lang` ("c", "opencl-c", "cuda")
    *  for `device` with compiler `options`. On failure returns COMPILE_FAILED and the
-   *  compiler log through last_error(). Kernels of the module follow ral_kernel_fn. */
+   *  compiler log through last_error(). Kernels of the module follow ral_kernel_fn.
+   *  \param module out: the compiled module.  \return RAL_OK, RAL_ERROR_COMPILE_FAILED,
+   *  or RAL_ERROR_UNSUPPORTED for a language the plugin cannot compile. */
   ral_status (*compile)(int32_t device, const char* lang, const char* source,
                         const char* options, ral_module* module);
-  /*! \brief OPTIONAL (required if compile exists). Find a kernel in a compiled module. */
+  /*! \brief OPTIONAL (required if compile exists). Find a kernel in a compiled module.
+   *  \param name the kernel's function name.  \param kernel out: the kernel.
+   *  \return RAL_OK or RAL_ERROR_UNSUPPORTED. */
   ral_status (*module_get_kernel)(ral_module module, const char* name, ral_kernel_fn* kernel);
-  /*! \brief OPTIONAL (required if compile exists). Free a compiled module. */
+  /*! \brief OPTIONAL (required if compile exists). Free a compiled module; its kernels
+   *  are not called afterwards.  \return RAL_OK or an error status. */
   ral_status (*module_destroy)(ral_module module);
 } ral_plugin_api;
 

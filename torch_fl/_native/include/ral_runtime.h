@@ -87,6 +87,9 @@ typedef struct {
  * /opt/torch_fl/plugins. Each root holds plugin directories (sorted by name, except
  * that the builtin root lists "host", "opencl", "cuda" first). Idempotent. */
 int rt_init(const char* builtin_dir);
+/* The system plugin root: $TORCH_FL_SYSTEM_PLUGIN_DIR when set and non-empty, else
+ * /opt/torch_fl/plugins. The one place that path is spelled. */
+const char* rt_system_plugin_root(void);
 /* Re-scan the same roots: load new plugins, retry MISSING_DEPS ones, mark plugins whose
  * directory vanished as GONE (their devices become not present). Existing device
  * indices never change. */
@@ -161,6 +164,10 @@ int rt_memset(int32_t device, int32_t stream, uint64_t dst, uint64_t offset, int
               uint64_t nbytes);
 
 /* ---- streams and events (AsyncStream) ------------------------------------------- */
+/* Every function here is safe to call from any thread at any time. Destroying a stream
+ * or event only closes its id: work already queued still completes, calls already using
+ * it finish normally, and the plugin handle is freed after the last of them (see the
+ * threading contract in ral_plugin.h and torch_fl/_native/README.md). */
 int rt_stream_create(int32_t device, int32_t* stream);
 int rt_stream_destroy(int32_t device, int32_t stream);
 /* Wait for the stream; returns the first asynchronous error since the last sync, with a

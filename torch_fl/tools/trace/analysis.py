@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .chrome import CAT_ALLOC, CAT_MEMORY, CAT_OP, CAT_SYNC
-from .load import LoadedTrace
+from torch_fl.observe.chrome_trace import CAT_ALLOC, CAT_MEMORY, CAT_OP, CAT_SYNC
+from torch_fl.tools.trace.load import LoadedTrace
 
 # The tier whose ops left the device: PyTorch's CPU kernel with data copied off and back.
 FALLBACK_TIER = "cpu"

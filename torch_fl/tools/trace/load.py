@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .chrome import CAT_OP
+from torch_fl.observe.chrome_trace import CAT_OP
 
 
 class TraceError(Exception):

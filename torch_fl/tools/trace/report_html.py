@@ -6,8 +6,8 @@ import json
 from html import escape
 from pathlib import Path
 
-from ..units import fmt_bytes, fmt_share, fmt_us
-from .analysis import Device, HotRow, LeakGroup, OpSpan, Summary
+from torch_fl.tools.trace.analysis import Device, HotRow, LeakGroup, OpSpan, Summary
+from torch_fl.tools.units import fmt_bytes, fmt_share, fmt_us
 
 _ASSETS = Path(__file__).with_name("assets")
 TIER_COLOURS = {"vendor": "#2e9e5b", "decomp": "#3b7dd8", "jit": "#8e5bd6", "cpu": "#d9534f"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from ..units import fmt_bytes, fmt_share, fmt_us
-from .analysis import HotRow, Summary
+from torch_fl.tools.trace.analysis import HotRow, Summary
+from torch_fl.tools.units import fmt_bytes, fmt_share, fmt_us
 
 
 def _hot_table(title: str, rows: list[HotRow], first: str, with_tier: bool) -> Table:

@@ -1,0 +1,103 @@
+"""`ralctl certify`: the template and both built-in plugins certify; a faulty one does not.
+
+Each certification runs the full programme (ABI/manifest, every manifest entry against CPU,
+OpInfo sample, modules, optimizers, a small model, bad pointers, OOM) with --samples 1 (one
+OpInfo sample per op and one rank per manifest entry) to keep the time modest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+from plugins.build import build_template_plugin, build_test_plugin, ensure_runtime
+
+import torch_fl
+
+SECTIONS = {"abi", "entries", "opinfo", "modules", "model", "bad_input", "oom"}
+
+
+def _certify(plugin_dir, out_dir, *extra) -> tuple[subprocess.CompletedProcess, dict, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_fl.tools.ralctl", "certify", str(plugin_dir), "--out", str(out_dir)]
+        + ["--samples", "1", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    cert_json = out_dir / "certificate.json"
+    assert cert_json.exists(), proc.stdout + proc.stderr
+    return proc, json.loads(cert_json.read_text()), (out_dir / "certificate.md").read_text()
+
+
+def _builtin(name: str):
+    for st in torch_fl.plugins():
+        if st.record.name == name and st.record.source == "builtin":
+            if st.record.status != "LOADED" or not st.devices:
+                pytest.skip(f"built-in plugin {name} is {st.record.status} here: {st.record.reason}")
+            return st.record.dir
+    pytest.skip(f"built-in plugin {name} not built (needs its SDK; see setup.py)")
+
+
+def _assert_certified(proc, cert, md):
+    s = cert["summary"]
+    assert proc.returncode == 0, [f["name"] + ": " + f["detail"] for f in s["failures"]]
+    assert s["verdict"] == "CERTIFIED"
+    assert {r["section"] for r in s["sections"]} == SECTIONS
+    assert all(r["run"] > 0 and r["pass_rate"] == 1.0 for r in s["sections"]), s["sections"]
+    # The manifest entries were forced to the vendor tier, so vendor calls must be counted.
+    assert s["tier_calls"].get("vendor", 0) > 0 and 0 < s["vendor_share"] <= 1
+    assert "**Verdict: CERTIFIED**" in md and "| Manifest entries" in md
+    assert proc.stdout.strip().endswith("CERTIFIED")
+
+
+def test_template_plugin_is_certified_from_outside_the_package(tmp_path):
+    ensure_runtime()
+    plugin_dir = build_template_plugin(tmp_path / "vendor")
+    proc, cert, md = _certify(plugin_dir, tmp_path / "cert")
+    _assert_certified(proc, cert, md)
+    assert "TORCH_FL_PLUGIN_PATH" in cert["plugin"]  # loaded through the path, not the package
+    entries = next(r for r in cert["summary"]["sections"] if r["section"] == "entries")
+    assert entries["run"] == 2  # add and mul, float32, one rank each with --samples 1
+
+
+@pytest.mark.parametrize("name", ["host", "opencl"])
+def test_builtin_plugin_is_certified(tmp_path, name):
+    proc, cert, md = _certify(_builtin(name), tmp_path / "cert")
+    _assert_certified(proc, cert, md)
+
+
+def test_faulty_plugin_is_not_certified_and_says_how_to_reproduce(tmp_path):
+    ensure_runtime()
+    plugin_dir = build_test_plugin("faulty", tmp_path / "vendor")
+    # Only the sections that exercise kernels: the verdict of a partial run is never CERTIFIED.
+    proc, cert, md = _certify(plugin_dir, tmp_path / "cert", "--section", "abi", "--section", "entries")
+    s = cert["summary"]
+    assert proc.returncode == 1
+    assert {r["section"] for r in s["sections"]} == {"abi", "entries"}
+    assert s["verdict"] == "NOT CERTIFIED" and "**Verdict: NOT CERTIFIED**" in md
+    failed = [f for f in s["failures"] if f["section"] == "entries"]
+    assert failed, s["failures"]
+    assert all("injected failure" in f["detail"] or "KernelError" in f["detail"] for f in failed), failed
+    assert all("repro_entry(" in f["repro"] for f in failed)
+    assert "reproduce: `" in md
+
+
+def test_not_a_plugin_dir_is_a_usage_error(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_fl.tools.ralctl", "certify", str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "no manifest.json" in proc.stderr

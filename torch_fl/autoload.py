@@ -1,0 +1,84 @@
+"""Load torch_fl at `import torch`, and make a late `import torch_fl` safe for autograd.
+
+PyTorch imports every entry point of the "torch.backends" group near the end of
+`import torch` (torch/__init__.py, `_import_device_backends`) unless
+TORCH_DEVICE_BACKEND_AUTOLOAD=0. Our entry point is `load` below; importing this module
+already imports the package, which registers the `ral` device.
+
+Why the late-import check exists: the autograd engine sizes its per-device ready queues once,
+at the first backward pass, from the device guards registered at that moment. If torch_fl is
+imported after a CPU backward (autoload off), the engine has no queue for ral devices and a ral
+backward dies with the engine's INTERNAL ASSERT on `device_ready_queues_`. That cannot be
+undone, but a backward with autograd multithreading disabled runs every node on the calling
+thread's CPU queue and never looks up a device queue, so we switch that on for the importing
+thread and say so.
+"""
+
+from __future__ import annotations
+
+import warnings
+from importlib import import_module
+
+from torch_fl.core.runtime import device_count
+from torch_fl.device import compat
+
+ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+_QUEUE_ASSERT = "device_ready_queues_"
+LATE_IMPORT_HELP = (
+    "torch_fl was imported after autograd had already run a backward pass, so the autograd engine "
+    "has no worker queue for ral devices. To avoid this, import torch_fl before the first backward, "
+    f"or leave autoload on (unset {ENV}=0) so that `import torch` loads it."
+)
+
+
+def load() -> None:
+    """Entry point of the "torch.backends" group; runs inside `import torch`."""
+    # Importing torch_fl.autoload imported torch_fl, which registers the device once torch is
+    # importing; say it explicitly for a torch_fl that a tool had imported torch-free before.
+    import_module("torch_fl.api")
+
+
+def _probe_backward(index: int) -> RuntimeError | None:
+    """Run an empty backward on ral:index straight on the engine; the engine's error, or None."""
+    import torch
+
+    x = torch.empty(0, device=f"ral:{index}", requires_grad=True)
+    grad = torch.empty(0, device=f"ral:{index}")
+    try:
+        compat.engine_run_backward((x,), (grad,), (x,))  # cheap: this probe runs at import time
+    except RuntimeError as exc:
+        return exc
+    return None
+
+
+def after_import() -> None:
+    """Called at the end of `import torch_fl`: detect an autograd engine started without ral."""
+    if compat.torch_initializing():
+        return  # autoloaded by `import torch`: no backward can have run yet
+    n = device_count()
+    if n == 0:
+        return
+    # The engine sizes its queues to the largest device count of any type, so the highest ral
+    # index is the one that fails first (a CUDA machine may cover ral:0 but not ral:1).
+    err = _probe_backward(n - 1)
+    if err is None:
+        return
+    if _QUEUE_ASSERT not in str(err):
+        return  # some other device problem: it surfaces with its own message on real use
+    compat.disable_autograd_multithreading()
+    if _probe_backward(n - 1) is not None:
+        raise RuntimeError(LATE_IMPORT_HELP)
+    warnings.warn(
+        LATE_IMPORT_HELP + " Backward passes in this thread now run on the calling thread (autograd "
+        "multithreading disabled); a backward on a ral device from another thread needs "
+        "`with torch.autograd.set_multithreading_enabled(False):`.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def autoload_enabled() -> bool:
+    """Whether `import torch` loads backends from entry points (PyTorch's own rule)."""
+    import os
+
+    return os.getenv(ENV, "1") == "1"

@@ -1,0 +1,81 @@
+"""Build (once per torch version) and load the C++ device-guard shim for the ral device type."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from torch_fl.device import compat
+
+_SOURCE = Path(__file__).with_name("ral_guard.cpp")
+_loaded: ctypes.CDLL | None = None
+
+
+def cache_dir() -> Path:
+    """XDG cache directory for torch_fl build products."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "torch_fl"
+
+
+def _shim_path() -> Path:
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
+    return cache_dir() / "guard" / tag / "ral_guard.so"
+
+
+def _compile(dest: Path) -> None:
+    torch_dir = Path(torch.__file__).parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".so")
+    os.close(fd)
+    cmd = [
+        os.environ.get("CXX", "g++"),
+        "-O1",
+        f"-std={compat.GUARD_CXX_STD}",  # per torch version, see compat.py
+        "-shared",
+        "-fPIC",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{torch_dir / 'include'}",
+        str(_SOURCE),
+        "-o",
+        tmp,
+        f"-L{torch_dir / 'lib'}",
+        "-lc10",
+        f"-Wl,-rpath,{torch_dir / 'lib'}",
+    ]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(tmp, dest)  # atomic: concurrent first imports never see a half-written file
+    except (OSError, subprocess.CalledProcessError) as exc:
+        Path(tmp).unlink(missing_ok=True)
+        detail = getattr(exc, "stderr", "") or str(exc)
+        raise RuntimeError(f"cannot build the ral device-guard shim: {detail.strip()[:2000]}") from None
+
+
+def load(device_count: int) -> bool:
+    """Load the shim (building it if needed); False if unavailable (Python guard is used)."""
+    global _loaded
+    if _loaded is None:
+        path = _shim_path()
+        try:
+            if not path.exists():
+                _compile(path)
+            _loaded = ctypes.CDLL(str(path))
+        except (RuntimeError, OSError) as exc:
+            warnings.warn(
+                f"torch_fl: {exc}. Falling back to the single-device Python guard: backward "
+                "passes on ral:1 and above will fail.",
+                stacklevel=3,
+            )
+            return False
+    _loaded.ral_guard_set_device_count(max(device_count, 8))
+    return True

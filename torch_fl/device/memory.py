@@ -1,0 +1,80 @@
+"""Device buffers (the payload under a RalTensor) and the memory-statistics API."""
+
+from __future__ import annotations
+
+import threading
+
+from torch_fl._native import ffi, lib
+from torch_fl.core.runtime import check, ensure_initialized
+
+# Allocation observers (the tracer): callables (event, buffer) with event "alloc" or "free".
+# Empty unless a trace is recording, so the per-op cost is one truth test.
+ALLOC_OBSERVERS: list = []
+
+
+class Buffer:
+    """One allocation from the runtime's MemoryPool; freed back to the pool when collected.
+
+    Views of a tensor share the Buffer object, so the memory lives as long as any view.
+    """
+
+    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
+
+    def __init__(self, device: int, ptr: int, nbytes: int):
+        self.device = device
+        self.ptr = ptr
+        self.nbytes = nbytes
+
+    def __del__(self):
+        # Interpreter shutdown may have torn `lib` down already; nothing to free then.
+        try:
+            if ALLOC_OBSERVERS:
+                for obs in ALLOC_OBSERVERS:
+                    obs("free", self)
+            lib.rt_free(self.device, self.ptr)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return f"Buffer(ral:{self.device}, 0x{self.ptr:x}, {self.nbytes} bytes)"
+
+
+_tls = threading.local()
+
+
+def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
+    """Allocate nbytes on a device for use on a stream; raises torch_fl.OutOfMemoryError."""
+    out = getattr(_tls, "out", None)
+    if out is None:  # one result cell per thread: cffi releases the GIL during the call
+        out = _tls.out = ffi.new("uint64_t*")
+    status = lib.rt_malloc(device, nbytes, stream, out)
+    if status:
+        check(status)
+    buf = Buffer(device, out[0], nbytes)
+    if ALLOC_OBSERVERS:
+        for obs in ALLOC_OBSERVERS:
+            obs("alloc", buf)
+    return buf
+
+
+def memory_stats_dict(device: int) -> dict[str, int]:
+    """The MemoryPool counters of a device, with torch.cuda-style key names."""
+    ensure_initialized()
+    st = ffi.new("rt_memory_stats*")
+    check(lib.rt_memory_stats_get(device, st))
+    return {
+        "allocated_bytes.all.current": st.allocated_bytes,
+        "allocated_bytes.all.peak": st.peak_allocated_bytes,
+        "reserved_bytes.all.current": st.reserved_bytes,
+        "reserved_bytes.all.peak": st.peak_reserved_bytes,
+        "limit_bytes": st.limit_bytes,
+        "num_alloc_retries": 0,
+        "num_ooms": st.num_ooms,
+        "allocation.all.allocated": st.num_allocs,
+        "allocation.all.freed": st.num_frees,
+        "allocation.all.current": st.num_live_blocks,
+        "cache_hits": st.num_cache_hits,
+        "cached_blocks": st.num_cached_blocks,
+        "plugin_mallocs": st.num_plugin_mallocs,
+        "plugin_frees": st.num_plugin_frees,
+    }

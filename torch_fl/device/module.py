@@ -1,0 +1,145 @@
+"""The `torch.ral` module: device queries, synchronization, memory stats, RNG and streams."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl._native import lib
+from torch_fl.core.runtime import check, device_records
+from torch_fl.core.runtime import device_count as _device_count
+from torch_fl.device import index as _index
+from torch_fl.device import rng
+from torch_fl.device.index import current_device, device_index, set_device  # noqa: F401 (torch.ral API)
+from torch_fl.device.memory import memory_stats_dict
+from torch_fl.device.streams import Event, Stream, StreamContext, current_stream, default_stream, stream  # noqa: F401 (torch.ral API)
+from torch_fl.device.sync import synchronize_device
+
+# torch.ral.device(n): the context manager that changes the current device.
+device = _index.device
+
+
+def is_available() -> bool:
+    """True if at least one ral device is present."""
+    return _device_count() > 0
+
+
+def is_initialized() -> bool:
+    """The runtime initializes at import; always True."""
+    return True
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    """Number of visible ral devices."""
+    return _device_count()
+
+
+def synchronize(device=None) -> None:
+    """Wait for all work on a ral device; raises the first asynchronous kernel error."""
+    synchronize_device(device_index(device))
+
+
+def get_device_name(device=None) -> str:
+    """Name of a ral device."""
+    return device_records()[device_index(device)].name
+
+
+def get_device_properties(device=None):
+    """The device descriptor record."""
+    return device_records()[device_index(device)]
+
+
+def memory_stats(device=None) -> dict:
+    """MemoryPool statistics of a device."""
+    return memory_stats_dict(device_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes in live tensors on a device."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    """Peak of memory_allocated since start or the last reset."""
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None) -> int:
+    """Bytes held by the pool (live + cached)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    """Peak of memory_reserved."""
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Reset the peak counters."""
+    check(lib.rt_reset_peak_stats(device_index(device)))
+
+
+def empty_cache() -> None:
+    """Hand every cached block of every device back to its plugin."""
+    for i in range(_device_count()):
+        check(lib.rt_empty_cache(i))
+
+
+def set_memory_limit(limit_bytes: int, device=None) -> None:
+    """Cap a device's pool (0 = no cap); like TORCH_FL_MEMORY_LIMIT for one device."""
+    check(lib.rt_set_memory_limit(device_index(device), int(limit_bytes)))
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the current ral device."""
+    rng.manual_seed(current_device(), seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every ral device (torch.manual_seed calls this)."""
+    for i in range(max(_device_count(), 1)):
+        rng.manual_seed(i, seed)
+
+
+def seed() -> None:
+    """Seed the current device with a non-deterministic value."""
+    rng.manual_seed(current_device(), torch.seed())
+
+
+def seed_all() -> None:
+    """Seed every device non-deterministically."""
+    manual_seed_all(torch.seed())
+
+
+def initial_seed() -> int:
+    """The seed of the current device."""
+    return rng.seed_of(current_device())
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    """RNG state of a device as a uint8 CPU tensor."""
+    return rng.get_state(device_index(device))
+
+
+def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    """Restore a state from get_rng_state."""
+    rng.set_state(device_index(device), new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """RNG states of every device."""
+    return [rng.get_state(i) for i in range(_device_count())]
+
+
+def set_rng_state_all(states) -> None:
+    """Restore every device's state."""
+    for i, st in enumerate(states):
+        rng.set_state(i, st)
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """Dtypes autocast may use on ral devices."""
+    return [torch.float16, torch.bfloat16]

@@ -1,0 +1,42 @@
+"""Every wait for device work goes through here, so observers (the tracer) see each one."""
+
+from __future__ import annotations
+
+from torch_fl._native import lib
+from torch_fl.core.runtime import check
+from torch_fl.device.stream_state import current
+
+# Sync observers (the tracer): callables (device, reason). Empty unless tracing.
+SYNC_OBSERVERS: list = []
+
+
+def notify(dev: int, reason: str) -> None:
+    """Tell the observers that the host is about to wait on ral:dev (no wait here)."""
+    for obs in SYNC_OBSERVERS:
+        obs(dev, reason)
+
+
+def synchronize_stream(dev: int, stream: int, reason: str = "stream") -> None:
+    """Wait for one stream of the device; surfaces asynchronous kernel errors."""
+    if SYNC_OBSERVERS:
+        notify(dev, reason)
+    check(lib.rt_stream_synchronize(dev, stream))
+
+
+def synchronize(dev: int, reason: str = "stream") -> None:
+    """Wait for the device's current stream; surfaces asynchronous kernel errors."""
+    synchronize_stream(dev, current(dev), reason)
+
+
+def synchronize_device(dev: int, reason: str = "torch.ral.synchronize") -> None:
+    """Wait for every stream of the device; raises the first asynchronous kernel error."""
+    if SYNC_OBSERVERS:
+        notify(dev, reason)
+    check(lib.rt_device_synchronize(dev))
+
+
+def synchronize_event(dev: int, event: int, reason: str = "event") -> None:
+    """Wait for a recorded event of the device."""
+    if SYNC_OBSERVERS:
+        notify(dev, reason)
+    check(lib.rt_event_synchronize(dev, event))

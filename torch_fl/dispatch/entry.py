@@ -1,0 +1,113 @@
+"""Entry point of every aten op on a RalTensor: special handlers, else the router."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from torch_fl.core.errors import UnsupportedError
+from torch_fl.dispatch import router
+from torch_fl.dispatch.special import ROUTE, SPECIAL
+from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
+from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
+from torch_fl.tensor.views import view_op
+
+_SCHEMAS = {}
+_DECISIONS = router.DECISIONS
+# Observers (coverage, trace): callables (op_name, tier, dev, t0, t1, args). Empty = no cost.
+OBSERVERS: list = []
+
+
+def _device_error(a: str, b: str) -> RuntimeError:
+    # Same wording and type as PyTorch's own CUDA/CPU mismatch error.
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+def signature(sch, full):
+    """(device, hashable key) of a call: shapes/dtypes/contiguity and shape-relevant values."""
+    dev = -1
+    key = [sch.func]
+    kinds = sch.kinds
+    value_free = sch.value_free
+    for i, v in enumerate(full):
+        k = kinds[i]
+        if k == NON_TENSOR:
+            if value_free[i]:
+                key.append(type(v))
+            elif type(v) is list:
+                key.append(tuple(v))
+            else:
+                key.append(v)
+            continue
+        items = v if k == TENSOR_LIST else (v,)
+        if k == TENSOR_LIST:
+            key.append(len(v))
+        for t in items:
+            if t is None:
+                key.append(None)
+            elif type(t) is RalTensor:
+                sig = t._sig
+                if sig is None:
+                    sig = t._sig = (t._dev, tuple(t.shape), t.dtype, t.is_contiguous())
+                d = sig[0]
+                if dev != d:
+                    if dev >= 0:
+                        raise _device_error(f"ral:{dev}", f"ral:{d}")
+                    dev = d
+                key.append(sig)
+            elif isinstance(t, torch.Tensor):
+                if t.layout != torch.strided:
+                    raise UnsupportedError(
+                        f"RAL_ERROR_UNSUPPORTED: {sch.name}: {t.layout} tensors are not supported on ral devices; "
+                        "convert with .to_dense() first",
+                        op=sch.name,
+                    )
+                if t.dim() != 0 or t.device.type != "cpu":
+                    raise _device_error("ral", str(t.device))
+                key.append(("cpu0", t.dtype))
+            else:  # a wrapped Python number in a Tensor slot: its type drives promotion
+                key.append(type(t))
+    return dev, tuple(key)
+
+
+def dispatch(func, args, kwargs):
+    """Run one aten op whose arguments include RalTensors."""
+    special = SPECIAL.get(func)
+    if special is not None:
+        out = special(func, args, kwargs)
+        if out is not ROUTE:
+            return out
+    return route(func, args, kwargs)
+
+
+def route(func, args, kwargs):
+    """Send a (non-special) op through the router: vendor, decomp, jit or cpu."""
+    sch = _SCHEMAS.get(func)
+    if sch is None:
+        sch = _SCHEMAS[func] = schema_of(func)
+    if sch.is_view:
+        if sch.composite_implicit:
+            return func.decompose(*args, **kwargs)
+        return view_op(func, args, kwargs)
+    full = sch.normalize(args, kwargs)
+    dev, key = signature(sch, full)
+    if dev < 0:
+        raise RuntimeError(f"torch_fl: {sch.name} reached the ral backend with no ral tensor argument")
+    run = _DECISIONS.get(key)
+    if not OBSERVERS:
+        if run is None:
+            run = router.decide(sch, args, kwargs, full, dev, key)
+        return run.run(args, kwargs, full)
+    t0 = time.perf_counter()  # observed: first-call routing cost is part of the op's time
+    if run is None:
+        run = router.decide(sch, args, kwargs, full, dev, key)
+    try:
+        return run.run(args, kwargs, full)
+    finally:
+        t1 = time.perf_counter()
+        for obs in OBSERVERS:
+            obs(sch.name, run.tier, dev, t0, t1, full)
+
+
+set_dispatcher(dispatch)

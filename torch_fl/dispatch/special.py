@@ -1,0 +1,198 @@
+"""Ops the router never sees: views, transfers, scalars and a few metadata-only ops.
+
+`SPECIAL` is the one table of them; `@special(op, ...)` registers a handler and refuses an op
+that already has one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl.core.errors import UnsupportedError
+from torch_fl.device.index import parse_device
+from torch_fl.tensor import host_copy, transfer
+from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.restride import resize, restride
+from torch_fl.tensor.views import alias, as_strided, view_op
+
+aten = torch.ops.aten
+
+# aten overload -> handler(func, args, kwargs).
+SPECIAL: dict = {}
+# What a handler returns to send the call on to the router after all.
+ROUTE = object()
+
+
+def special(*ops):
+    """Decorator: make fn the handler of each op in `ops` (an op has at most one handler)."""
+
+    def register(fn):
+        for op in ops:
+            if op in SPECIAL:
+                raise RuntimeError(f"torch_fl: {op} already has a special handler ({SPECIAL[op].__name__})")
+            SPECIAL[op] = fn
+        return fn
+
+    return register
+
+
+@special(aten._to_copy.default)
+def _to_copy(func, args, kwargs):
+    src = args[0]
+    dtype = kwargs.get("dtype") or src.dtype
+    src_dev = src._dev if type(src) is RalTensor else None
+    target = parse_device(kwargs.get("device"), src_dev if src_dev is not None else 0)
+    if target is None:  # to CPU
+        out = host_copy.to_cpu(src)
+        return out if out.dtype == dtype else out.to(dtype)
+    if src_dev is None:  # a CPU tensor (0-dim scalar or a mode upload)
+        return transfer.to_device(src, target, dtype)
+    out = transfer.empty_on(target, src.shape, dtype)
+    return transfer.copy_into(out, src) if target != src_dev else aten.copy_.default(out, src)
+
+
+@special(aten.copy_.default)
+def _copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    done = transfer.copy_into(dst, src)
+    return ROUTE if done is None else done
+
+
+@special(aten._local_scalar_dense.default)
+def _local_scalar_dense(func, args, kwargs):
+    return host_copy.to_cpu(args[0]).item()
+
+
+@special(aten.lift_fresh.default)
+def _lift_fresh(func, args, kwargs):
+    return args[0]
+
+
+def _like_factory(fill):
+    def handler(func, args, kwargs):
+        src = args[0]
+        dtype = kwargs.get("dtype") or src.dtype
+        target = parse_device(kwargs.get("device"), src._dev)
+        if target is None:
+            cpu_kwargs = dict(kwargs)
+            return func(torch.empty(src.shape, dtype=src.dtype), *args[1:], **cpu_kwargs)
+        out = transfer.empty_on(target, src.shape, dtype)
+        if fill is not None:
+            fill(out, args, kwargs)
+        if kwargs.get("requires_grad"):
+            out.requires_grad_(True)
+        return out
+
+    return handler
+
+
+def _new_factory(fill):
+    def handler(func, args, kwargs):
+        src, size = args[0], args[1]
+        dtype = kwargs.get("dtype") or src.dtype
+        target = parse_device(kwargs.get("device"), src._dev)
+        if target is None:
+            return func(torch.empty(0, dtype=src.dtype), *args[1:], **kwargs)
+        out = transfer.empty_on(target, size, dtype)
+        if fill is not None:
+            fill(out, args)
+        if kwargs.get("requires_grad"):
+            out.requires_grad_(True)
+        return out
+
+    return handler
+
+
+@special(aten._fused_sdp_choice.default)
+def _sdp_choice(func, args, kwargs):
+    # No fused attention kernel is exposed through the ABI: use the math path, which
+    # decomposes into matmul/softmax ops that plugins do implement.
+    return int(torch.nn.attention.SDPBackend.MATH)
+
+
+@special(aten.record_stream.default)
+def _noop(func, args, kwargs):
+    return None
+
+
+@special(aten.is_pinned.default)
+def _false(func, args, kwargs):
+    return False
+
+
+def _inplace_view(func, args, kwargs):
+    """t_, squeeze_, unsqueeze_, transpose_, ...: compute the out-of-place view's geometry,
+    then give it to the tensor itself."""
+    t = args[0]
+    v = view_op(_out_of_place(func), args, kwargs)
+    return restride(t, t._buf, v.shape, v.stride(), v.storage_offset())
+
+
+def _out_of_place(func):
+    """The functional view overload with the same arguments as an in-place view op."""
+    packet = getattr(aten, func._schema.name.split("::")[1].rstrip("_"))
+    if func._overloadname in packet.overloads():
+        return getattr(packet, func._overloadname)
+    names = [a.name for a in func._schema.arguments]
+    for ov in packet.overloads():
+        cand = getattr(packet, ov)
+        if [a.name for a in cand._schema.arguments] == names:
+            return cand
+    raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: no functional form of {func}", op=str(func))
+
+
+@special(aten.as_strided_.default)
+def _as_strided_(func, args, kwargs):
+    t, size, stride = args[0], args[1], args[2]
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    return restride(t, t._buf, size, stride, t.storage_offset() if offset is None else offset)
+
+
+@special(aten.resize_.default)
+def _resize_(func, args, kwargs):
+    return resize(args[0], args[1])
+
+
+@special(aten.set_.source_Tensor)
+def _set_source_tensor(func, args, kwargs):
+    t, src = args[0], args[1]
+    if type(src) is not RalTensor or src._dev != t._dev:
+        raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: set_ needs a source tensor on {t.device}", op=str(func))
+    return restride(t, src._buf, src.shape, src.stride(), src.storage_offset())
+
+
+@special(aten.set_.default)
+def _set_empty(func, args, kwargs):
+    t = args[0]
+    return restride(t, transfer.empty_on(t._dev, (0,), t.dtype)._buf, (0,), (1,), 0)
+
+
+@special(aten.detach_.default)
+def _detach_(func, args, kwargs):
+    return args[0]
+
+
+# Pure views run no kernel: a new wrapper over the same buffer.
+special(aten.detach.default, aten.alias.default)(alias)
+special(aten.as_strided.default)(as_strided)
+# Not alias-annotated in its schema, but a view by contract (input is never used again).
+special(aten._unsafe_view.default)(view_op)
+special(aten.empty_like.default)(_like_factory(None))
+special(aten.zeros_like.default)(_like_factory(lambda out, a, k: aten.zero_.default(out)))
+special(aten.ones_like.default)(_like_factory(lambda out, a, k: aten.fill_.Scalar(out, 1)))
+special(aten.full_like.default)(_like_factory(lambda out, a, k: aten.fill_.Scalar(out, a[1])))
+special(aten.new_empty.default)(_new_factory(None))
+special(aten.new_zeros.default)(_new_factory(lambda out, a: aten.zero_.default(out)))
+special(aten.new_ones.default)(_new_factory(lambda out, a: aten.fill_.Scalar(out, 1)))
+special(aten.new_full.default)(_new_factory(lambda out, a: aten.fill_.Scalar(out, a[2])))
+# Lazy conjugate/negative views are bits on a TensorImpl that a wrapper cannot carry into a
+# kernel call: materialize them instead (the results compare equal, aliasing is lost).
+special(aten._conj.default)(lambda func, args, kwargs: aten.conj_physical.default(args[0]))
+special(aten._neg_view.default)(lambda func, args, kwargs: aten.neg.default(args[0]))
+special(
+    *(
+        getattr(getattr(aten, name), ov)
+        for name in ("t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_")
+        for ov in getattr(aten, name).overloads()
+    )
+)(_inplace_view)

@@ -1,0 +1,246 @@
+"""Conformance against PyTorch's OpInfo database: run each sample on a ral device, compare
+with CPU, and record which tier served it. Used by tests/test_opinfo.py and
+`ralctl coverage --opinfo`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from torch_fl.mode import ral_mode
+from torch_fl.observe.coverage import Coverage
+from torch_fl.tensor.ral_tensor import RalTensor
+
+# Tolerances per dtype (rtol, atol). Half types accumulate in float32 on plugins, like
+# PyTorch's CPU kernels, but may round at different points.
+TOLERANCES = {
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.float32: (1.3e-5, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-5, 1e-5),
+}
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "bool": torch.bool,
+    "uint8": torch.uint8,
+}
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one (OpInfo, dtype) pair over all its samples."""
+
+    op: str
+    dtype: str
+    style: str
+    passed: bool
+    n_samples: int
+    tiers: dict = field(default_factory=dict)
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}:{self.dtype}"
+
+
+def opinfo_name(op) -> str:
+    """`name` or `name.variant` of an OpInfo entry."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def load_op_db():
+    """PyTorch's OpInfo list (imported lazily: it takes seconds)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def _to(v, dev):
+    if isinstance(v, torch.Tensor):
+        if v.layout == torch.strided and not v.is_conj() and not v.is_neg():
+            # Move the whole storage and rebuild the view, as a sample made on the device
+            # would be: ops like as_strided reach elements outside the view itself.
+            base = torch.empty(0, dtype=v.dtype).set_(v.untyped_storage()).to(dev)
+            moved = base.as_strided(v.shape, v.stride(), v.storage_offset())
+        else:
+            moved = v.detach().to(dev)
+        return moved.requires_grad_(v.requires_grad) if v.is_floating_point() or v.is_complex() else moved
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to(x, dev) for x in v)
+    if isinstance(v, dict):
+        return {k: _to(x, dev) for k, x in v.items()}
+    return v
+
+
+def _cpu(v):
+    if isinstance(v, RalTensor):
+        return v.cpu()
+    if isinstance(v, torch.Tensor):
+        return v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_cpu(x) for x in v)
+    return v
+
+
+def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
+    if exact_shape_only:
+        exp_t = [x for x in torch.utils._pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
+        act_t = [x for x in torch.utils._pytree.tree_leaves(actual) if isinstance(x, torch.Tensor)]
+        assert [(t.shape, t.dtype) for t in act_t] == [(t.shape, t.dtype) for t in exp_t], (
+            "random op: shape/dtype differ"
+        )
+        return
+    # Floating sample dtypes use the table; for integer/bool samples (whose outputs may still be
+    # floating, e.g. softmax(dtype=float)) assert_close picks its defaults per output dtype.
+    rtol, atol = TOLERANCES.get(dtype, (None, None))
+    if tolerance is not None and dtype.is_floating_point:
+        rtol, atol = max(rtol, tolerance[0]), max(atol, tolerance[1])
+    torch.testing.assert_close(
+        actual,
+        expected,
+        rtol=rtol,
+        atol=atol,
+        equal_nan=True,
+        check_device=False,
+        check_stride=False,
+        check_layout=False,
+    )
+
+
+# Ops whose values are unspecified (uninitialized memory) or drawn from the RNG without
+# OpInfo's seeding wrapper: only shapes and dtypes compare.
+UNINITIALIZED = {
+    "empty",
+    "empty_like",
+    "new_empty",
+    "new_empty_strided",
+    "empty_strided",
+    "empty_permuted",
+    "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d",
+}
+# Per-op float tolerances where the device legitimately takes another algorithm than CPU:
+# attention runs the math path (matmul + softmax) where CPU uses a fused flash kernel.
+TOLERANCE_OVERRIDES = {
+    "nn.functional.scaled_dot_product_attention": (1e-4, 1e-4),
+    "nn.functional.multi_head_attention_forward": (1e-4, 1e-4),
+}
+
+
+def _call(op, sample):
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def _storage_copy(t):
+    if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_conj() and not t.is_neg():
+        base = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage().clone())
+        return base.as_strided(t.shape, t.stride(), t.storage_offset())
+    return t.clone() if isinstance(t, torch.Tensor) else t
+
+
+def _fresh_copy(sample):
+    """The sample with every tensor copied storage and all (in-place ops must not leak)."""
+    return sample.transform(_storage_copy) if hasattr(sample, "transform") else sample
+
+
+_SEEDED: dict[str, bool] = {}
+
+
+def _seeded_random(op) -> bool:
+    """OpInfo wraps RNG-consuming ops in wrapper_set_seed (a fixed seed, state restored after),
+    which hides them from a two-seed comparison; recognise them by that wrapper."""
+    name = opinfo_name(op)
+    hit = _SEEDED.get(name)
+    if hit is None:
+        code = getattr(op.op, "__code__", None)
+        hit = code is not None and "wrapper_set_seed" in code.co_names
+        _SEEDED[name] = hit
+    return hit
+
+
+def _is_random(op, sample) -> bool:
+    """True if the op's result depends on the RNG: two seeds give different results. Devices
+    need not reproduce CPU's random stream, so such results compare by shape and dtype."""
+    try:
+        torch.manual_seed(0)
+        a = _call(op, _fresh_copy(sample))
+        torch.manual_seed(1)
+        b = _call(op, _fresh_copy(sample))
+    except Exception:
+        return False
+    try:
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
+        return False
+    except AssertionError:
+        return True
+
+
+def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_samples: int | None = None) -> CaseResult:
+    """Run every sample of one OpInfo entry in one dtype on `dev` ("device") or under
+    ral_mode ("mode"); passed iff every sample matches CPU (or raises the same error type)."""
+    name = opinfo_name(op)
+    dname = str(dtype).replace("torch.", "")
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+    if max_samples is not None:
+        samples = samples[:max_samples]
+    cov = Coverage()
+    error = ""
+    for i, sample in enumerate(samples):
+        try:
+            torch.manual_seed(0)
+            expected = _call(op, sample)
+            expected_exc = None
+        except Exception as exc:  # the reference raises: the device must raise the same type
+            expected, expected_exc = None, exc
+        random = expected_exc is None and (
+            name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or _is_random(op, sample)
+        )
+        try:
+            torch.manual_seed(0)
+            with cov:
+                if style == "mode":
+                    with ral_mode(dev):
+                        actual = _cpu(_call(op, sample))
+                else:
+                    actual = _cpu(
+                        _call(op, sample.transform(lambda t: _to(t, dev)) if hasattr(sample, "transform") else sample)
+                    )
+            if expected_exc is not None:
+                error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
+                break
+            _compare(actual, expected, dtype, exact_shape_only=random, tolerance=TOLERANCE_OVERRIDES.get(name))
+        except Exception as exc:
+            if expected_exc is not None and isinstance(exc, type(expected_exc)):
+                continue
+            error = f"sample {i}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            break
+    tiers: dict = {}
+    for (_, tier), n in cov.counts.items():
+        tiers[tier] = tiers.get(tier, 0) + n
+    return CaseResult(name, dname, style, not error, len(samples), tiers, error, time.perf_counter() - t0)
+
+
+def select(op_db, names=None, dtypes=("float32",)):
+    """(op, dtype) pairs of op_db whose CPU support includes the dtype."""
+    out = []
+    for op in op_db:
+        if names is not None and opinfo_name(op) not in names:
+            continue
+        supported = op.supported_dtypes("cpu")
+        for dname in dtypes:
+            dt = DTYPES[dname]
+            if dt in supported:
+                out.append((op, dt))
+    return out

@@ -1,0 +1,105 @@
+"""Factory ops registered for the PrivateUse1 key, so `device="ral:N"` works without a mode."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl.device.index import device_index
+from torch_fl.device.memory import allocate
+from torch_fl.device.stream_state import current
+from torch_fl.tensor import transfer
+from torch_fl.tensor.layout import extent_elems
+from torch_fl.tensor.ral_tensor import outside_modes, wrap
+
+_lib = None
+_PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.PythonTLSSnapshot
+)
+
+
+def _with_python_key(fn):
+    """PyTorch may call backend kernels with the Python key excluded (e.g. inside
+    torch.tensor(..., device=...)); ops on RalTensors inside our kernels need it back."""
+
+    fn = outside_modes(fn)
+
+    def wrapper(*args, **kwargs):
+        exclude = torch._C._dispatch_tls_local_exclude_set()
+        if not exclude.has(torch._C.DispatchKey.Python):
+            return fn(*args, **kwargs)
+        include = torch._C._dispatch_tls_local_include_set()
+        with torch._C._ForceDispatchKeyGuard(include, exclude - _PYTHON_KEYS):
+            return fn(*args, **kwargs)
+
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    """aten::empty.memory_format on ral."""
+    return transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype())
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten::empty_strided on ral: the allocation spans every element the strides reach."""
+    dev = device_index(device)
+    dtype = dtype or torch.get_default_dtype()
+    nbytes = extent_elems(size, stride) * dtype.itemsize
+    return wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
+
+
+# Factories whose composite kernels allocate an empty result and resize it in an out= op;
+# ral tensors cannot be resized in place, so these run on the host and upload once.
+HOST_COMPUTED_FACTORIES = (
+    "arange",
+    "arange.start",
+    "arange.start_step",
+    "eye",
+    "eye.m",
+    "linspace",
+    "logspace",
+    "randperm",
+    "range",
+    "range.step",
+    "tril_indices",
+    "triu_indices",
+)
+
+
+def _host_computed(overload):
+    def impl(*args, **kwargs):
+        dev = device_index(kwargs.get("device"))
+        kwargs["device"] = "cpu"
+        return transfer.to_device(overload(*args, **kwargs), dev)
+
+    impl.__doc__ = f"{overload} on ral: computed on the host, uploaded once."
+    return impl
+
+
+def copy_from(self, dst, non_blocking=False):
+    """aten::_copy_from on ral: the copy_ path PyTorch takes below the Python key."""
+    done = transfer.copy_into(dst, self)
+    return done if done is not None else torch.ops.aten.copy_.default(dst, self)
+
+
+def copy_from_and_resize(self, dst):
+    """aten::_copy_from_and_resize on ral (dst must already have self's shape)."""
+    if tuple(dst.shape) != tuple(self.shape):
+        raise RuntimeError(f"torch_fl: cannot resize ral tensor of shape {tuple(dst.shape)} to {tuple(self.shape)}")
+    return copy_from(self, dst)
+
+
+def register() -> None:
+    """Register the factory kernels once per process."""
+    global _lib
+    if _lib is not None:
+        return
+    _lib = torch.library.Library("aten", "IMPL")
+    _lib.impl("empty.memory_format", _with_python_key(empty_memory_format), "PrivateUse1")
+    _lib.impl("empty_strided", _with_python_key(empty_strided), "PrivateUse1")
+    for name in HOST_COMPUTED_FACTORIES:
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+        _lib.impl(name, _with_python_key(_host_computed(op)), "PrivateUse1")
+    _lib.impl("_copy_from", _with_python_key(copy_from), "PrivateUse1")
+    _lib.impl("_copy_from_and_resize", _with_python_key(copy_from_and_resize), "PrivateUse1")

@@ -1,0 +1,112 @@
+"""Device-to-host reads and writes of ral tensors: copies, zero-copy host views, write-back.
+
+Works on any object with a ral tensor's attributes (`_buf`, `_dev`, shape, strides, dtype), so
+the RalTensor class itself can use it without importing the upload side (transfer.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
+from torch_fl._native import ffi, lib
+from torch_fl.core.runtime import check, device_records
+from torch_fl.device.stream_state import current
+from torch_fl.device.sync import notify, synchronize_stream
+from torch_fl.tensor.layout import byte_range
+
+# Buffer (held weakly, by identity) -> uint8 CPU tensor over its host mapping.
+_HOST_BASES = WeakIdKeyDictionary()
+_MAPPABLE: dict[int, bool] = {}
+
+
+def host_mappable(dev: int) -> bool:
+    """Whether the host can address ral:dev memory directly (zero-copy fallback)."""
+    m = _MAPPABLE.get(dev)
+    if m is None:
+        m = _MAPPABLE[dev] = device_records()[dev].host_mappable
+    return m
+
+
+def host_view(t) -> torch.Tensor | None:
+    """Zero-copy CPU tensor over a host-mappable device tensor, or None if not mappable.
+
+    The caller must have synchronized the device first.
+    """
+    base = _host_base(t._buf)
+    if base is None:
+        return None
+    if t.dtype != torch.uint8:
+        usable = (base.numel() // t.dtype.itemsize) * t.dtype.itemsize
+        base = base[:usable].view(t.dtype)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def _host_base(buf) -> torch.Tensor | None:
+    hit = _HOST_BASES.get(buf)
+    if hit is not None:
+        return hit
+    if not host_mappable(buf.device):
+        return None
+    if buf.nbytes == 0:
+        base = torch.empty(0, dtype=torch.uint8)
+    else:
+        out = ffi.new("uint64_t*")
+        check(lib.rt_host_address(buf.device, buf.ptr, 0, buf.nbytes, out))
+        base = torch.frombuffer(ffi.buffer(ffi.cast("char*", out[0]), buf.nbytes), dtype=torch.uint8)
+    _HOST_BASES[buf] = base
+    return base
+
+
+def forget_host_view(buf) -> None:
+    """Drop the cached host view of a buffer whose memory was replaced (resized in place)."""
+    _HOST_BASES.pop(buf, None)
+
+
+def to_cpu(t, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A new CPU tensor with the same values (and strides-independent contiguous layout)."""
+    out, (dev, stream) = copy_to_host_async(t)
+    synchronize_stream(dev, stream, "copy to host")
+    return out if dtype is None or dtype == out.dtype else out.to(dtype)
+
+
+def copy_to_host_async(t) -> tuple[torch.Tensor, tuple[int, int]]:
+    """A new CPU tensor that t's values are being copied into on the current stream, and
+    that (device, stream): its contents are valid only after the stream is synchronized,
+    and it must stay alive until then."""
+    if not t.is_contiguous():
+        t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
+    out = torch.empty(t.shape, dtype=t.dtype)
+    stream = current(t._dev)
+    start, nbytes = byte_range(t)
+    if nbytes:
+        check(lib.rt_copy_d2h(t._dev, stream, ffi.cast("void*", out.data_ptr()), t._buf.ptr, start, nbytes, 0))
+    return out, (t._dev, stream)
+
+
+def cpu_copy_for_fallback(t) -> torch.Tensor:
+    """A CPU tensor reading t's values: a zero-copy view when the device is host-mappable."""
+    view = host_view(t)
+    if view is not None:
+        return view
+    # Copy the whole byte range the view spans so strides survive (needed for write-back).
+    start, nbytes = byte_range(t)
+    flat = torch.empty(nbytes // t.dtype.itemsize, dtype=t.dtype)
+    if nbytes:
+        notify(t._dev, "copy to host")
+        check(
+            lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", flat.data_ptr()), t._buf.ptr, start, nbytes, 1)
+        )
+    return flat.as_strided(t.shape, t.stride(), 0)
+
+
+def write_back(dst, cpu: torch.Tensor) -> None:
+    """Copy a CPU tensor made by cpu_copy_for_fallback back into the device range it came from."""
+    start, nbytes = byte_range(dst)
+    if nbytes:
+        base = cpu.as_strided((nbytes // dst.dtype.itemsize,), (1,), 0)
+        check(
+            lib.rt_copy_h2d(
+                dst._dev, current(dst._dev), dst._buf.ptr, start, ffi.cast("void*", base.data_ptr()), nbytes
+            )
+        )

@@ -1,0 +1,76 @@
+"""Uploads to ral devices and copies between ral devices (the host side is host_copy.py)."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl._native import ffi, lib
+from torch_fl.core.runtime import check
+from torch_fl.device.memory import allocate
+from torch_fl.device.stream_state import current
+from torch_fl.tensor.host_copy import to_cpu
+from torch_fl.tensor.layout import byte_range, contiguous_strides
+from torch_fl.tensor.ral_tensor import RalTensor, wrap
+
+
+def empty_on(dev: int, shape, dtype: torch.dtype) -> RalTensor:
+    """An uninitialized contiguous tensor on ral:dev."""
+    shape = tuple(shape)
+    numel = 1
+    for n in shape:
+        numel *= n
+    itemsize = dtype.itemsize
+    buf = allocate(dev, numel * itemsize, current(dev))
+    return wrap(buf, shape, contiguous_strides(shape), 0, dtype)
+
+
+def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None) -> RalTensor:
+    """Upload a CPU tensor to ral:dev as a new contiguous tensor."""
+    if src.device.type != "cpu":
+        raise TypeError(f"torch_fl: to_device expects a CPU tensor, got one on {src.device}")
+    if dtype is not None and src.dtype != dtype:
+        src = src.to(dtype)
+    src = src.contiguous()
+    if src.is_conj() or src.is_neg():
+        src = src.resolve_conj().resolve_neg()
+    out = empty_on(dev, src.shape, src.dtype)
+    nbytes = src.numel() * src.dtype.itemsize
+    if nbytes:
+        check(lib.rt_copy_h2d(dev, current(dev), out._buf.ptr, 0, ffi.cast("void*", src.data_ptr()), nbytes))
+    return out
+
+
+def copy_into(dst, src):
+    """aten::copy_ across devices: ral<-cpu, cpu<-ral and ral:a<-ral:b (cast and strides handled)."""
+    dst_ral = type(dst) is RalTensor
+    src_ral = type(src) is RalTensor
+    if dst_ral and src_ral and dst._dev == src._dev:
+        return None  # same device: the router runs the plugin's copy_ kernel
+    if dst_ral and not src_ral:
+        staged = to_device(src.expand(dst.shape), dst._dev, dst.dtype)
+        return _device_copy(dst, staged)
+    if src_ral and not dst_ral:
+        dst.copy_(to_cpu(src))
+        return dst
+    # ral:a <- ral:b: stage contiguous bytes across devices, then cast/stride on the target.
+    if not src.is_contiguous():
+        src = torch.ops.aten.clone.default(src, memory_format=torch.contiguous_format)
+    moved = empty_on(dst._dev, src.shape, src.dtype)
+    start, nbytes = byte_range(src)
+    if nbytes:
+        check(lib.rt_copy_d2d(dst._dev, moved._buf.ptr, 0, src._dev, src._buf.ptr, start, nbytes, current(dst._dev)))
+    return _device_copy(dst, moved)
+
+
+def _device_copy(dst: RalTensor, src: RalTensor) -> RalTensor:
+    if dst.dtype == src.dtype and dst.is_contiguous() and src.is_contiguous() and dst.shape == src.shape:
+        dst_start, nbytes = byte_range(dst)
+        src_start, _ = byte_range(src)
+        if nbytes:
+            check(
+                lib.rt_copy_d2d(
+                    dst._dev, dst._buf.ptr, dst_start, src._dev, src._buf.ptr, src_start, nbytes, current(dst._dev)
+                )
+            )
+        return dst
+    return torch.ops.aten.copy_.default(dst, src)

@@ -1,0 +1,90 @@
+"""View ops: new RalTensors over the same Buffer, with metadata computed on meta tensors once."""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl.tensor.op_schema import schema_of
+from torch_fl.tensor.ral_tensor import RalTensor, wrap
+
+_aten = torch.ops.aten
+# (func, in shape, in stride, dtype, other args) -> [(shape, stride, offset delta, dtype), ...]
+_VIEW_CACHE: dict = {}
+
+
+def _hashable(v):
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, torch.Tensor):
+        raise TypeError("tensor argument")
+    return v
+
+
+def _meta_of(t: RalTensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def view_op(func, args, kwargs):
+    """Run a view op by computing the result metadata; no kernel, memory is shared."""
+    base = args[0]
+    try:
+        key = (
+            func,
+            base.shape,
+            base.stride(),
+            base.dtype,
+            tuple(_hashable(a) for a in args[1:]),
+            tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())),
+        )
+    except TypeError:
+        key = None
+    specs = _VIEW_CACHE.get(key) if key is not None else None
+    if specs is None:
+        meta_args = [_meta_of(a) if isinstance(a, RalTensor) else a for a in args]
+        res = func(*meta_args, **kwargs)
+        outs = res if isinstance(res, (list, tuple)) else (res,)
+        specs = [(tuple(o.shape), tuple(o.stride()), o.storage_offset(), o.dtype) for o in outs]
+        specs = (specs, isinstance(res, (list, tuple)))
+        if key is not None:
+            _VIEW_CACHE[key] = specs
+    items, is_seq = specs
+    off0 = base.storage_offset()
+    buf = base._buf
+    itemsize = base.dtype.itemsize
+    made = []
+    for shape, stride, off, dtype in items:
+        # A dtype-changing view rescales the element offset.
+        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        made.append(wrap(buf, shape, stride, offset, dtype))
+    return made if is_seq else made[0]
+
+
+def as_strided(func, args, kwargs):
+    """as_strided sets an absolute storage offset (default: keep the input's)."""
+    sch = schema_of(func)
+    full = sch.normalize(args, kwargs)
+    base, size, stride, offset = full[0], full[1], full[2], full[3]
+    if offset is None:
+        offset = base.storage_offset()
+    _check_as_strided(base, tuple(size), tuple(stride), offset)
+    return wrap(base._buf, tuple(size), tuple(stride), offset, base.dtype)
+
+
+def _check_as_strided(base, size, stride, offset) -> None:
+    """Raise like CPU for negative strides or offsets, bad sizes, or a view past the storage."""
+    torch.empty(0, dtype=base.dtype, device="meta").as_strided(size, stride, offset)
+    if any(n == 0 for n in size):
+        return
+    need = (offset + 1 + sum((n - 1) * st for n, st in zip(size, stride))) * base.dtype.itemsize
+    if need > base._buf.nbytes:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {base.dtype.itemsize} requiring a storage size of {need} are out of "
+            f"bounds for storage of size {base._buf.nbytes}"
+        )
+
+
+def alias(func, args, kwargs):
+    """detach / alias / lift_fresh_copy-free aliases: same metadata, shared buffer, no kernel."""
+    t = args[0]
+    return wrap(t._buf, t.shape, t.stride(), t.storage_offset(), t.dtype)
