@@ -47,7 +47,7 @@ def test_without_cl_khr_fp16_float16_is_refused_with_a_reason():
 def test_float16_kernels_match_cpu_when_the_device_has_fp16():
     code = """
 import torch, torch_fl
-from torch_fl import router
+from torch_fl.dispatch import router
 p = next(p for p in torch_fl.plugins() if p.record.name == "opencl")
 assert p.status == "LOADED", (p.status, p.reason)
 dev = "ral:%d" % p.devices[0]
