@@ -2,6 +2,8 @@
  * blas.c -- mm/bmm/addmm/baddbmm/dot on one tiled kernel that reads any strides, so
  * transposed weights (x @ W.t()) need no copy. float32 only.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ocl.h"
@@ -15,6 +17,129 @@ static void mat_strides(const ral_tensor* t, int64_t* sb, int64_t* sr, int64_t* 
   *sb = r == 3 ? t->strides[0] : 0;
   *sr = r >= 2 ? t->strides[r - 2] : 0;
   *sc = r >= 1 ? t->strides[r - 1] : 0;
+}
+
+/* Register-tiled variants (blas.cl GEMM_REG): kernel, rows per item, columns per item. */
+typedef struct {
+  int kid, tm, vn;
+  const char* name;
+} gemm_variant;
+static const gemm_variant k_variants[] = {
+    {OCL_K_gemm_r8x8, 8, 8, "r8x8"},
+    {OCL_K_gemm_r4x16, 4, 16, "r4x16"},
+    {OCL_K_gemm_r6x16, 6, 16, "r6x16"},
+    {OCL_K_gemm_r4x8, 4, 8, "r4x8"},
+    {OCL_K_gemm_r8x16, 8, 16, "r8x16"},
+    {OCL_K_gemm_r12x16, 12, 16, "r12x16"},
+    {OCL_K_gemm_r16x16, 16, 16, "r16x16"},
+};
+#define N_VARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
+
+static int ocl_gemm_reg_ok(const ral_kernel_call* c) {
+  const char* e = getenv("TORCH_FL_OPENCL_GEMM");
+  return !(e && strcmp(e, "tiled") == 0);
+}
+
+/* Shape classes a tuned choice is recorded for (benchmarks/tune_opencl_gemm.py). */
+enum { CLS_NARROW, CLS_SMALL, CLS_LARGE, N_CLASSES };
+static const char* k_class_name[N_CLASSES] = {"narrow", "small", "large"};
+
+static int shape_class(const ocl_mmgeom* g) {
+  if (g->N <= 8) return CLS_NARROW;
+  return g->M * g->N < 256 * 256 ? CLS_SMALL : CLS_LARGE;
+}
+
+/* Tuned tiles per device, read once from gemm_tiles.conf beside the program binaries:
+ * lines "<device name>\t<class>\t<variant>"; anything else is ignored. -1: none. */
+static pthread_mutex_t g_tuned_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_tuned_loaded[OCL_MAX_DEVICES];
+static int g_tuned[OCL_MAX_DEVICES][N_CLASSES];
+
+static void load_tuned(int dev, const ocl_device* d) {
+  for (int c = 0; c < N_CLASSES; c++) g_tuned[dev][c] = -1;
+  char path[4200], line[512];
+  if (!ocl_cache_file("gemm_tiles.conf", path, sizeof path)) return;
+  FILE* f = fopen(path, "r");
+  if (!f) return;
+  while (fgets(line, sizeof line, f)) {
+    char* name = strtok(line, "\t\n");
+    char* cls = strtok(NULL, "\t\n");
+    char* var = strtok(NULL, "\t\n");
+    if (!name || !cls || !var || strcmp(name, d->name) != 0) continue;
+    for (int c = 0; c < N_CLASSES; c++)
+      for (int v = 0; v < N_VARIANTS; v++)
+        if (strcmp(cls, k_class_name[c]) == 0 && strcmp(var, k_variants[v].name) == 0) g_tuned[dev][c] = v;
+  }
+  fclose(f);
+}
+
+/* The tile per shape class and device: a tuned choice from gemm_tiles.conf if there is
+ * one; else 16-wide rows where the runtime prefers 16 floats per vector (AVX-512 under
+ * PoCL), 8 otherwise, and tall tiles only when M fills them.
+ * TORCH_FL_OPENCL_GEMM=<variant name> forces one (benchmarks/tune_opencl_gemm.py). */
+static const gemm_variant* pick_variant(const ral_kernel_call* c, const ocl_mmgeom* g) {
+  const char* e = getenv("TORCH_FL_OPENCL_GEMM");
+  for (int i = 0; e && i < N_VARIANTS; i++)
+    if (strcmp(e, k_variants[i].name) == 0) return &k_variants[i];
+  ocl_device* d = ocl_device_get(c->device);
+  if (d && c->device >= 0 && c->device < OCL_MAX_DEVICES) {
+    pthread_mutex_lock(&g_tuned_lock);
+    if (!g_tuned_loaded[c->device]) {
+      load_tuned(c->device, d);
+      g_tuned_loaded[c->device] = 1;
+    }
+    int t = g_tuned[c->device][shape_class(g)];
+    pthread_mutex_unlock(&g_tuned_lock);
+    if (t >= 0) return &k_variants[t];
+  }
+  int wide = d && d->vec_f32 >= 16 && g->N > 8;
+  if (wide) return &k_variants[g->M >= 96 ? 5 /* r12x16 */ : 1 /* r4x16 */];
+  return &k_variants[g->M >= 64 ? 0 /* r8x8 */ : 3 /* r4x8 */];
+}
+
+/* Pack one operand into zero-padded k-major panels of V rows (blas.cl gemm_pack). */
+static ral_status pack(const ral_kernel_call* c, cl_mem* dst, const ral_tensor* src, int64_t batch,
+                       int64_t outer, int64_t K, int64_t s_b, int64_t s_o, int64_t s_k, int V) {
+  ocl_device* d = ocl_device_get(c->device);
+  ocl_pack p;
+  memset(&p, 0, sizeof p);
+  p.batch = batch, p.outer = outer, p.K = K, p.s_b = s_b, p.s_o = s_o, p.s_k = s_k;
+  p.off = ocl_elem_off(src);
+  p.P = (outer + V - 1) / V;
+  p.V = V;
+  size_t n = (size_t)(batch * p.P * K * V);
+  cl_int err;
+  *dst = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+  if (!*dst) return ocl_fail(c, ocl_cl_fail(err, "clCreateBuffer (gemm panel)"), "%s", ocl_last_error());
+  ral_tensor t = *src;
+  t.data = *dst;
+  ocl_arg args[3] = {ocl_mem(&t), ocl_mem(src), OCL_VAL(p)};
+  size_t local = 64, global = (n + local - 1) / local * local;
+  return ocl_enqueue(c, OCL_K_gemm_pack, 3, args, 1, &global, &local);
+}
+
+static ral_status gemm_reg_run(const ral_kernel_call* c, ocl_mmgeom* g, const ral_tensor* out,
+                               const ral_tensor* a, const ral_tensor* b, const ral_tensor* in) {
+  const gemm_variant* v = pick_variant(c, g);
+  cl_mem pa = NULL, pb = NULL;
+  ral_status st = pack(c, &pa, a, g->batch, g->M, g->K, g->sa_b, g->sa_m, g->sa_k, v->tm);
+  if (st == RAL_OK) st = pack(c, &pb, b, g->batch, g->N, g->K, g->sb_b, g->sb_n, g->sb_k, v->vn);
+  if (st == RAL_OK) {
+    size_t items_n = (size_t)((g->N + v->vn - 1) / v->vn), items_m = (size_t)((g->M + v->tm - 1) / v->tm);
+    size_t lx = 4, ly = 4;
+    const char* e = getenv("TORCH_FL_OPENCL_GEMM_WG");
+    if (e) sscanf(e, "%zux%zu", &lx, &ly);
+    size_t global[3] = {(items_n + lx - 1) / lx * lx, (items_m + ly - 1) / ly * ly, (size_t)g->batch};
+    size_t local[3] = {lx, ly, 1};
+    ral_tensor ta = *a, tb = *b;
+    ta.data = pa, tb.data = pb;
+    ocl_arg args[5] = {ocl_mem(out), ocl_mem(&ta), ocl_mem(&tb), ocl_mem(in), OCL_VAL(*g)};
+    st = ocl_enqueue(c, v->kid, 5, args, 3, global, local);
+  }
+  /* Queued kernels keep released buffers alive until they finish. */
+  if (pa) CL.clReleaseMemObject(pa);
+  if (pb) CL.clReleaseMemObject(pb);
+  return st;
 }
 
 static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
@@ -50,6 +175,8 @@ static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, co
     g.has_in = 1;
   }
   if (g.M == 0 || g.N == 0 || g.batch == 0) return RAL_OK;
+  /* Tiny products (dot, 1xN) would mostly compute padding in a register tile. */
+  if (g.K > 0 && g.M * g.N >= 64 && ocl_gemm_reg_ok(c)) return gemm_reg_run(c, &g, out, a, b, g.has_in ? bias : out);
   size_t global[3] = {(size_t)((g.N + BLK - 1) / BLK) * TS, (size_t)((g.M + BLK - 1) / BLK) * TS, (size_t)g.batch};
   size_t local[3] = {TS, TS, 1};
   ocl_arg args[5] = {ocl_mem(out), ocl_mem(a), ocl_mem(b), ocl_mem(g.has_in ? bias : out), OCL_VAL(g)};

@@ -109,6 +109,26 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   return ocl_enqueue(c, OCL_K_copy_bytes, 3, args, 1, &global, &local);
 }
 
+/* A cast: the manifest matches copy_ on its destination's dtype only, so the source may be
+ * any dtype; the ones the kernels cannot decode are refused rather than misread. */
+static ral_status copy_cast(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src) {
+  ocl_device* d = ocl_device_get(c->device);
+  const ral_tensor* ts[2] = {dst, src};
+  for (int k = 0; k < 2; k++) {
+    int dt = ts[k]->dtype;
+    if (dt < 0 || dt > RAL_DTYPE_FLOAT64 || (dt == RAL_DTYPE_FLOAT64 && !d->fp64))
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "no OpenCL cast %s -> %s on this device",
+                      ocl_dtype_name(src->dtype), ocl_dtype_name(dst->dtype));
+  }
+  ocl_geom g;
+  ocl_geom_init(&g, ts, 2);
+  if (g.n == 0) return RAL_OK;
+  g.cfl = ocl_dtype_is_float(dst->dtype) || ocl_dtype_is_float(src->dtype);
+  ocl_arg args[3] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(g)};
+  size_t global = (size_t)g.n, local = 64;
+  return ocl_enqueue(c, OCL_K_copy_cast, 3, args, 1, &global, &local);
+}
+
 ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src) {
   ocl_view v;
   if (!same_shape(dst, src)) {
@@ -134,8 +154,7 @@ ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, cons
     return st;
   }
   if (dst->dtype == src->dtype) return copy_same_dtype(c, dst, src);
-  const ral_tensor* ts[2] = {dst, src};
-  return ocl_ew_run(c, EW_COPY, ts, 2, NULL, NULL);
+  return copy_cast(c, dst, src);
 }
 
 /* Fill with one value: a pattern fill for contiguous tensors, else a kernel. */

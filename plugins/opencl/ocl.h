@@ -24,11 +24,11 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 
 /* Every __kernel of the built-in programs, with the family that defines it. */
 #define OCL_CL_KERNELS(X)                                                                  \
-  X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes)                                            \
+  X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                                          \
   X(reduce, reduce_any)                                                                    \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
   X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd)                               \
-  X(blas, matmul_tiled)                                                                    \
+  X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)
@@ -44,7 +44,7 @@ typedef struct {
   int fp16, fp64;
   cl_ulong max_alloc, global_mem;
   size_t max_wg;
-  cl_uint addr_bits;
+  cl_uint addr_bits, vec_f32;
   /* Guards program builds and the set-args + enqueue pair of a shared cl_kernel. */
   pthread_mutex_t lock;
   cl_program programs[OCL_N_FAMILIES];
@@ -176,6 +176,8 @@ void ocl_geom_init(ocl_geom* g, const ral_tensor* const* ts, int nt);
 ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const* ts, int nt,
                       const double* f, const int64_t* li);
 /*! dst = src (same shape; dtype cast when they differ, any strides). */
+/*! Path of `name` in the program cache directory (created on demand); 0 if none. */
+int ocl_cache_file(const char* name, char* out, size_t cap);
 ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src);
 /*! Fill every byte of a contiguous-or-not tensor with zero (fresh outputs). */
 ral_status ocl_zero_tensor(const ral_kernel_call* c, const ral_tensor* t);

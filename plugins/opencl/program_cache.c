@@ -67,6 +67,13 @@ static int cache_dir(char* out, size_t cap) {
   return mkdir(out, 0755) == 0 || errno == EEXIST;
 }
 
+int ocl_cache_file(const char* name, char* out, size_t cap) {
+  char dir[4096];
+  if (!cache_dir(dir, sizeof dir)) return 0;
+  int n = snprintf(out, cap, "%s/%s", dir, name);
+  return n > 0 && (size_t)n < cap;
+}
+
 static int entry_path(const char* key, char* out, size_t cap) {
   char dir[4096];
   if (!cache_dir(dir, sizeof dir)) return 0;

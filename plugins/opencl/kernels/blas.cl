@@ -40,3 +40,62 @@ void matmul_tiled(__global float* C, __global const float* A, __global const flo
     }
   }
 }
+
+/* Register-tiled GEMM without local memory or barriers, on packed operands (gemm_pack):
+ * each work-item computes a TM x VN block of C from one contiguous k-major panel of A
+ * (TM values per k) and one of B (VN values per k, a single vector load). On a CPU runtime
+ * (PoCL) a work-group runs on one core and the VN-wide vectors map onto SIMD registers;
+ * the panels stream sequentially, so no TLB or cache-set thrashing on large strides.
+ * Panels are zero-padded, so edge tiles only guard their stores. */
+__kernel void gemm_pack(__global float* dst, __global const float* src, ocl_pack g) {
+  long i = get_global_id(0);
+  long per_b = g.P * g.K * g.V;
+  if (i >= g.batch * per_b) return;
+  long b = i / per_b, r = i % per_b;
+  long p = r / (g.K * g.V), kj = r % (g.K * g.V), k = kj / g.V, j = kj % g.V;
+  long o = p * g.V + j;
+  dst[i] = o < g.outer ? src[g.off + b * g.s_b + o * g.s_o + k * g.s_k] : 0.0f;
+}
+
+#define GEMM_REG(NAME, TM, VN, VT, VLOAD, VSTORE)                                             \
+  __kernel void NAME(__global float* C, __global const float* Ap, __global const float* Bp,   \
+                     __global const float* I, ocl_mmgeom g) {                                  \
+    long pn = get_global_id(0), pm = get_global_id(1), b = get_global_id(2);                  \
+    long n0 = pn * VN, m0 = pm * TM;                                                          \
+    if (n0 >= g.N || m0 >= g.M) return;                                                       \
+    long PN = (g.N + VN - 1) / VN, PM = (g.M + TM - 1) / TM;                                  \
+    __global const float* ap = Ap + (b * PM + pm) * g.K * TM;                                 \
+    __global const float* bp = Bp + (b * PN + pn) * g.K * VN;                                 \
+    VT acc[TM];                                                                               \
+    _Pragma("unroll") for (int r = 0; r < TM; r++) acc[r] = (VT)(0.0f);                       \
+    for (long k = 0; k < g.K; k++) {                                                          \
+      VT bv = VLOAD(k, bp);                                                                   \
+      _Pragma("unroll") for (int r = 0; r < TM; r++) acc[r] = mad((VT)(ap[r]), bv, acc[r]);   \
+      ap += TM;                                                                               \
+    }                                                                                         \
+    int full = n0 + VN <= g.N && g.sc_n == 1 && !g.has_in;                                    \
+    for (int r = 0; r < TM; r++) {                                                            \
+      long m = m0 + r;                                                                        \
+      if (m >= g.M) break;                                                                    \
+      __global float* c = C + g.off_c + b * g.sc_b + m * g.sc_m + n0 * g.sc_n;               \
+      if (full) {                                                                             \
+        VSTORE(g.alpha * acc[r], 0, c);                                                       \
+        continue;                                                                             \
+      }                                                                                       \
+      float t[VN];                                                                            \
+      VSTORE(acc[r], 0, t);                                                                   \
+      for (int j = 0; j < VN && n0 + j < g.N; j++) {                                          \
+        float v = g.alpha * t[j];                                                             \
+        if (g.has_in) v += g.beta * I[g.off_i + b * g.si_b + m * g.si_m + (n0 + j) * g.si_n]; \
+        c[j * g.sc_n] = v;                                                                    \
+      }                                                                                       \
+    }                                                                                         \
+  }
+
+GEMM_REG(gemm_r8x8, 8, 8, float8, vload8, vstore8)
+GEMM_REG(gemm_r4x16, 4, 16, float16, vload16, vstore16)
+GEMM_REG(gemm_r6x16, 6, 16, float16, vload16, vstore16)
+GEMM_REG(gemm_r4x8, 4, 8, float8, vload8, vstore8)
+GEMM_REG(gemm_r8x16, 8, 16, float16, vload16, vstore16)
+GEMM_REG(gemm_r12x16, 12, 16, float16, vload16, vstore16)
+GEMM_REG(gemm_r16x16, 16, 16, float16, vload16, vstore16)

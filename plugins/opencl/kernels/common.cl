@@ -7,6 +7,15 @@
 typedef __global char* gbuf;
 typedef __global const char* gcbuf;
 
+/* float32 -> bfloat16 bits, rounding to nearest even like c10::BFloat16 (NaN stays a
+ * quiet NaN); bfloat16 -> float32 is the exact shift `bits << 16`. The NaN test is on the
+ * bits: with isnan() here PoCL 3.1 miscompiled reduce_any (every reduction returned -1). */
+inline ushort f_to_bf16(float v) {
+  uint u = as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)0x7fc0;
+  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /* Element e of a buffer holding `dt` values, as float. */
 inline float ld_f(gcbuf p, long e, int dt) {
   switch (dt) {
@@ -16,6 +25,7 @@ inline float ld_f(gcbuf p, long e, int dt) {
     case DT_I16: return (float)((__global const short*)p)[e];
     case DT_I8: return (float)((__global const char*)p)[e];
     case DT_F16: return vload_half(e, (__global const half*)p);
+    case DT_BF16: return as_float((uint)((__global const ushort*)p)[e] << 16);
 #ifdef OCL_HAS_FP64
     case DT_F64: return (float)((__global const double*)p)[e];
 #endif
@@ -32,6 +42,7 @@ inline long ld_i(gcbuf p, long e, int dt) {
     case DT_I8: return ((__global const char*)p)[e];
     case DT_F32: return (long)((__global const float*)p)[e];
     case DT_F16: return (long)vload_half(e, (__global const half*)p);
+    case DT_BF16: return (long)as_float((uint)((__global const ushort*)p)[e] << 16);
 #ifdef OCL_HAS_FP64
     case DT_F64: return (long)((__global const double*)p)[e];
 #endif
@@ -48,6 +59,7 @@ inline void st_f(gbuf p, long e, int dt, float v) {
     case DT_I8: ((__global char*)p)[e] = (char)v; break;
     case DT_BOOL: ((__global uchar*)p)[e] = v != 0.0f; break;
     case DT_F16: vstore_half(v, e, (__global half*)p); break;
+    case DT_BF16: ((__global ushort*)p)[e] = f_to_bf16(v); break;
 #ifdef OCL_HAS_FP64
     case DT_F64: ((__global double*)p)[e] = v; break;
 #endif
@@ -64,11 +76,52 @@ inline void st_i(gbuf p, long e, int dt, long v) {
     case DT_BOOL: ((__global uchar*)p)[e] = v != 0; break;
     case DT_F32: ((__global float*)p)[e] = (float)v; break;
     case DT_F16: vstore_half((float)v, e, (__global half*)p); break;
+    case DT_BF16: ((__global ushort*)p)[e] = f_to_bf16((float)v); break;
 #ifdef OCL_HAS_FP64
     case DT_F64: ((__global double*)p)[e] = (double)v; break;
 #endif
     default: ((__global uchar*)p)[e] = (uchar)v; break;
   }
+}
+
+#ifdef OCL_HAS_FP64
+/* Element e as double: exact for float64 and for every integer below 2^53. */
+inline double ld_d(gcbuf p, long e, int dt) {
+  switch (dt) {
+    case DT_F64: return ((__global const double*)p)[e];
+    case DT_I64: return (double)((__global const long*)p)[e];
+    default: return (double)ld_f(p, e, dt);
+  }
+}
+
+inline void st_d(gbuf p, long e, int dt, double v) {
+  switch (dt) {
+    case DT_F64: ((__global double*)p)[e] = v; break;
+    case DT_F32: case DT_F16: case DT_BF16: st_f(p, e, dt, (float)v); break;
+    case DT_BOOL: ((__global uchar*)p)[e] = v != 0.0; break;
+    default: st_i(p, e, dt, (long)v); break;
+  }
+}
+#endif
+
+/* Compensated (Neumaier) summation: hi + lo carries a running sum to about twice float32's
+ * precision, so a long or badly conditioned float32 sum (sum, mean, var, softmax, norms,
+ * losses) keeps float32 accuracy however the work is split. (.x = hi, .y = lo) */
+inline float2 cs_add(float2 a, float v) {
+  float t = a.x + v;
+  float e = fabs(a.x) >= fabs(v) ? (a.x - t) + v : (v - t) + a.x;
+  return (float2)(t, a.y + e);
+}
+
+inline float2 cs_merge(float2 a, float2 b) {
+  float2 r = cs_add(a, b.x);
+  r.y += b.y;
+  return r;
+}
+
+/* The sum's value; an infinite or NaN hi is the answer (lo is NaN then: inf - inf). */
+inline float cs_val(float2 a) {
+  return (as_uint(a.x) & 0x7f800000u) == 0x7f800000u ? a.x : a.x + a.y;
 }
 
 /* Element offsets of operands 0..nt-1 at linear position i of an ocl_geom. */

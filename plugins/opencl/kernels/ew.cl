@@ -203,3 +203,22 @@ __kernel void copy_bytes(gbuf dst, gcbuf src, ocl_geom g) {
     default: dst[e[0]] = src[e[1]]; break;
   }
 }
+
+/* Cross-dtype copy (a cast), any strides. Through double when either side is float64 (so
+ * int64 <-> float64 stays exact), through long between integer dtypes, else through
+ * float (float32 holds every float16/bfloat16 value exactly). */
+__kernel void copy_cast(gbuf dst, gcbuf src, ocl_geom g) {
+  long i = get_global_id(0);
+  if (i >= g.n) return;
+  long e[2];
+  geom_offsets(&g, i, e, 2);
+  int dd = g.dt[0], ds = g.dt[1];
+#ifdef OCL_HAS_FP64
+  if (dd == DT_F64 || ds == DT_F64) {
+    st_d(dst, e[0], dd, ld_d(src, e[1], ds));
+    return;
+  }
+#endif
+  if (g.cfl) st_f(dst, e[0], dd, ld_f(src, e[1], ds));
+  else st_i(dst, e[0], dd, ld_i(src, e[1], ds));
+}

@@ -1,5 +1,6 @@
 /* nn.cl -- row kernels (one work-group per row, local-memory reductions): softmax and
- * log_softmax forward/backward, layer norm forward/backward, nll_loss forward/backward. */
+ * log_softmax forward/backward, layer norm forward/backward, nll_loss forward/backward.
+ * Every sum is compensated (cs_add in common.cl, group_csum here). */
 
 /* Sum (op 0) or max (op 1) of v over the work-group; every work-item gets the result. */
 inline float group_reduce(__local float* sh, float v, int op) {
@@ -14,11 +15,30 @@ inline float group_reduce(__local float* sh, float v, int op) {
   return sh[0];
 }
 
+/* Compensated sum of every work-item's (hi, lo) over the work-group; all get the value. */
+inline float group_csum(__local float* sh, __local float* sl, float2 v) {
+  int lid = get_local_id(0), L = get_local_size(0);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  sh[lid] = v.x;
+  sl[lid] = v.y;
+  for (int s = L / 2; s > 0; s >>= 1) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < s) {
+      float2 m = cs_merge((float2)(sh[lid], sl[lid]), (float2)(sh[lid + s], sl[lid + s]));
+      sh[lid] = m.x, sl[lid] = m.y;
+    }
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return cs_val((float2)(sh[0], sl[0]));
+}
+
+#define CS0 ((float2)(0.0f, 0.0f))
+
 inline long row_base(const ocl_rows* g, long r) { return (r / g->inner) * g->len * g->inner + r % g->inner; }
 
 /* op 0 softmax, 1 log_softmax, 2 _safe_softmax (a row of -inf gives zeros). */
 __kernel void softmax_fwd(__global float* out, __global const float* in, ocl_rows g) {
-  __local float sh[OCL_MAX_LOCAL];
+  __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   long r = get_group_id(0);
   int lid = get_local_id(0), L = get_local_size(0);
   long base = row_base(&g, r);
@@ -27,9 +47,9 @@ __kernel void softmax_fwd(__global float* out, __global const float* in, ocl_row
   float m = -INFINITY;
   for (long j = lid; j < g.len; j += L) m = fmax(m, x[j * g.inner]);
   m = group_reduce(sh, m, 1);
-  float s = 0.0f;
-  for (long j = lid; j < g.len; j += L) s += exp(x[j * g.inner] - m);
-  s = group_reduce(sh, s, 0);
+  float2 cs = CS0;
+  for (long j = lid; j < g.len; j += L) cs = cs_add(cs, exp(x[j * g.inner] - m));
+  float s = group_csum(sh, sl, cs);
   int dead = g.op == 2 && m == -INFINITY;
   float ls = log(s);
   for (long j = lid; j < g.len; j += L) {
@@ -41,16 +61,16 @@ __kernel void softmax_fwd(__global float* out, __global const float* in, ocl_row
 /* op 0: softmax backward gi = y * (go - sum(go * y)); op 1: log_softmax backward
  * gi = go - exp(y) * sum(go). */
 __kernel void softmax_bwd(__global float* gi, __global const float* go, __global const float* yv, ocl_rows g) {
-  __local float sh[OCL_MAX_LOCAL];
+  __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   long r = get_group_id(0);
   int lid = get_local_id(0), L = get_local_size(0);
   long base = row_base(&g, r);
   __global const float* dy = go + g.off[1] + base;
   __global const float* y = yv + g.off[2] + base;
   __global float* dx = gi + g.off[0] + base;
-  float s = 0.0f;
-  for (long j = lid; j < g.len; j += L) s += g.op ? dy[j * g.inner] : dy[j * g.inner] * y[j * g.inner];
-  s = group_reduce(sh, s, 0);
+  float2 cs = CS0;
+  for (long j = lid; j < g.len; j += L) cs = cs_add(cs, g.op ? dy[j * g.inner] : dy[j * g.inner] * y[j * g.inner]);
+  float s = group_csum(sh, sl, cs);
   for (long j = lid; j < g.len; j += L) {
     long e = j * g.inner;
     dx[e] = g.op ? dy[e] - exp(y[e]) * s : y[e] * (dy[e] - s);
@@ -61,20 +81,20 @@ __kernel void softmax_bwd(__global float* gi, __global const float* go, __global
 __kernel void layer_norm_fwd(__global float* y, __global float* mean, __global float* rstd,
                              __global const float* x, __global const float* w,
                              __global const float* b, ocl_rows g) {
-  __local float sh[OCL_MAX_LOCAL];
+  __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   long r = get_group_id(0);
   int lid = get_local_id(0), L = get_local_size(0);
   __global const float* xr = x + g.off[3] + r * g.len;
   __global float* yr = y + g.off[0] + r * g.len;
-  float s = 0.0f;
-  for (long j = lid; j < g.len; j += L) s += xr[j];
-  float mu = group_reduce(sh, s, 0) / (float)g.len;
-  float ss = 0.0f;
+  float2 s = CS0;
+  for (long j = lid; j < g.len; j += L) s = cs_add(s, xr[j]);
+  float mu = group_csum(sh, sl, s) / (float)g.len;
+  float2 ss = CS0;
   for (long j = lid; j < g.len; j += L) {
     float d = xr[j] - mu;
-    ss += d * d;
+    ss = cs_add(ss, d * d);
   }
-  float rs = rsqrt(group_reduce(sh, ss, 0) / (float)g.len + g.eps);
+  float rs = rsqrt(group_csum(sh, sl, ss) / (float)g.len + g.eps);
   for (long j = lid; j < g.len; j += L) {
     float v = (xr[j] - mu) * rs;
     if (g.flags & 1) v *= w[g.off[4] + j];
@@ -91,20 +111,20 @@ __kernel void layer_norm_fwd(__global float* y, __global float* mean, __global f
 __kernel void layer_norm_bwd_input(__global float* gx, __global const float* go,
                                    __global const float* x, __global const float* mean,
                                    __global const float* rstd, __global const float* w, ocl_rows g) {
-  __local float sh[OCL_MAX_LOCAL];
+  __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   long r = get_group_id(0);
   int lid = get_local_id(0), L = get_local_size(0);
   __global const float* dy = go + g.off[1] + r * g.len;
   __global const float* xr = x + g.off[2] + r * g.len;
   float mu = mean[g.off[3] + r], rs = rstd[g.off[4] + r];
-  float s1 = 0.0f, s2 = 0.0f;
+  float2 c1 = CS0, c2 = CS0;
   for (long j = lid; j < g.len; j += L) {
     float wg = dy[j] * ((g.flags & 1) ? w[g.off[5] + j] : 1.0f);
-    s1 += wg;
-    s2 += wg * (xr[j] - mu) * rs;
+    c1 = cs_add(c1, wg);
+    c2 = cs_add(c2, wg * (xr[j] - mu) * rs);
   }
-  s1 = group_reduce(sh, s1, 0);
-  s2 = group_reduce(sh, s2, 0);
+  float s1 = group_csum(sh, sl, c1);
+  float s2 = group_csum(sh, sl, c2);
   float inv_n = 1.0f / (float)g.len;
   for (long j = lid; j < g.len; j += L) {
     float wg = dy[j] * ((g.flags & 1) ? w[g.off[5] + j] : 1.0f);
@@ -119,14 +139,14 @@ __kernel void layer_norm_bwd_params(__global float* gw, __global float* gb, __gl
                                     __global const float* rstd, ocl_rows g) {
   long j = get_global_id(0);
   if (j >= g.len) return;
-  float sw = 0.0f, sb = 0.0f;
+  float2 sw = CS0, sb = CS0;
   for (long r = 0; r < g.rows; r++) {
     float dy = go[g.off[2] + r * g.len + j];
-    sw += dy * (x[g.off[3] + r * g.len + j] - mean[g.off[4] + r]) * rstd[g.off[5] + r];
-    sb += dy;
+    sw = cs_add(sw, dy * (x[g.off[3] + r * g.len + j] - mean[g.off[4] + r]) * rstd[g.off[5] + r]);
+    sb = cs_add(sb, dy);
   }
-  if (g.flags & 1) gw[g.off[0] + j] = sw;
-  if (g.flags & 2) gb[g.off[1] + j] = sb;
+  if (g.flags & 1) gw[g.off[0] + j] = cs_val(sw);
+  if (g.flags & 2) gb[g.off[1] + j] = cs_val(sb);
 }
 
 /* One work-group for the whole batch. Buffers: out, total_weight, self, target, weight.
@@ -135,20 +155,20 @@ __kernel void layer_norm_bwd_params(__global float* gw, __global float* gb, __gl
 __kernel void nll_fwd(__global float* out, __global float* tw, __global const float* x,
                       __global const long* target, __global const float* w, ocl_rows g,
                       __global int* err) {
-  __local float sh[OCL_MAX_LOCAL];
+  __local float sh[OCL_MAX_LOCAL], sl[OCL_MAX_LOCAL];
   int lid = get_local_id(0), L = get_local_size(0);
-  float s = 0.0f, sw = 0.0f;
+  float2 cs = CS0, cw = CS0;
   for (long n = lid; n < g.rows; n += L) {
     long t = target[g.off[3] + n];
     if (t != g.li0 && (t < 0 || t >= g.len)) index_fault(err, OCL_SITE_NLL_LOSS, t, 1, g.len);
     float wt = (t == g.li0 || t < 0 || t >= g.len) ? 0.0f : (g.flags & 1) ? w[g.off[4] + t] : 1.0f;
     float l = wt == 0.0f ? 0.0f : -x[g.off[2] + n * g.len + t] * wt;
     if (g.op == 0) out[g.off[0] + n] = l;
-    s += l;
-    sw += wt;
+    cs = cs_add(cs, l);
+    cw = cs_add(cw, wt);
   }
-  s = group_reduce(sh, s, 0);
-  sw = group_reduce(sh, sw, 0);
+  float s = group_csum(sh, sl, cs);
+  float sw = group_csum(sh, sl, cw);
   if (lid == 0) {
     if (g.op != 0) out[g.off[0]] = g.op == 1 ? s / sw : s;
     tw[g.off[1]] = g.op == 0 ? 0.0f : sw;

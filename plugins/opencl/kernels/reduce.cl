@@ -1,5 +1,6 @@
 /* reduce.cl -- one work-group per output element; each work-item strides over the
- * reduced elements, then a tree in local memory combines the partials. */
+ * reduced elements, then a tree in local memory combines the partials. Sums (sum, mean,
+ * var) are compensated at both levels (cs_add / cs_merge in common.cl). */
 
 inline long rg_offset(const ocl_rgeom* g, long j) {
   long e = 0;
@@ -38,6 +39,7 @@ inline long comb_i(int op, long a, long b) {
 __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
   __local float lf[OCL_MAX_LOCAL];
   __local long ll[OCL_MAX_LOCAL];
+  __local float lo[OCL_MAX_LOCAL]; /* compensation terms of lf (sums) */
   long o = get_group_id(0);
   int lid = get_local_id(0), L = get_local_size(0);
   long base = g.off_in, obase = g.off_out, ibase = g.off_idx, rest = o;
@@ -50,19 +52,24 @@ __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
   }
   int op = g.op, arg = op == RD_ARGMAX || op == RD_ARGMIN;
   int want_max = op == RD_ARGMAX || op == RD_MAX;
+  int summing = op == RD_SUM || op == RD_MEAN || op == RD_VAR;
   if (g.cfl || arg) {
     float init = op == RD_PROD ? 1.0f : op == RD_MAX ? -INFINITY : op == RD_MIN ? INFINITY : 0.0f;
     float acc = arg ? NAN : init;
     long best = -1;
+    float2 cs = (float2)(0.0f, 0.0f);
     for (long j = lid; j < g.n_red; j += L) {
       float v = ld_f(in, base + rg_offset(&g, j), g.dt_in);
       if (arg) {
         if (best < 0 || arg_better(v, j, acc, best, want_max)) acc = v, best = j;
+      } else if (summing) {
+        cs = cs_add(cs, v);
       } else {
-        acc = comb_f(op == RD_MEAN || op == RD_VAR ? RD_SUM : op, acc, v);
+        acc = comb_f(op, acc, v);
       }
     }
-    lf[lid] = acc;
+    lf[lid] = summing ? cs.x : acc;
+    lo[lid] = cs.y;
     ll[lid] = best;
     for (int s = L / 2; s > 0; s >>= 1) {
       barrier(CLK_LOCAL_MEM_FENCE);
@@ -70,28 +77,38 @@ __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
         if (arg) {
           if (ll[lid + s] >= 0 && (ll[lid] < 0 || arg_better(lf[lid + s], ll[lid + s], lf[lid], ll[lid], want_max)))
             lf[lid] = lf[lid + s], ll[lid] = ll[lid + s];
+        } else if (summing) {
+          float2 m = cs_merge((float2)(lf[lid], lo[lid]), (float2)(lf[lid + s], lo[lid + s]));
+          lf[lid] = m.x, lo[lid] = m.y;
         } else {
-          lf[lid] = comb_f(op == RD_MEAN || op == RD_VAR ? RD_SUM : op, lf[lid], lf[lid + s]);
+          lf[lid] = comb_f(op, lf[lid], lf[lid + s]);
         }
       }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (op == RD_VAR) { /* second pass around the mean */
-      float mean = lf[0] / (float)g.n_red, ss = 0.0f;
+    float total = summing ? cs_val((float2)(lf[0], lo[0])) : lf[0];
+    if (op == RD_VAR) { /* second pass around the mean, compensated too */
+      float mean = total / (float)g.n_red;
+      float2 ss = (float2)(0.0f, 0.0f);
       barrier(CLK_LOCAL_MEM_FENCE);
       for (long j = lid; j < g.n_red; j += L) {
         float dv = ld_f(in, base + rg_offset(&g, j), g.dt_in) - mean;
-        ss += dv * dv;
+        ss = cs_add(ss, dv * dv);
       }
-      lf[lid] = ss;
+      lf[lid] = ss.x;
+      lo[lid] = ss.y;
       for (int s = L / 2; s > 0; s >>= 1) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid < s) lf[lid] += lf[lid + s];
+        if (lid < s) {
+          float2 m = cs_merge((float2)(lf[lid], lo[lid]), (float2)(lf[lid + s], lo[lid + s]));
+          lf[lid] = m.x, lo[lid] = m.y;
+        }
       }
       barrier(CLK_LOCAL_MEM_FENCE);
+      total = cs_val((float2)(lf[0], lo[0]));
     }
     if (lid == 0) {
-      float r = lf[0];
+      float r = total;
       if (op == RD_MEAN) r = r / (float)g.n_red;
       if (op == RD_VAR) r = r / fmax((float)g.n_red - g.correction, 0.0f);
       if (arg && g.scale != 0.0f) { /* max.dim / min.dim: values and indices */

@@ -63,6 +63,14 @@ typedef struct {
   float alpha, beta;
 } ocl_mmgeom;
 
+/* GEMM operand packing: panel p of V consecutive rows (outer index) stored k-major,
+ * dst[((b * P + p) * K + k) * V + j] = src[off + b*s_b + (p*V + j)*s_o + k*s_k], zero past
+ * `outer`. P = ceil(outer / V). */
+typedef struct {
+  g_i64 batch, outer, K, s_b, s_o, s_k, off, P;
+  g_i32 V, pad0;
+} ocl_pack;
+
 /* Fault sites of the bounds-checked index kernels: the code they record in their
  * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,
  * dim, size lo/hi. OCL_SITE_SCATTER + 1 is scatter_add. */
@@ -92,7 +100,7 @@ enum { RNG_UNIFORM, RNG_NORMAL, RNG_BERNOULLI };
 /* ral dtype codes as the kernels see them (ral_plugin.h numbering). */
 enum {
   DT_BOOL = 0, DT_U8 = 1, DT_I8 = 2, DT_I16 = 3, DT_I32 = 4, DT_I64 = 5, DT_F16 = 6,
-  DT_F32 = 8, DT_F64 = 9
+  DT_BF16 = 7, DT_F32 = 8, DT_F64 = 9
 };
 
 #endif /* OCL_SHARED_H */

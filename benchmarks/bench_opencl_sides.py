@@ -1,0 +1,156 @@
+"""Issue-17 measurements: each case on one side (eager CPU or the OpenCL device) in its own
+fresh process, sides alternating over several rounds; prints per-round ratios and medians.
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_opencl_sides.py --rounds 3
+One side alone: ... bench_opencl_sides.py --side opencl --case mm1024   (prints seconds)
+Also reports kernel launches per GPT-2 forward on the OpenCL and host devices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CASES = ("mm1024", "linear1024", "gpt2_fwd", "gpt2_train")
+FLOPS = {"mm1024": 2 * 1024**3, "linear1024": 2 * 2048 * 1024 * 1024}
+
+
+def _device(side: str) -> str:
+    import torch_fl
+
+    if side == "cpu":
+        return "cpu"
+    by_name = {p.record.name: f"ral:{p.devices[0]}" for p in torch_fl.plugins() if p.devices}
+    return by_name[side]
+
+
+def _timed(fn, sync, repeats: int) -> float:
+    fn()
+    sync()
+    fn()
+    sync()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def run_side(side: str, case: str, repeats: int = 5) -> float:
+    """Median seconds of one case on one side, in this process."""
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    dev = _device(side)
+
+    def sync():
+        if dev != "cpu":
+            torch.ral.synchronize(torch.device(dev))
+
+    torch.manual_seed(0)
+    if case == "mm1024":
+        a, b = torch.randn(1024, 1024).to(dev), torch.randn(1024, 1024).to(dev)
+        return _timed(lambda: a @ b, sync, repeats)
+    if case == "linear1024":
+        lin, x = torch.nn.Linear(1024, 1024).to(dev), torch.randn(2048, 1024).to(dev)
+
+        def fwd():
+            with torch.no_grad():
+                lin(x)
+
+        return _timed(fwd, sync, repeats)
+    from bench_models import _ids, gpt2
+
+    model = gpt2().to(dev)
+    ids = _ids().to(dev)
+    if case == "gpt2_fwd":
+        model.eval()
+
+        def fwd():
+            with torch.no_grad():
+                model(input_ids=ids)
+
+        return _timed(fwd, sync, repeats)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    return _timed(step, sync, repeats)
+
+
+def launches_per_forward(side: str) -> int:
+    """Kernel launches that reach the device's plugin during one GPT-2 forward (after warm-up)."""
+    import torch
+
+    from torch_fl._native import lib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_models import _ids, gpt2
+
+    dev = _device(side)
+    idx = torch.device(dev).index
+    model, ids = gpt2().eval().to(dev), _ids().to(dev)
+    with torch.no_grad():
+        model(input_ids=ids)
+        torch.ral.synchronize(torch.device(dev))
+        before = lib.rt_launch_count(idx)
+        model(input_ids=ids)
+        torch.ral.synchronize(torch.device(dev))
+    return lib.rt_launch_count(idx) - before
+
+
+def _spawn(args: list[str]) -> str:
+    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=1200)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return r.stdout.strip().splitlines()[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--side", choices=("cpu", "opencl", "host"))
+    ap.add_argument("--case", choices=CASES)
+    ap.add_argument("--launches", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=",".join(CASES))
+    a = ap.parse_args()
+    if a.launches and a.side:
+        print(launches_per_forward(a.side))
+        return
+    if a.side:
+        print(json.dumps(run_side(a.side, a.case)))
+        return
+    for case in a.cases.split(","):
+        ratios, t_ocl, t_cpu = [], [], []
+        for _ in range(a.rounds):
+            c = float(_spawn(["--side", "cpu", "--case", case]))
+            o = float(_spawn(["--side", "opencl", "--case", case]))
+            t_cpu.append(c)
+            t_ocl.append(o)
+            ratios.append(o / c)
+        line = (
+            f"{case:11s} opencl {statistics.median(t_ocl) * 1e3:8.1f} ms  cpu {statistics.median(t_cpu) * 1e3:8.1f} ms"
+            f"  ratio median {statistics.median(ratios):5.2f}x  rounds {', '.join(f'{r:.2f}' for r in ratios)}"
+        )
+        if case in FLOPS:
+            line += f"  opencl {FLOPS[case] / statistics.median(t_ocl) / 1e9:.1f} GFLOP/s"
+            line += f" cpu {FLOPS[case] / statistics.median(t_cpu) / 1e9:.1f}"
+        print(line, flush=True)
+    for side in ("opencl", "host"):
+        try:
+            print(f"launches per GPT-2 forward on {side}: {_spawn(['--side', side, '--launches'])}", flush=True)
+        except (RuntimeError, KeyError) as exc:
+            print(f"launches per GPT-2 forward on {side}: unavailable ({exc})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
