@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "host.h"
+#include "pool.h"
 #include "runtime.h"
 
 /* On an idle stream a copy is done on the calling thread: cheaper than waking the
@@ -162,6 +163,7 @@ static void spin_for_work(struct ral_stream_s* s) {
 
 static void* worker_main(void* arg) {
   struct ral_stream_s* s = arg;
+  host_pool_own_thread();
   pthread_mutex_lock(&s->mu);
   for (;;) {
     if (!s->head && !s->stop) spin_for_work(s);
@@ -409,13 +411,17 @@ ral_status host_launch(ral_kernel_fn kernel, const ral_kernel_call* call) {
   struct ral_stream_s* s;
   ral_status st = resolve(call->device, call->stream, &s);
   if (st != RAL_OK) return st;
+  host_pool_note_caller();
   if (small_call(call) && stream_idle(s)) {
     /* Stream order holds (nothing is queued before it), and for a kernel this small the
-     * hand-off to the worker costs more than the kernel: run it here. A failure is then a
-     * synchronous error of this launch. */
+     * hand-off to the worker costs more than the kernel: run it here, on this thread only
+     * (no pool, no OpenMP team). A failure is then a synchronous error of this launch. */
     ral_kernel_call here = *call;
     here.stream = s;
-    return kernel(&here);
+    int saved = host_inline_enter();
+    st = kernel(&here);
+    host_inline_leave(saved);
+    return st;
   }
   node* n = node_of(s, NODE_KERNEL, "launch");
   if (!n) return RAL_ERROR_OUT_OF_MEMORY;
