@@ -80,6 +80,23 @@ HOST_FM_INLINE float host_logf(float x) {
   return x < 0.0f || x != x ? __builtin_nanf("") : y;
 }
 
+/* e^t for t in [0, 18.5] only: one 2^n factor, no range selects (tanh's big branch). */
+HOST_FM_INLINE float host_fm_exp_pos(float t) {
+  float n = host_fm_rint(t * 1.44269504088896341f);
+  float r = t - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  return p * host_bits_f((uint32_t)((int32_t)n + 127) << 23);
+}
+
+/* |x| < 0.625: odd polynomial; else 1 - 2/(e^2|x| + 1) with |x| clamped to 9.1, where
+ * tanh is 1.0f already (so e^2|x| cannot overflow and needs no special cases). */
 HOST_FM_INLINE float host_tanhf(float x) {
   float a = x < 0 ? -x : x, z = x * x;
   float p = -5.70498872745e-3f;
@@ -88,9 +105,10 @@ HOST_FM_INLINE float host_tanhf(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   float small = a + a * z * p;
-  /* 1 - 2/(e^2a + 1): e^2a overflows to inf for large a, giving exactly 1 */
-  float big = 1.0f - 2.0f / (host_expf(a + a) + 1.0f);
-  return host_fm_copysign(a < 0.625f ? small : big, x);
+  float ac = a < 9.1f ? a : 9.1f;
+  float big = 1.0f - 2.0f / (host_fm_exp_pos(ac + ac) + 1.0f);
+  float y = host_fm_copysign(a < 0.625f ? small : big, x);
+  return x != x ? x : y;
 }
 
 HOST_FM_INLINE float host_erff(float x) {

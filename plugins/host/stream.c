@@ -12,6 +12,7 @@
  * event reached when the worker gets to it.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
+#include <omp.h>
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -122,10 +123,27 @@ static void event_wait(struct ral_event_s* e, uint64_t generation) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* A jit-compiled kernel (not in this plugin's table) parallelises with its own OpenMP
+ * pragmas: on this worker OpenMP is held to one thread, so give it the budget while it
+ * runs. Its OpenMP team then waits as libgomp does (see README.md). */
+static ral_status run_kernel(node* n) {
+  static _Thread_local ral_kernel_fn last;
+  static _Thread_local int foreign;
+  if (n->fn != last) {
+    last = n->fn;
+    foreign = host_kernel_name(n->fn) == NULL;
+  }
+  if (!foreign) return n->fn(&n->call);
+  omp_set_num_threads(host_threads());
+  ral_status st = n->fn(&n->call);
+  omp_set_num_threads(1);
+  return st;
+}
+
 static ral_status execute(node* n) {
   switch (n->kind) {
     case NODE_KERNEL:
-      return n->fn(&n->call);
+      return run_kernel(n);
     case NODE_COPY:
       host_memcpy_parallel(n->dst, n->src, n->nbytes);
       free(n->staged);
