@@ -7,12 +7,60 @@
  * 0-strides, overlapping rows, general strides) and half-precision operands go through a
  * contiguous float scratch copy. float16/bfloat16 compute in float32 (sgemm).
  */
+#define _GNU_SOURCE /* RTLD_* */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "host.h"
 #include "pool.h"
+
+/* ---------------------------------------------------------------- loading OpenBLAS
+ * OpenBLAS (DYNAMIC_ARCH) picks its kernels from the CPU model when it loads; a CPU it does
+ * not know (a VM's generic "Intel Xeon Processor") gets the SSE3 "Prescott" kernels, 3x
+ * slower than AVX-512 ones on this project's test machine. It only reads
+ * OPENBLAS_CORETYPE at load, so the plugin loads it itself: when the user has not set the
+ * variable, it is set from the CPU's features for the dlopen and removed again. */
+typedef void (*sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint,
+                         blasint, blasint, float, const float*, blasint, const float*, blasint,
+                         float, float*, blasint);
+typedef void (*dgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint,
+                         blasint, blasint, double, const double*, blasint, const double*, blasint,
+                         double, double*, blasint);
+static sgemm_fn p_sgemm;
+static dgemm_fn p_dgemm;
+static char g_blas_error[256] = "OpenBLAS not loaded";
+
+static const char* coretype_for_cpu(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return NULL; /* OpenBLAS's own detection */
+}
+
+int host_blas_load(void) {
+  if (p_sgemm) return 1;
+  const char* core = getenv("OPENBLAS_CORETYPE") ? NULL : coretype_for_cpu();
+  if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+  void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (core) unsetenv("OPENBLAS_CORETYPE");
+  if (!lib) {
+    snprintf(g_blas_error, sizeof g_blas_error, "cannot load OpenBLAS: %s", dlerror());
+    return 0;
+  }
+  p_dgemm = (dgemm_fn)dlsym(lib, "cblas_dgemm");
+  p_sgemm = (sgemm_fn)dlsym(lib, "cblas_sgemm");
+  if (!p_sgemm || !p_dgemm) {
+    snprintf(g_blas_error, sizeof g_blas_error, "libopenblas.so.0 has no cblas_sgemm/cblas_dgemm");
+    p_sgemm = NULL;
+    return 0;
+  }
+  return 1;
+}
 
 /* A batch of matrices: element (b, i, j) at p + (b*bs + i*sr + j*sc) elements. */
 typedef struct {
@@ -134,10 +182,10 @@ static void gemm_block(const gemm_job* j, int64_t b, int64_t m0, int m, int64_t 
   const char* bb = j->B->p + (b * j->B->bs + n0 * b_col) * j->es;
   char* c = j->C->p + (b * j->C->bs + m0 * c_row + n0 * c_col) * j->es;
   if (j->C->dtype == RAL_DTYPE_FLOAT64)
-    cblas_dgemm(j->order, j->ta, j->tb, m, n, j->K, j->alpha, (const double*)a, (int)j->lda,
+    p_dgemm(j->order, j->ta, j->tb, m, n, j->K, j->alpha, (const double*)a, (int)j->lda,
                 (const double*)bb, (int)j->ldb, j->beta, (double*)c, (int)j->ldc);
   else
-    cblas_sgemm(j->order, j->ta, j->tb, m, n, j->K, (float)j->alpha, (const float*)a, (int)j->lda,
+    p_sgemm(j->order, j->ta, j->tb, m, n, j->K, (float)j->alpha, (const float*)a, (int)j->lda,
                 (const float*)bb, (int)j->ldb, (float)j->beta, (float*)c, (int)j->ldc);
 }
 
@@ -190,6 +238,7 @@ static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha,
 static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
                          const ral_tensor* b, double alpha, double beta) {
   int32_t dt = out->dtype;
+  if (!p_sgemm) return host_fail(c, RAL_ERROR_INTERNAL, "%s", g_blas_error);
   if (!host_dtype_is_float(dt) || a->dtype != dt || b->dtype != dt)
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "dtypes %s @ %s -> %s are not supported",
                      host_dtype_name(a->dtype), host_dtype_name(b->dtype), host_dtype_name(dt));

@@ -77,6 +77,7 @@ static ral_status host_init(void) {
     g_device_count = (int32_t)n;
   }
   read_cpu_model();
+  host_blas_load(); /* a failure is reported by the first matmul */
   return host_runtime_init(g_device_count);
 }
 
