@@ -114,8 +114,8 @@ HOST_FM_INLINE float host_tanhf(float x) {
 /* |x| <= 0.927734375: odd polynomial; else 1 - e^r(|x|), with |x| clamped to 4.5 where erf
  * is 1.0f already (so r stays in [-21, 0] and e^r needs no range selects). */
 HOST_FM_INLINE float host_erff(float x) {
-  float t0 = x < 0 ? -x : x, s = x * x;
-  float t = t0 < 4.5f ? t0 : 4.5f;
+  float t0 = x < 0 ? -x : x;
+  float t = t0 < 4.5f ? t0 : 4.5f, s = t * t; /* = x * x on the small branch */
   float r = -1.72853470e-5f * t + 3.83197126e-4f;
   float u = -3.88396438e-3f * t + 2.42546219e-2f;
   r = r * s + u;
