@@ -6,6 +6,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+ROUNDS = 5  # fresh-process rounds per case (run.py --rounds)
+
 
 @dataclass
 class Result:
@@ -18,9 +20,12 @@ class Result:
     baseline_s: float
     target: float | None = None
     note: str = ""
+    rounds_ratio: float | None = None  # median of per-round ratios (separate processes)
 
     @property
     def ratio(self) -> float:
+        if self.rounds_ratio is not None:
+            return self.rounds_ratio
         return self.subject_s / self.baseline_s
 
     @property

@@ -7,11 +7,60 @@
  * 0-strides, overlapping rows, general strides) and half-precision operands go through a
  * contiguous float scratch copy. float16/bfloat16 compute in float32 (sgemm).
  */
+#define _GNU_SOURCE /* RTLD_* */
 #include <cblas.h>
+#include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "host.h"
+#include "pool.h"
+
+/* ---------------------------------------------------------------- loading OpenBLAS
+ * OpenBLAS (DYNAMIC_ARCH) picks its kernels from the CPU model when it loads; a CPU it does
+ * not know (a VM's generic "Intel Xeon Processor") gets the SSE3 "Prescott" kernels, 3x
+ * slower than AVX-512 ones on this project's test machine. It only reads
+ * OPENBLAS_CORETYPE at load, so the plugin loads it itself: when the user has not set the
+ * variable, it is set from the CPU's features for the dlopen and removed again. */
+typedef void (*sgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint,
+                         blasint, blasint, float, const float*, blasint, const float*, blasint,
+                         float, float*, blasint);
+typedef void (*dgemm_fn)(enum CBLAS_ORDER, enum CBLAS_TRANSPOSE, enum CBLAS_TRANSPOSE, blasint,
+                         blasint, blasint, double, const double*, blasint, const double*, blasint,
+                         double, double*, blasint);
+static sgemm_fn p_sgemm;
+static dgemm_fn p_dgemm;
+static char g_blas_error[256] = "OpenBLAS not loaded";
+
+static const char* coretype_for_cpu(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return NULL; /* OpenBLAS's own detection */
+}
+
+int host_blas_load(void) {
+  if (p_sgemm) return 1;
+  const char* core = getenv("OPENBLAS_CORETYPE") ? NULL : coretype_for_cpu();
+  if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+  void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (core) unsetenv("OPENBLAS_CORETYPE");
+  if (!lib) {
+    snprintf(g_blas_error, sizeof g_blas_error, "cannot load OpenBLAS: %s", dlerror());
+    return 0;
+  }
+  p_dgemm = (dgemm_fn)dlsym(lib, "cblas_dgemm");
+  p_sgemm = (sgemm_fn)dlsym(lib, "cblas_sgemm");
+  if (!p_sgemm || !p_dgemm) {
+    snprintf(g_blas_error, sizeof g_blas_error, "libopenblas.so.0 has no cblas_sgemm/cblas_dgemm");
+    p_sgemm = NULL;
+    return 0;
+  }
+  return 1;
+}
 
 /* A batch of matrices: element (b, i, j) at p + (b*bs + i*sr + j*sc) elements. */
 typedef struct {
@@ -113,10 +162,48 @@ static void make_staged(mat* m) {
   m->sc = 1;
 }
 
-/* C = alpha * A @ B + beta * C for every batch. */
+typedef struct {
+  const mat *A, *B, *C;
+  enum CBLAS_ORDER order;
+  enum CBLAS_TRANSPOSE ta, tb;
+  int64_t lda, ldb, ldc, es, b;
+  int M, N, K, split_m;
+  double alpha, beta;
+} gemm_job;
+
+/* One BLAS call: rows [m0, m0+m) and columns [n0, n0+n) of C in batch b (in `order` terms). */
+static void gemm_block(const gemm_job* j, int64_t b, int64_t m0, int m, int64_t n0, int n) {
+  int row_major = j->order == CblasRowMajor;
+  /* offset of row i of op(X) / column k of op(X): contiguous step is 1, the other ld */
+  int64_t a_row = (row_major == (j->ta == CblasNoTrans)) ? j->lda : 1;
+  int64_t b_col = (row_major == (j->tb == CblasNoTrans)) ? 1 : j->ldb;
+  int64_t c_row = row_major ? j->ldc : 1, c_col = row_major ? 1 : j->ldc;
+  const char* a = j->A->p + (b * j->A->bs + m0 * a_row) * j->es;
+  const char* bb = j->B->p + (b * j->B->bs + n0 * b_col) * j->es;
+  char* c = j->C->p + (b * j->C->bs + m0 * c_row + n0 * c_col) * j->es;
+  if (j->C->dtype == RAL_DTYPE_FLOAT64)
+    p_dgemm(j->order, j->ta, j->tb, m, n, j->K, j->alpha, (const double*)a, (int)j->lda,
+                (const double*)bb, (int)j->ldb, j->beta, (double*)c, (int)j->ldc);
+  else
+    p_sgemm(j->order, j->ta, j->tb, m, n, j->K, (float)j->alpha, (const float*)a, (int)j->lda,
+                (const float*)bb, (int)j->ldb, (float)j->beta, (float*)c, (int)j->ldc);
+}
+
+static void gemm_batches_range(int64_t b0, int64_t b1, void* arg) {
+  const gemm_job* j = arg;
+  for (int64_t b = b0; b < b1; b++) gemm_block(j, b, 0, j->M, 0, j->N);
+}
+
+static void gemm_panels(int64_t p0, int64_t p1, void* arg) {
+  const gemm_job* j = arg;
+  if (j->split_m) gemm_block(j, j->b, p0, (int)(p1 - p0), 0, j->N);
+  else gemm_block(j, j->b, 0, j->M, p0, (int)(p1 - p0));
+}
+
+/* C = alpha * A @ B + beta * C for every batch, on the pool with one BLAS thread each. */
 static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha, double beta) {
   enum CBLAS_TRANSPOSE ta = CblasNoTrans, tb = CblasNoTrans, tc = CblasNoTrans;
-  int64_t lda, ldb, ldc;
+  int64_t lda = 0, ldb = 0, ldc = 0;
   blas_form(A, &ta, &lda);
   blas_form(B, &tb, &ldb);
   blas_form(C, &tc, &ldc);
@@ -126,22 +213,24 @@ static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha,
     ta = ta == CblasTrans ? CblasNoTrans : CblasTrans;
     tb = tb == CblasTrans ? CblasNoTrans : CblasTrans;
   }
-  const int M = (int)C->rows, N = (int)C->cols, K = (int)A->cols;
-  const int64_t es = host_dtype_size(C->dtype);
-  const int dbl = C->dtype == RAL_DTYPE_FLOAT64;
-  /* small matrices: one BLAS call per thread beats threading inside each call */
-  int per_thread = C->nb > 1 && (double)M * N * K < 64.0 * 64 * 64 * 8;
-#pragma omp parallel for schedule(static) if (per_thread)
+  gemm_job j = {.A = A, .B = B, .C = C, .order = order, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb,
+                .ldc = ldc, .M = (int)C->rows, .N = (int)C->cols, .K = (int)A->cols,
+                .alpha = alpha, .beta = beta, .es = host_dtype_size(C->dtype)};
+  double flops = (double)j.M * j.N * j.K;
+  int threads = host_threads();
+  if (C->nb > 1 && (C->nb >= 2 * threads || flops < 64.0 * 64 * 64 * 8)) {
+    /* many or small matrices: whole matrices per chunk */
+    host_parallel_for(C->nb, 1, gemm_batches_range, &j);
+    return;
+  }
+  /* few large matrices: each one split into row (or column) panels of C; one BLAS thread
+   * per panel, panels claimed by whichever pool thread is free */
+  j.split_m = j.M >= j.N;
+  int64_t span = j.split_m ? j.M : j.N;
+  int64_t min_panel = flops < 128.0 * 128 * 128 ? span : 32;
   for (int64_t b = 0; b < C->nb; b++) {
-    const char* a = A->p + b * A->bs * es;
-    const char* bb = B->p + b * B->bs * es;
-    char* c = C->p + b * C->bs * es;
-    if (dbl)
-      cblas_dgemm(order, ta, tb, M, N, K, alpha, (const double*)a, (int)lda, (const double*)bb,
-                  (int)ldb, beta, (double*)c, (int)ldc);
-    else
-      cblas_sgemm(order, ta, tb, M, N, K, (float)alpha, (const float*)a, (int)lda,
-                  (const float*)bb, (int)ldb, (float)beta, (float*)c, (int)ldc);
+    j.b = b;
+    host_parallel_for(span, min_panel, gemm_panels, &j);
   }
 }
 
@@ -149,6 +238,7 @@ static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha,
 static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
                          const ral_tensor* b, double alpha, double beta) {
   int32_t dt = out->dtype;
+  if (!p_sgemm) return host_fail(c, RAL_ERROR_INTERNAL, "%s", g_blas_error);
   if (!host_dtype_is_float(dt) || a->dtype != dt || b->dtype != dt)
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "dtypes %s @ %s -> %s are not supported",
                      host_dtype_name(a->dtype), host_dtype_name(b->dtype), host_dtype_name(dt));

@@ -80,6 +80,23 @@ HOST_FM_INLINE float host_logf(float x) {
   return x < 0.0f || x != x ? __builtin_nanf("") : y;
 }
 
+/* e^t for t in [-87, 88] only: one 2^n factor, no range selects (callers clamp first). */
+HOST_FM_INLINE float host_fm_exp_mid(float t) {
+  float n = host_fm_rint(t * 1.44269504088896341f);
+  float r = t - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  return p * host_bits_f((uint32_t)((int32_t)n + 127) << 23);
+}
+
+/* |x| < 0.625: odd polynomial; else 1 - 2/(e^2|x| + 1) with |x| clamped to 9.1, where
+ * tanh is 1.0f already (so e^2|x| cannot overflow and needs no special cases). */
 HOST_FM_INLINE float host_tanhf(float x) {
   float a = x < 0 ? -x : x, z = x * x;
   float p = -5.70498872745e-3f;
@@ -88,13 +105,17 @@ HOST_FM_INLINE float host_tanhf(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   float small = a + a * z * p;
-  /* 1 - 2/(e^2a + 1): e^2a overflows to inf for large a, giving exactly 1 */
-  float big = 1.0f - 2.0f / (host_expf(a + a) + 1.0f);
-  return host_fm_copysign(a < 0.625f ? small : big, x);
+  float ac = a < 9.1f ? a : 9.1f;
+  float big = 1.0f - 2.0f / (host_fm_exp_mid(ac + ac) + 1.0f);
+  float y = host_fm_copysign(a < 0.625f ? small : big, x);
+  return x != x ? x : y;
 }
 
+/* |x| <= 0.927734375: odd polynomial; else 1 - e^r(|x|), with |x| clamped to 4.5 where erf
+ * is 1.0f already (so r stays in [-21, 0] and e^r needs no range selects). */
 HOST_FM_INLINE float host_erff(float x) {
-  float t = x < 0 ? -x : x, s = x * x;
+  float t0 = x < 0 ? -x : x;
+  float t = t0 < 4.5f ? t0 : 4.5f, s = t * t; /* = x * x on the small branch */
   float r = -1.72853470e-5f * t + 3.83197126e-4f;
   float u = -3.88396438e-3f * t + 2.42546219e-2f;
   r = r * s + u;
@@ -102,7 +123,7 @@ HOST_FM_INLINE float host_erff(float x) {
   r = r * t - 6.34846687e-1f;
   r = r * t - 1.28717512e-1f;
   r = r * t - t;
-  float big = host_fm_copysign(1.0f - host_expf(r), x);
+  float big = host_fm_copysign(1.0f - host_fm_exp_mid(r), x);
   float q = -5.96761703e-4f;
   q = q * s + 4.99119423e-3f;
   q = q * s - 2.67681349e-2f;
@@ -110,14 +131,34 @@ HOST_FM_INLINE float host_erff(float x) {
   q = q * s - 3.76125336e-1f;
   q = q * s + 1.28379166e-1f;
   float small = q * x + x;
-  return t > 0.927734375f ? big : small;
+  float y = t0 > 0.927734375f ? big : small;
+  return x != x ? x : y;
+}
+
+/* e^t for t <= 0 (NaN excepted): 2^n applied as two factors so denormal results keep their
+ * accuracy; below -104 the result is 0. No overflow or NaN selects (sigmoid's only use). */
+HOST_FM_INLINE float host_fm_exp_neg(float t) {
+  float xc = t < -104.0f ? -104.0f : t;
+  float n = host_fm_rint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
+  return p * host_bits_f((uint32_t)(n1 + 127) << 23) * host_bits_f((uint32_t)(n2 + 127) << 23);
 }
 
 /* Through e^-|x| so a tiny result for very negative x keeps its relative accuracy
  * instead of flushing to 0 when e^-x overflows. */
 HOST_FM_INLINE float host_sigmoidf(float x) {
-  float e = host_expf(x < 0 ? x : -x);
-  return (x < 0 ? e : 1.0f) / (1.0f + e);
+  float e = host_fm_exp_neg(x < 0 ? x : -x);
+  float y = (x < 0 ? e : 1.0f) / (1.0f + e);
+  return x != x ? x : y;
 }
 
 /* Type-generic picks for op expressions written once for float and double: the float

@@ -24,6 +24,9 @@
 /* Same, for ops whose per-element cost is a transcendental (exp, erf, tanh...). */
 #define HOST_GRAIN_HEAVY 4096
 
+/*! Loads OpenBLAS with a kernel set matching this CPU (blas.c); 0 when it cannot. */
+int host_blas_load(void);
+
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */
 ral_status host_error(ral_status status, const char* fmt, ...)

@@ -8,9 +8,8 @@
  * row functions vectorize. Work is split by element index range, so every thread gets
  * an equal share whatever the shape.
  */
-#include <omp.h>
-
 #include "host.h"
+#include "pool.h"
 
 void host_iter_init(host_iter* it, const ral_tensor* const* ts, int nt) {
   const ral_tensor* t0 = ts[0];
@@ -87,19 +86,25 @@ static void walk(const host_iter* it, host_row_fn fn, const void* ctx, int64_t b
   }
 }
 
+typedef struct {
+  const host_iter* it;
+  host_row_fn fn;
+  const void* ctx;
+} iter_job;
+
+static void iter_blocks(int64_t b0, int64_t b1, void* arg) {
+  const iter_job* j = arg;
+  int64_t begin = b0 * 64, end = b1 * 64 < j->it->numel ? b1 * 64 : j->it->numel;
+  if (begin < end) walk(j->it, j->fn, j->ctx, begin, end);
+}
+
 void host_iter_run(const host_iter* it, host_row_fn fn, const void* ctx, int64_t grain) {
   if (it->numel == 0) return;
-  if (it->numel <= grain || omp_get_max_threads() == 1) {
+  if (it->numel <= grain) {
     walk(it, fn, ctx, 0, it->numel);
     return;
   }
-#pragma omp parallel
-  {
-    int64_t nth = omp_get_num_threads(), t = omp_get_thread_num();
-    /* split on 64-element boundaries so threads do not share cache lines of the output */
-    int64_t blocks = (it->numel + 63) / 64;
-    int64_t b0 = blocks * t / nth, b1 = blocks * (t + 1) / nth;
-    int64_t begin = b0 * 64, end = b1 * 64 < it->numel ? b1 * 64 : it->numel;
-    if (begin < end) walk(it, fn, ctx, begin, end);
-  }
+  /* chunks of 64-element blocks, so threads do not share cache lines of the output */
+  iter_job j = {it, fn, ctx};
+  host_parallel_for((it->numel + 63) / 64, (grain + 63) / 64, iter_blocks, &j);
 }

@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "host.h"
+#include "pool.h"
 #include "runtime.h"
 
 #define HEADER 64
@@ -68,6 +69,20 @@ ral_status host_free(int32_t device, void* ptr) {
   return RAL_OK;
 }
 
+typedef struct {
+  void* dst;
+  const void* src;
+  uint64_t nbytes;
+} copy_job;
+
+/* Chunks [c0, c1) of 1 MiB. */
+static void copy_chunks(int64_t c0, int64_t c1, void* arg) {
+  const copy_job* j = arg;
+  uint64_t off = (uint64_t)c0 << 20, end = (uint64_t)c1 << 20;
+  if (end > j->nbytes) end = j->nbytes;
+  memcpy((char*)j->dst + off, (const char*)j->src + off, end - off);
+}
+
 void host_memcpy_parallel(void* dst, const void* src, uint64_t nbytes) {
   const uint64_t chunk = 1u << 20;
   if (dst == src || nbytes == 0) return;
@@ -75,12 +90,8 @@ void host_memcpy_parallel(void* dst, const void* src, uint64_t nbytes) {
     memmove(dst, src, nbytes);
     return;
   }
-  int64_t nchunks = (int64_t)((nbytes + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < nchunks; i++) {
-    uint64_t off = (uint64_t)i * chunk, n = nbytes - off < chunk ? nbytes - off : chunk;
-    memcpy((char*)dst + off, (const char*)src + off, n);
-  }
+  copy_job j = {dst, src, nbytes};
+  host_parallel_for((int64_t)((nbytes + chunk - 1) / chunk), 1, copy_chunks, &j);
 }
 
 ral_status host_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const void* src,

@@ -4,12 +4,13 @@
  * and double; the manifest asks for contiguous operands for all of these.
  */
 #include <math.h>
-#include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <tgmath.h>
 
 #include "fastmath.h"
 #include "host.h"
+#include "pool.h"
 
 typedef enum {
   NN_SOFTMAX,

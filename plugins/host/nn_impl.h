@@ -11,8 +11,7 @@
 static T* NN(scratch)(size_t n, int* failed) {
   T* p = malloc(sizeof(T) * (n ? n : 1));
   if (!p) {
-#pragma omp atomic write
-    *failed = 1;
+    __atomic_store_n(failed, 1, __ATOMIC_RELAXED);
   }
   return p;
 }
@@ -134,6 +133,14 @@ static void NN(row_done)(char* p, int32_t dtype, int64_t st, const T* y, int64_t
   if ((const char*)y != p) host_store_row(p, st, dtype, y, TDT, D);
 }
 
+typedef struct {
+  const ral_tensor *out, *in0, *in1;
+  int64_t D, inner;
+  nn_kind kind;
+  int failed;
+} NN(sm_job);
+static void NN(softmax_rows)(int64_t r0, int64_t r1, void* arg);
+
 /* Softmax family along `dim` of contiguous tensors; in1 is the forward output for the
  * backward kinds (NULL otherwise). */
 static ral_status NN(softmax_run)(const ral_tensor* out, const ral_tensor* in0,
@@ -143,14 +150,21 @@ static ral_status NN(softmax_run)(const ral_tensor* out, const ral_tensor* in0,
   for (int d = 0; d < dim; d++) outer *= in0->sizes[d];
   int64_t rows = outer * inner;
   if (rows == 0 || D == 0) return RAL_OK;
+  NN(sm_job) j = {out, in0, in1, D, inner, kind, 0};
+  host_parallel_for(rows, HOST_GRAIN_HEAVY / D + 1, NN(softmax_rows), &j);
+  return j.failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
+}
+
+static void NN(softmax_rows)(int64_t r0, int64_t r1, void* arg) {
+  NN(sm_job)* j = arg;
+  const ral_tensor *out = j->out, *in0 = j->in0, *in1 = j->in1;
+  int64_t D = j->D, inner = j->inner;
+  nn_kind kind = j->kind;
   int64_t es0 = host_dtype_size(in0->dtype), eso = host_dtype_size(out->dtype);
   int64_t es1 = in1 ? host_dtype_size(in1->dtype) : 0;
-  int failed = 0;
-#pragma omp parallel if (rows * D > HOST_GRAIN_HEAVY && rows > 1)
   {
-    T* buf = NN(scratch)((size_t)D * 3, &failed);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+    T* buf = NN(scratch)((size_t)D * 3, &j->failed);
+    for (int64_t r = r0; r < r1; r++) {
       if (!buf) continue;
       int64_t o = r / inner, i = r % inner, base = o * D * inner + i;
       const T* x = NN(row_in)(host_ptr(in0) + base * es0, in0->dtype, inner * es0, D, buf);
@@ -166,26 +180,49 @@ static ral_status NN(softmax_run)(const ral_tensor* out, const ral_tensor* in0,
     }
     free(buf);
   }
-  return failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
 }
 
 /* ---------------------------------------------------------------- layer norm */
+/* Shared by the forward and backward drivers and their row-range bodies. */
+typedef struct {
+  const ral_tensor* const* o;
+  const ral_tensor *x, *g, *mean, *rstd;
+  const T *wt, *bt;
+  int64_t N;
+  double eps;
+  int failed;
+  double* part; /* backward: 2N partial sums (weight, bias) per task */
+  int64_t M;
+  int ntasks; /* backward: row ranges, fixed so sums do not depend on scheduling */
+} NN(ln_job);
+static void NN(ln_rows)(int64_t r0, int64_t r1, void* arg);
+static void NN(ln_bw_tasks)(int64_t t0, int64_t t1, void* arg);
 /* y = (x - mean) * rstd * w + b over rows of N; mean/rstd per row. */
 static ral_status NN(layer_norm_run)(const ral_tensor* const* o, const ral_tensor* x,
                                      const ral_tensor* w, const ral_tensor* b, int64_t M,
                                      int64_t N, double eps) {
-  int64_t esx = host_dtype_size(x->dtype), esy = host_dtype_size(o[0]->dtype);
   T* wb = malloc(sizeof(T) * (size_t)(2 * N + 1));
   if (!wb) return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for weight scratch");
   T *wt = w ? wb : NULL, *bt = b ? wb + N : NULL;
   if (w) host_load_row(wt, TDT, host_ptr(w), host_dtype_size(w->dtype), w->dtype, N);
   if (b) host_load_row(bt, TDT, host_ptr(b), host_dtype_size(b->dtype), b->dtype, N);
-  int failed = 0;
-#pragma omp parallel if (M * N > HOST_GRAIN && M > 1)
+  NN(ln_job) j = {o, x, NULL, NULL, NULL, wt, bt, N, eps, 0, NULL, 0, 0};
+  host_parallel_for(M, HOST_GRAIN / N + 1, NN(ln_rows), &j);
+  free(wb);
+  return j.failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
+}
+
+static void NN(ln_rows)(int64_t r0, int64_t r1, void* arg) {
+  NN(ln_job)* j = arg;
+  const ral_tensor* const* o = j->o;
+  const ral_tensor* x = j->x;
+  int64_t N = j->N;
+  const T *wt = j->wt, *bt = j->bt;
+  double eps = j->eps;
+  int64_t esx = host_dtype_size(x->dtype), esy = host_dtype_size(o[0]->dtype);
   {
-    T* buf = NN(scratch)((size_t)(2 * N + 1), &failed);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < M; r++) {
+    T* buf = NN(scratch)((size_t)(2 * N + 1), &j->failed);
+    for (int64_t r = r0; r < r1; r++) {
       if (!buf) continue;
       const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf);
       char* py = host_ptr(o[0]) + r * N * esy;
@@ -198,37 +235,22 @@ static ral_status NN(layer_norm_run)(const ral_tensor* const* o, const ral_tenso
     }
     free(buf);
   }
-  free(wb);
-  return failed ? host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for row scratch") : RAL_OK;
 }
 
-/* grad_input / grad_weight / grad_bias of layer norm; a NULL output is not computed. */
-static ral_status NN(layer_norm_bw_run)(const ral_tensor* const* o, const ral_tensor* g,
-                                        const ral_tensor* x, const ral_tensor* mean,
-                                        const ral_tensor* rstd, const ral_tensor* w, int64_t M,
-                                        int64_t N) {
+/* Backward tasks [t0, t1): task t owns rows [M t / n, M (t+1) / n) and partial sums t. */
+static void NN(ln_bw_tasks)(int64_t t0, int64_t t1, void* arg) {
+  NN(ln_job)* j = arg;
+  const ral_tensor* const* o = j->o;
+  const ral_tensor *g = j->g, *x = j->x, *mean = j->mean, *rstd = j->rstd;
+  const T* wt = j->wt;
+  int64_t N = j->N, M = j->M;
   int64_t esg = host_dtype_size(g->dtype), esx = host_dtype_size(x->dtype);
   int64_t esi = o[0] ? host_dtype_size(o[0]->dtype) : 0;
-  int nth = omp_get_max_threads();
-  int par = M * N > HOST_GRAIN && M > 1;
-  int want_wb = o[1] || o[2];
-  T* wt = w ? malloc(sizeof(T) * (size_t)N) : NULL;
-  /* per-thread partial sums of g * xhat (weight) and g (bias) */
-  double* part = want_wb ? calloc((size_t)nth * 2 * (size_t)N, sizeof(double)) : NULL;
-  if ((w && !wt) || (want_wb && !part)) {
-    free(wt);
-    free(part);
-    return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for layer-norm scratch");
-  }
-  if (w) host_load_row(wt, TDT, host_ptr(w), host_dtype_size(w->dtype), w->dtype, N);
-  int failed = 0;
-#pragma omp parallel if (par)
-  {
-    T* buf = NN(scratch)((size_t)(3 * N + 1), &failed);
-    double* pw = part ? part + (size_t)omp_get_thread_num() * 2 * (size_t)N : NULL;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < M; r++) {
-      if (!buf) continue;
+  T* buf = NN(scratch)((size_t)(3 * N + 1), &j->failed);
+  if (!buf) return;
+  for (int64_t t = t0; t < t1; t++) {
+    double* pw = j->part ? j->part + (size_t)t * 2 * (size_t)N : NULL;
+    for (int64_t r = M * t / j->ntasks; r < M * (t + 1) / j->ntasks; r++) {
       const T* gr = NN(row_in)(host_ptr(g) + r * N * esg, g->dtype, esg, N, buf);
       const T* xr = NN(row_in)(host_ptr(x) + r * N * esx, x->dtype, esx, N, buf + N);
       T mu = (T)host_load_f64(host_ptr(mean) + r * host_dtype_size(mean->dtype), mean->dtype);
@@ -236,11 +258,35 @@ static ral_status NN(layer_norm_bw_run)(const ral_tensor* const* o, const ral_te
       char* pi = o[0] ? host_ptr(o[0]) + r * N * esi : NULL;
       T* gi = o[0] ? NN(row_out)(pi, o[0]->dtype, esi, buf + 2 * N) : NULL;
       NN(ln_bw_row)(N, gi, gr, xr, wt, mu, rs, pw);
-      if (!o[0]) continue;
-      NN(row_done)(pi, o[0]->dtype, esi, gi, N);
+      if (o[0]) NN(row_done)(pi, o[0]->dtype, esi, gi, N);
     }
-    free(buf);
   }
+  free(buf);
+}
+
+/* grad_input / grad_weight / grad_bias of layer norm; a NULL output is not computed. */
+static ral_status NN(layer_norm_bw_run)(const ral_tensor* const* o, const ral_tensor* g,
+                                        const ral_tensor* x, const ral_tensor* mean,
+                                        const ral_tensor* rstd, const ral_tensor* w, int64_t M,
+                                        int64_t N) {
+  /* tasks of row ranges, each with its own partial sums; fixed count, so the sum order
+   * (and result) does not depend on which thread ran which task */
+  int nth = M * N > HOST_GRAIN && M > 1 ? 2 * host_threads() : 1;
+  if (nth > M) nth = (int)M;
+  if (nth < 1) nth = 1;
+  int want_wb = o[1] || o[2];
+  T* wt = w ? malloc(sizeof(T) * (size_t)N) : NULL;
+  /* per-task partial sums of g * xhat (weight) and g (bias) */
+  double* part = want_wb ? calloc((size_t)nth * 2 * (size_t)N, sizeof(double)) : NULL;
+  if ((w && !wt) || (want_wb && !part)) {
+    free(wt);
+    free(part);
+    return host_error(RAL_ERROR_OUT_OF_MEMORY, "no memory for layer-norm scratch");
+  }
+  if (w) host_load_row(wt, TDT, host_ptr(w), host_dtype_size(w->dtype), w->dtype, N);
+  NN(ln_job) j = {o, x, g, mean, rstd, wt, NULL, N, 0, 0, part, M, nth};
+  host_parallel_for(nth, 1, NN(ln_bw_tasks), &j);
+  int failed = j.failed;
   if (part) {
     for (int t = 1; t < nth; t++)
       for (int64_t k = 0; k < 2 * N; k++) part[k] += part[(size_t)t * 2 * (size_t)N + (size_t)k];

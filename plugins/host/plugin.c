@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "pool.h"
 #include "runtime.h"
 
 #define HOST_PLUGIN_VERSION "1.0.0"
@@ -76,10 +77,14 @@ static ral_status host_init(void) {
     g_device_count = (int32_t)n;
   }
   read_cpu_model();
+  host_blas_load(); /* a failure is reported by the first matmul */
   return host_runtime_init(g_device_count);
 }
 
-static void host_shutdown(void) { host_runtime_shutdown(); }
+static void host_shutdown(void) {
+  host_runtime_shutdown();
+  host_pool_shutdown();
+}
 
 static ral_status host_device_count(int32_t* count) {
   if (!count) return host_error(RAL_ERROR_INVALID_ARGUMENT, "device_count: null output");

@@ -12,11 +12,11 @@
  *     blocks of adjacent columns accumulate row by row, so memory is read forward.
  */
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "host.h"
+#include "pool.h"
 
 typedef enum { R_SUM, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_SQDEV } rop;
 
@@ -265,44 +265,75 @@ static void acc_combine(rop op, int is_float, racc* a, const racc* b) {
 typedef void (*finish_fn)(const rplan* P, int64_t j, const racc* a, const int64_t* out_off,
                           const void* ctx);
 
+typedef struct {
+  const rplan* P;
+  rop op;
+  finish_fn finish;
+  const void* ctx;
+  const double* means;
+  int64_t j; /* split mode: the output being reduced */
+  int ntasks;
+  racc* parts;
+} plan_job;
+
+/* Outputs [j0, j1), each reduced whole. */
+static void plan_outputs(int64_t j0, int64_t j1, void* arg) {
+  const plan_job* J = arg;
+  const rplan* P = J->P;
+  int is_float = host_dtype_is_float(P->in_dtype);
+  for (int64_t j = j0; j < j1; j++) {
+    int64_t in_off, out_off[2];
+    kept_offsets(P, j, &in_off, out_off);
+    racc a = acc_init(J->op, is_float);
+    reduce_range(P, P->in + in_off, 0, P->L, J->op, &a, J->means ? J->means[j] : 0);
+    J->finish(P, j, &a, out_off, J->ctx);
+  }
+}
+
+/* Tasks [t0, t1) of one output's row: task t reduces [L t / n, L (t+1) / n) into parts[t]. */
+static void plan_split(int64_t t0, int64_t t1, void* arg) {
+  const plan_job* J = arg;
+  const rplan* P = J->P;
+  int64_t in_off, out_off[2];
+  kept_offsets(P, J->j, &in_off, out_off);
+  for (int64_t t = t0; t < t1; t++) {
+    racc a = acc_init(J->op, host_dtype_is_float(P->in_dtype));
+    reduce_range(P, P->in + in_off, P->L * t / J->ntasks, P->L * (t + 1) / J->ntasks, J->op, &a,
+                 J->means ? J->means[J->j] : 0);
+    J->parts[t] = a;
+  }
+}
+
 /* Run op over every output; finish() turns each accumulator into output values. */
 static void run_plan(const rplan* P, rop op, finish_fn finish, const void* ctx,
                      const double* means) {
   int is_float = host_dtype_is_float(P->in_dtype);
-  int nth = omp_get_max_threads();
+  int nth = host_threads();
   int64_t work = P->M * P->L;
+  plan_job J = {P, op, finish, ctx, means, 0, 0, NULL};
   if (P->M >= nth || work <= HOST_GRAIN || nth == 1) {
-#pragma omp parallel for schedule(static) if (work > HOST_GRAIN && P->M > 1)
-    for (int64_t j = 0; j < P->M; j++) {
-      int64_t in_off, out_off[2];
-      kept_offsets(P, j, &in_off, out_off);
-      racc a = acc_init(op, is_float);
-      reduce_range(P, P->in + in_off, 0, P->L, op, &a, means ? means[j] : 0);
-      finish(P, j, &a, out_off, ctx);
-    }
+    int64_t grain = P->L > 0 ? HOST_GRAIN / P->L + 1 : P->M;
+    host_parallel_for(P->M, P->M > 1 ? grain : P->M, plan_outputs, &J);
     return;
   }
-  /* few outputs: split each row across threads */
-  racc* parts = malloc(sizeof(racc) * (size_t)nth);
+  /* few outputs: split each row into a fixed number of tasks (the combine order, and so
+   * the result, does not depend on which thread ran which task) */
+  J.ntasks = 2 * nth;
+  J.parts = malloc(sizeof(racc) * (size_t)J.ntasks);
+  if (!J.parts) {
+    host_parallel_for(P->M, P->M, plan_outputs, &J); /* serially */
+    return;
+  }
   for (int64_t j = 0; j < P->M; j++) {
     int64_t in_off, out_off[2];
     kept_offsets(P, j, &in_off, out_off);
-    int used = 1;
-#pragma omp parallel num_threads(nth)
-    {
-      int t = omp_get_thread_num(), n = omp_get_num_threads();
-#pragma omp single
-      used = n;
-      racc a = acc_init(op, is_float);
-      reduce_range(P, P->in + in_off, P->L * t / n, P->L * (t + 1) / n, op, &a,
-                   means ? means[j] : 0);
-      if (parts) parts[t] = a;
-    }
+    J.j = j;
+    host_parallel_for(J.ntasks, 1, plan_split, &J);
     racc a = acc_init(op, is_float);
-    for (int t = 0; parts && t < used; t++) acc_combine(op, is_float, &a, &parts[t]);
+    for (int t = 0; t < J.ntasks; t++) acc_combine(op, is_float, &a, &J.parts[t]);
     finish(P, j, &a, out_off, ctx);
   }
-  free(parts);
+  free(J.parts);
 }
 
 /* ---------------------------------------------------------------- finishers */
@@ -346,18 +377,23 @@ static void fin_var(const rplan* P, int64_t j, const racc* a, const int64_t* oo,
 /* ---------------------------------------------------------------- column schedule */
 #define COL_BLOCK 256
 
-/* sum over reduced dims when the innermost kept dim is contiguous in the input and the
- * reduced dims are not: accumulate COL_BLOCK columns at a time, row by row. */
-static int try_column_sum(const rplan* P, double scale) {
-  int64_t es = host_dtype_size(P->in_dtype);
-  if (P->nk == 0 || P->nr == 0 || P->kin[P->nk - 1] != es || P->rin[P->nr - 1] == es) return 0;
-  int64_t W = P->ksize[P->nk - 1], outer = P->M / W;
-  int64_t nblk = (W + COL_BLOCK - 1) / COL_BLOCK;
+typedef struct {
+  const rplan* P;
+  double scale;
+  int64_t W, nblk;
+} col_job;
+
+/* Items [i0, i1): item i is column block i % nblk of outer row i / nblk. */
+static void col_items(int64_t i0, int64_t i1, void* arg) {
+  const col_job* J = arg;
+  const rplan* P = J->P;
+  int64_t W = J->W;
+  double scale = J->scale;
   int is_float = host_dtype_is_float(P->in_dtype);
   cols_fn cols = col_sums[P->in_dtype];
-#pragma omp parallel for collapse(2) schedule(static) if (P->M * P->L > HOST_GRAIN)
-  for (int64_t o = 0; o < outer; o++)
-    for (int64_t b = 0; b < nblk; b++) {
+  for (int64_t i = i0; i < i1; i++) {
+    int64_t o = i / J->nblk, b = i % J->nblk;
+    {
       double acc[COL_BLOCK] = {0};
       int64_t w0 = b * COL_BLOCK, w = W - w0 < COL_BLOCK ? W - w0 : COL_BLOCK;
       int64_t in_off, out_off[2];
@@ -379,6 +415,18 @@ static int try_column_sum(const rplan* P, double scale) {
                          is_float ? (int64_t)v : (int64_t)acc[k]);
       }
     }
+  }
+}
+
+/* sum over reduced dims when the innermost kept dim is contiguous in the input and the
+ * reduced dims are not: accumulate COL_BLOCK columns at a time, row by row. */
+static int try_column_sum(const rplan* P, double scale) {
+  int64_t es = host_dtype_size(P->in_dtype);
+  if (P->nk == 0 || P->nr == 0 || P->kin[P->nk - 1] != es || P->rin[P->nr - 1] == es) return 0;
+  int64_t W = P->ksize[P->nk - 1];
+  col_job J = {P, scale, W, (W + COL_BLOCK - 1) / COL_BLOCK};
+  int64_t items = (P->M / W) * J.nblk, per_item = P->L * COL_BLOCK;
+  host_parallel_for(items, P->M * P->L > HOST_GRAIN ? HOST_GRAIN / per_item + 1 : items, col_items, &J);
   return 1;
 }
 

@@ -12,6 +12,7 @@
  * event reached when the worker gets to it.
  */
 #define _GNU_SOURCE /* pthread_setname_np */
+#include <omp.h>
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <time.h>
 
 #include "host.h"
+#include "pool.h"
 #include "runtime.h"
 
 /* On an idle stream a copy is done on the calling thread: cheaper than waking the
@@ -121,10 +123,27 @@ static void event_wait(struct ral_event_s* e, uint64_t generation) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* A jit-compiled kernel (not in this plugin's table) parallelises with its own OpenMP
+ * pragmas: on this worker OpenMP is held to one thread, so give it the budget while it
+ * runs. Its OpenMP team then waits as libgomp does (see README.md). */
+static ral_status run_kernel(node* n) {
+  static _Thread_local ral_kernel_fn last;
+  static _Thread_local int foreign;
+  if (n->fn != last) {
+    last = n->fn;
+    foreign = host_kernel_name(n->fn) == NULL;
+  }
+  if (!foreign) return n->fn(&n->call);
+  omp_set_num_threads(host_threads());
+  ral_status st = n->fn(&n->call);
+  omp_set_num_threads(1);
+  return st;
+}
+
 static ral_status execute(node* n) {
   switch (n->kind) {
     case NODE_KERNEL:
-      return n->fn(&n->call);
+      return run_kernel(n);
     case NODE_COPY:
       host_memcpy_parallel(n->dst, n->src, n->nbytes);
       free(n->staged);
@@ -162,6 +181,7 @@ static void spin_for_work(struct ral_stream_s* s) {
 
 static void* worker_main(void* arg) {
   struct ral_stream_s* s = arg;
+  host_pool_own_thread();
   pthread_mutex_lock(&s->mu);
   for (;;) {
     if (!s->head && !s->stop) spin_for_work(s);
@@ -419,13 +439,17 @@ ral_status host_launch(ral_kernel_fn kernel, const ral_kernel_call* call) {
   struct ral_stream_s* s;
   ral_status st = resolve(call->device, call->stream, &s);
   if (st != RAL_OK) return st;
+  host_pool_note_caller();
   if (small_call(call) && stream_idle(s)) {
     /* Stream order holds (nothing is queued before it), and for a kernel this small the
-     * hand-off to the worker costs more than the kernel: run it here. A failure is then a
-     * synchronous error of this launch. */
+     * hand-off to the worker costs more than the kernel: run it here, on this thread only
+     * (no pool, no OpenMP team). A failure is then a synchronous error of this launch. */
     ral_kernel_call here = *call;
     here.stream = s;
-    return kernel(&here);
+    int saved = host_inline_enter();
+    st = kernel(&here);
+    host_inline_leave(saved);
+    return st;
   }
   node* n = node_of(s, NODE_KERNEL, "launch");
   if (!n) return RAL_ERROR_OUT_OF_MEMORY;

@@ -1,0 +1,276 @@
+"""Speed as a user sees it (issue 13): every side in its own fresh process.
+
+Sides named "cpu", "eager" and "empty_mode" never import torch_fl (a plain PyTorch user's
+process); "to" runs the model moved with `.to(dev)`; "mode" runs CPU tensors under
+`torch_fl.ral_mode(dev)`. Each ral sample ends with `torch.ral.synchronize()`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from common import Result
+from procs import alternate, median_ratio
+
+DEV = os.environ.get("BENCH_DEVICE", "ral:0")
+
+
+def _ral():
+    import torch_fl
+
+    return torch_fl
+
+
+# ---------------------------------------------------------------- GPT-2-shaped model
+def gpt2(seed: int = 0) -> torch.nn.Module:
+    """The benchmark model: GPT-2 with 4 layers, 256 wide, random init, dropout off."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(
+        n_layer=4,
+        n_embd=256,
+        n_head=4,
+        vocab_size=2048,
+        n_positions=256,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _ids():
+    return torch.randint(0, 2048, (4, 128), generator=torch.Generator().manual_seed(1))
+
+
+def _forward(style: str):
+    model, ids = gpt2().eval(), _ids()
+    if style == "cpu":
+
+        def fn():
+            with torch.no_grad():
+                model(ids)
+
+        return fn, 1
+    fl = _ral()
+    if style == "to":
+        model, ids = model.to(DEV), ids.to(DEV)
+
+    def fn():
+        if style == "to":
+            with torch.no_grad():
+                model(ids)
+        else:
+            with torch.no_grad(), fl.ral_mode(DEV):
+                model(ids)
+        torch.ral.synchronize()
+
+    return fn, 1
+
+
+def _train(style: str):
+    model, ids = gpt2().train(), _ids()
+    if style == "to":
+        _ral()
+        model, ids = model.to(DEV), ids.to(DEV)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+
+    if style == "cpu":
+        return step, 1
+    if style == "to":
+
+        def fn():
+            step()
+            torch.ral.synchronize()
+
+        return fn, 1
+    fl = _ral()
+
+    def fn_mode():
+        with fl.ral_mode(DEV):
+            opt.zero_grad()
+            model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()  # CPU parameters: the optimizer runs where they live
+        torch.ral.synchronize()
+
+    return fn_mode, 1
+
+
+# ---------------------------------------------------------------- latency and micro cases
+def _latency(style: str):
+    """Linear(64,64) + sum + .item(): a small model whose every step reads one number back."""
+    n = 200
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(64, 64), torch.randn(32, 64)
+    if style == "to":
+        _ral()
+        lin, x = lin.to(DEV), x.to(DEV)
+    ctx = _ral().ral_mode(DEV) if style == "mode" else None
+
+    def fn():
+        with torch.no_grad():
+            if ctx is None:
+                for _ in range(n):
+                    lin(x).sum().item()
+            else:
+                with ctx:
+                    for _ in range(n):
+                        lin(x).sum().item()
+
+    return fn, n
+
+
+def _add16(style: str):
+    """One 16-float add per op, 2000 ops per sample."""
+    n = 2000
+    a, b = torch.randn(16), torch.randn(16)
+    if style == "eager":
+
+        def fn():
+            for _ in range(n):
+                torch.add(a, b)
+
+        return fn, n
+    if style == "empty_mode":
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Empty(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        def fn_empty():
+            with Empty():
+                for _ in range(n):
+                    torch.add(a, b)
+
+        return fn_empty, n
+    fl = _ral()
+    if style == "to":
+        a, b = a.to(DEV), b.to(DEV)
+
+        def fn_to():
+            for _ in range(n):
+                torch.add(a, b)
+            torch.ral.synchronize()
+
+        return fn_to, n
+
+    def fn_mode():
+        with fl.ral_mode(DEV):
+            for _ in range(n):
+                torch.add(a, b)
+        torch.ral.synchronize()
+
+    return fn_mode, n
+
+
+def _linear(style: str):
+    """nn.Linear(1024, 1024) on batch 2048, 10 calls per sample."""
+    n = 10
+    torch.manual_seed(0)
+    lin, x = torch.nn.Linear(1024, 1024), torch.randn(2048, 1024)
+    if style == "to":
+        _ral()
+        lin, x = lin.to(DEV), x.to(DEV)
+    ctx = _ral().ral_mode(DEV) if style == "mode" else None
+
+    def fn():
+        with torch.no_grad():
+            if ctx is None:
+                for _ in range(n):
+                    lin(x)
+            else:
+                with ctx:
+                    for _ in range(n):
+                        lin(x)
+        if style != "cpu":
+            torch.ral.synchronize()
+
+    return fn, n
+
+
+def _large_add(style: str):
+    """4096x4096 float32 add with a fresh output, 3 per sample."""
+    n = 3
+    a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
+    if style == "to":
+        _ral()
+        a, b = a.to(DEV), b.to(DEV)
+    ctx = _ral().ral_mode(DEV) if style == "mode" else None
+
+    def fn():
+        if ctx is None:
+            for _ in range(n):
+                torch.add(a, b)
+        else:
+            with ctx:
+                for _ in range(n):
+                    torch.add(a, b)
+        if style != "cpu":
+            torch.ral.synchronize()
+
+    return fn, n
+
+
+def _sides(make, names):
+    return {s: (lambda s=s: make(s)) for s in names}
+
+
+SIDES = {
+    "gpt2_forward": _sides(_forward, ["cpu", "to", "mode"]),
+    "gpt2_train": _sides(_train, ["cpu", "to", "mode"]),
+    "latency": _sides(_latency, ["cpu", "to", "mode"]),
+    "add16": _sides(_add16, ["eager", "empty_mode", "to", "mode"]),
+    "linear": _sides(_linear, ["cpu", "to", "mode"]),
+    "large_add": _sides(_large_add, ["cpu", "to", "mode"]),
+}
+
+# case -> (title, baseline side, per-side target (x of baseline) or None, repeats, unit)
+SPEC = {
+    "gpt2_forward": ("GPT-2 4x256 forward, batch 4x128", "cpu", {"to": 1.05, "mode": 1.05}, 7, "ms"),
+    "gpt2_train": ("GPT-2 4x256 train step (AdamW)", "cpu", {"to": 1.10, "mode": 1.10}, 5, "ms"),
+    "latency": ("Linear(64,64)+sum+.item() loop", "cpu", {"to": 2.5, "mode": 2.5}, 7, "us"),
+    "add16": ("16-float add, per op", "eager", {"to": None, "mode": None}, 7, "us"),
+    "linear": ("Linear(1024,1024) batch 2048", "cpu", {"to": 1.00, "mode": 1.00}, 5, "ms"),
+    "large_add": ("4096^2 add", "cpu", {"to": 0.30, "mode": 0.30}, 7, "ms"),
+}
+STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode"}
+SCALE = {"ms": 1e3, "us": 1e6}
+
+
+def run_case(name: str, dev: str, rounds: int) -> list[Result]:
+    """Alternating fresh processes for every side of `name`; one Result per non-baseline side."""
+    os.environ["BENCH_DEVICE"] = dev
+    title, base, targets, repeats, unit = SPEC[name]
+    sides = list(SIDES[name])
+    times = alternate("bench_user", name, sides, rounds, repeats=repeats)
+    med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
+    k = SCALE[unit]
+    rows = []
+    for s in sides:
+        if s == base:
+            continue
+        note = f"{med[s] * k:.1f} {unit} vs {med[base] * k:.1f} {unit}, {rounds} rounds"
+        if name == "add16" and s in ("to", "mode"):
+            note += f"; empty-mode floor {med['empty_mode'] * k:.1f} {unit}"
+        subject = "cpu" if s == "empty_mode" else dev
+        row = Result(f"{title} [{STYLE[s]}]", subject, med[s], f"{base} (own process)", med[base], targets.get(s))
+        row.note, row.rounds_ratio = note, median_ratio(times, s, base)
+        rows.append(row)
+    return rows
+
+
+CASES = {name: (lambda dev, name=name: run_case(name, dev, _rounds())) for name in SIDES}
+
+
+def _rounds() -> int:
+    import common
+
+    return common.ROUNDS

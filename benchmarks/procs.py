@@ -1,0 +1,71 @@
+"""Separate-process timing: each side of a case runs in its own fresh interpreter.
+
+Why: CPU and ral:0 timed alternately in one process share OpenMP teams, BLAS threads and the
+stream worker, so one side's spinning threads slow the other (issue 13). A user runs one or
+the other, so each side gets a fresh process, as a user's script would. Rounds alternate the
+sides (cpu, ral, cpu, ral, ...) so machine drift hits both alike; the reported ratio is the
+median of the per-round ratios.
+
+A side is `SIDES[case][side]()` in a module named by the case: it builds its inputs and
+returns (fn, inner) where fn() is one timed sample running `inner` iterations (already
+synchronized). The child prints one JSON line with the median seconds per iteration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child_main(module: str, case: str, side: str, repeats: int, warmup: int) -> int:
+    """Runs one side in this (fresh) process and prints its median time per iteration."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(1, str(HERE.parent))
+    mod = __import__(module)
+    fn, inner = mod.SIDES[case][side]()
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) / inner)
+    print(json.dumps({"s": statistics.median(samples), "min": min(samples)}))
+    return 0
+
+
+def run_side(module: str, case: str, side: str, repeats: int, warmup: int) -> float:
+    """Seconds per iteration of one side, measured in a fresh interpreter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, str(HERE / "procs.py"), module, case, side, str(repeats), str(warmup)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{module}.{case}.{side} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["s"]
+
+
+def alternate(module: str, case: str, sides: list[str], rounds: int, repeats: int = 7, warmup: int = 2) -> dict:
+    """Per side, the list of per-round times, sides run in alternating fresh processes."""
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        for s in order:
+            times[s].append(run_side(module, case, s, repeats, warmup))
+    return times
+
+
+def median_ratio(times: dict, subject: str, baseline: str) -> float:
+    """Median over rounds of subject/baseline (each round pairs one process of each)."""
+    return statistics.median(a / b for a, b in zip(times[subject], times[baseline]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
