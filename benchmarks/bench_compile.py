@@ -48,7 +48,7 @@ def child(case: str, mode: str, steps: int) -> float:
         import torch_fl.jit.compile_backend  # noqa: F401
     if case == "gpt2":
         sys.path.insert(0, str(ROOT))
-        from benchmarks.bench_models import _ids, gpt2
+        from benchmarks.bench_user import _ids, gpt2
 
         model = gpt2().train().to("ral:0")
         model.config.use_cache = False  # training; the KV cache builds tensors with torch.tensor(device=)

@@ -65,7 +65,7 @@ def run_side(side: str, case: str, repeats: int = 5) -> float:
                 lin(x)
 
         return _timed(fwd, sync, repeats)
-    from bench_models import _ids, gpt2
+    from bench_user import _ids, gpt2
 
     model = gpt2().to(dev)
     ids = _ids().to(dev)
@@ -94,7 +94,7 @@ def launches_per_forward(side: str) -> int:
     from torch_fl._native import lib
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_models import _ids, gpt2
+    from bench_user import _ids, gpt2
 
     dev = _device(side)
     idx = torch.device(dev).index
