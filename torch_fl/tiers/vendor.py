@@ -304,7 +304,7 @@ def _first_tensor(sch, full):
         if sch.kinds[pos] == TENSOR_LIST:
             if v:
                 return v[0]
-        elif v is not None:
+        elif isinstance(v, torch.Tensor):  # a Tensor-typed slot may hold a Python number (rsub)
             return v
     return None
 
