@@ -1,7 +1,7 @@
 """Conformance against PyTorch's ModuleInfo database (common_modules.module_db): forward
 outputs, input gradients, parameter gradients and buffers of every sample on a ral device,
 in both styles, compared with the same module run on CPU. Used by tests/test_module_db.py
-and `python -m torch_fl.observe.sweep module`.
+and `python -m torch_fl.tools.sweep module`.
 """
 
 from __future__ import annotations

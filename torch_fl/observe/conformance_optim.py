@@ -3,7 +3,7 @@ optimizer input, in its for-loop, foreach and fused variants where CPU supports 
 several steps of a small nonlinear least-squares problem (one that LBFGS does not solve
 exactly in its steps, where its curvature state would be rounding noise) on a ral device (both styles); parameters and
 optimizer state must equal the same steps on CPU. Used by tests/test_optim_db.py and
-`python -m torch_fl.observe.sweep optim`.
+`python -m torch_fl.tools.sweep optim`.
 """
 
 from __future__ import annotations

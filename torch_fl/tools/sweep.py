@@ -1,9 +1,9 @@
 """Full conformance sweeps outside pytest, for measuring pass rates and reviewing xfails:
 
-    python -m torch_fl.observe.sweep op --devices ral:0 ral:1 --dtypes float32 bfloat16 --out op.jsonl
-    python -m torch_fl.observe.sweep module --out mod.jsonl
-    python -m torch_fl.observe.sweep optim --out optim.jsonl
-    python -m torch_fl.observe.sweep table op.jsonl mod.jsonl optim.jsonl
+    python -m torch_fl.tools.sweep op --devices ral:0 ral:1 --dtypes float32 bfloat16 --out op.jsonl
+    python -m torch_fl.tools.sweep module --out mod.jsonl
+    python -m torch_fl.tools.sweep optim --out optim.jsonl
+    python -m torch_fl.tools.sweep table op.jsonl mod.jsonl optim.jsonl
 
 Each case is one JSON line (flushed as it finishes, so a long sweep can be read while it runs);
 `--shard K/N` runs every N-th case for running shards in parallel processes.
@@ -93,7 +93,7 @@ def table(paths) -> str:
 
 def main(argv=None) -> None:
     """Command line: a sweep, or `table` over JSONL files."""
-    ap = argparse.ArgumentParser(prog="python -m torch_fl.observe.sweep")
+    ap = argparse.ArgumentParser(prog="python -m torch_fl.tools.sweep")
     ap.add_argument("db", choices=["op", "module", "optim", "table"])
     ap.add_argument("files", nargs="*", help="JSONL files (table only)")
     ap.add_argument("--devices", nargs="+", default=["ral:0", "ral:1"])
