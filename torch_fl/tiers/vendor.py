@@ -388,6 +388,8 @@ def build(sch, args, kwargs, full, dev):
     if fresh:
         res = meta_run(sch.func, args, kwargs)
         metas = res if isinstance(res, (list, tuple)) else (res,)
+        if any(m is None for m in metas):  # e.g. native_layer_norm_backward without weight grads
+            raise Declined("op returns undefined (None) outputs")
         out_specs = []
         for m in metas:
             shape = tuple(m.shape)
