@@ -32,9 +32,12 @@ def xfail_reason(xfails: dict, dev: str, style: str, key: str) -> str | None:
     return None
 
 
-def check(result, xfails: dict, dev: str, xfail_file: str) -> None:
-    """Pass iff the case passed, or failed as a listed strict xfail (a fixed one must be removed)."""
+def check(result, xfails: dict, dev: str, xfail_file: str, capped: bool = False) -> None:
+    """Pass iff the case passed, or failed as a listed strict xfail (a fixed one must be removed).
+    `capped`: the run checked only the first samples, so an xfail may fail beyond them."""
     reason = xfail_reason(xfails, dev, result.style, result.key)
+    if reason is not None and capped and result.passed:
+        pytest.skip(f"its expected failure lies beyond the samples CI runs (the full sweep checks it): {reason}")
     if reason is not None:
         assert not result.passed, (
             f"{dev} {result.key} ({result.style}) now passes: remove it from tests/{xfail_file} ({reason})"

@@ -65,7 +65,7 @@ def _check(dev, op, dtype, style, full=False):
     if not C.device_declares(dev, dtype) and str(dtype) == "torch.float16":
         pytest.skip(f"{dev} does not declare float16 in its dtype_mask (the OpenCL plugin on PoCL)")
     cap = None if full or C.opinfo_name(op) not in CAPPED else 8
-    check(C.run_case(op, dtype, dev, style, max_samples=cap), XFAIL, dev, "opinfo_xfails.py")
+    check(C.run_case(op, dtype, dev, style, max_samples=cap), XFAIL, dev, "opinfo_xfails.py", capped=cap is not None)
 
 
 @pytest.mark.parametrize("dev,op,dtype", _cases(ci=True))
