@@ -42,29 +42,11 @@ def _cases(ci: bool):
     return out
 
 
-# Ops whose samples all take the cpu tier and are many: CI checks their first 8 samples,
-# the full sweep checks all (pooling on CPU fallback costs ~30 s per op on 2 cores).
-CAPPED = {
-    "nn.functional.max_pool1d",
-    "nn.functional.max_pool2d",
-    "nn.functional.max_pool3d",
-    "max_pool2d_with_indices_backward",
-    "nn.functional.max_unpool1d",
-    "nn.functional.max_unpool2d",
-    "nn.functional.max_unpool3d",
-    "nn.functional.unfold",
-    "grid_sampler_3d",
-    "nn.functional.multi_head_attention_forward",
-    "histogramdd",
-    "nn.functional.linear_cross_entropy",
-}
-
-
 def _check(dev, op, dtype, style, full=False):
     need_device(dev)
     if not C.device_declares(dev, dtype) and str(dtype) == "torch.float16":
         pytest.skip(f"{dev} does not declare float16 in its dtype_mask (the OpenCL plugin on PoCL)")
-    cap = None if full or C.opinfo_name(op) not in CAPPED else 8
+    cap = None if full or C.opinfo_name(op) not in C.SLOW_OPS else 8
     check(C.run_case(op, dtype, dev, style, max_samples=cap), XFAIL, dev, "opinfo_xfails.py", capped=cap is not None)
 
 

@@ -118,6 +118,23 @@ def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
     )
 
 
+# Ops whose samples all take the cpu tier and are many: CI (and `sweep --capped`) checks their
+# first 8 samples, the full sweep checks all (pooling on CPU fallback costs ~30 s per op on 2
+# cores).
+SLOW_OPS = {
+    "nn.functional.max_pool1d",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
+    "max_pool2d_with_indices_backward",
+    "nn.functional.max_unpool1d",
+    "nn.functional.max_unpool2d",
+    "nn.functional.max_unpool3d",
+    "nn.functional.unfold",
+    "grid_sampler_3d",
+    "nn.functional.multi_head_attention_forward",
+    "histogramdd",
+    "nn.functional.linear_cross_entropy",
+}
 # Ops whose values are unspecified (uninitialized memory) or drawn from the RNG without
 # OpInfo's seeding wrapper: only shapes and dtypes compare.
 UNINITIALIZED = {

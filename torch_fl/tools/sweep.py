@@ -35,8 +35,11 @@ def _cases(args):
                 dname = str(dt).replace("torch.", "")
                 if zlib.crc32(f"{dev}:{C.opinfo_name(op)}:{dname}".encode()) % args.sample:
                     continue
+                cap = 8 if args.capped and C.opinfo_name(op) in C.SLOW_OPS else None
                 for style in args.styles:
-                    yield lambda op=op, dt=dt, dev=dev, style=style: C.run_case(op, dt, dev, style)
+                    if (dev, style, f"{C.opinfo_name(op)}:{dname}") in args.done:
+                        continue
+                    yield lambda op=op, dt=dt, dev=dev, style=style, cap=cap: C.run_case(op, dt, dev, style, cap)
     elif args.db == "module":
         from torch_fl.observe import conformance_modules as M
 
@@ -66,6 +69,12 @@ def run(args) -> None:
 
     torch.ral.device_count()
     k, n = (int(x) for x in args.shard.split("/"))
+    args.done = set()
+    for p in args.resume:
+        for line in open(p):
+            r = json.loads(line)
+            if "op" in r:
+                args.done.add((r["device"], r["style"], f"{r['op']}:{r['dtype']}"))
     out = open(args.out, "a") if args.out else sys.stdout
     for i, case in enumerate(_cases(args)):
         if i % n != k:
@@ -119,6 +128,8 @@ def main(argv=None) -> None:
     ap.add_argument("--names", nargs="+", default=None)
     ap.add_argument("--shard", default="0/1")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--capped", action="store_true", help="op only: first 8 samples of SLOW_OPS, as CI")
+    ap.add_argument("--resume", nargs="*", default=[], help="op only: skip cases these JSONL files hold")
     ap.add_argument(
         "--sample",
         type=int,
