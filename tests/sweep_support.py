@@ -33,9 +33,12 @@ def xfail_reason(xfails: dict, dev: str, style: str, key: str) -> str | None:
 
 
 def check(result, xfails: dict, dev: str, xfail_file: str, capped: bool = False) -> None:
-    """Pass iff the case passed, or failed as a listed strict xfail (a fixed one must be removed).
+    """Pass iff the case passed, or failed as a listed strict xfail (a fixed one must be removed;
+    a "flaky:" one may pass).
     `capped`: the run checked only the first samples, so an xfail may fail beyond them."""
     reason = xfail_reason(xfails, dev, result.style, result.key)
+    if reason is not None and reason.startswith("flaky:") and result.passed:
+        return  # a wrong result some runs do not show (see the reason): passing is allowed
     if reason is not None and capped and result.passed:
         pytest.skip(f"its expected failure lies beyond the samples CI runs (the full sweep checks it): {reason}")
     if reason is not None:

@@ -19,7 +19,7 @@ from sweep_support import DEVICES, check, need_device, sampled
 from torch_fl.observe import conformance_modules as M
 
 MODULES = M.select_modules(M.load_module_db())
-CI_ONE_IN = 8
+CI_ONE_IN = 4
 # CI checks the first samples of each sampled module (nn.LinearCrossEntropyLoss alone has
 # minutes of them on 2 cores); the full sweep checks all.
 CI_MAX_SAMPLES = 6

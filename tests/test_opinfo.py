@@ -21,7 +21,7 @@ from torch_fl.observe import conformance as C
 OP_DB = C.load_op_db()
 DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
 # ral:1 (OpenCL on PoCL) costs several times ral:0 per case: CI samples 1 in this many.
-RAL1_ONE_IN = 40
+RAL1_ONE_IN = 16
 
 
 def _in_ci(dev: str, name: str, dtype: str) -> bool:

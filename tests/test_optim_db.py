@@ -17,7 +17,7 @@ from sweep_support import DEVICES, check, need_device, sampled
 from torch_fl.observe import conformance_optim as O
 
 CASES = [(info, oi, impl, cid) for info in O.load_optim_db() for cid, oi, impl in O.case_names(info)]
-CI_ONE_IN = 6
+CI_ONE_IN = 3
 
 
 def _cases(ci: bool):
