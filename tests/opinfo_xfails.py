@@ -14,7 +14,7 @@ _PARTIAL = (
     "outside the view sees other memory"
 )
 _LN_DTYPE = (
-    "half-precision native_layer_norm: mean/rstd come back float32 (the meta kernel's and CUDA's "
+    "half-precision native_layer_norm on ral:0 (vendor kernel; ral:1 serves it on the cpu tier): mean/rstd come back float32 (the meta kernel's and CUDA's "
     "dtype, which the router allocates from); PyTorch's CPU kernel returns the input dtype"
 )
 _SPLIT = (
@@ -54,8 +54,8 @@ XFAIL: dict[str, str] = {
     "mode:as_strided.partial_views:bool": _PARTIAL,
     "mode:as_strided.partial_views:float16": _PARTIAL,
     "mode:as_strided.partial_views:int64": _PARTIAL,
-    "*:native_layer_norm:bfloat16": _LN_DTYPE,
-    "*:native_layer_norm:float16": _LN_DTYPE,
+    "ral:0/*:native_layer_norm:bfloat16": _LN_DTYPE,
+    "ral:0/*:native_layer_norm:float16": _LN_DTYPE,
     "*:sparse.mm.reduce:float16": _SPARSE,
     "*:tensor_split:bfloat16": _SPLIT,
     "*:tensor_split:bool": _SPLIT,
