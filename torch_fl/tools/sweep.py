@@ -7,8 +7,9 @@
     python -m torch_fl.tools.sweep failures op.jsonl      (xfail keys and errors to review)
 
 Each case is one JSON line (flushed as it finishes, so a long sweep can be read while it runs);
-`--shard K/N` runs every N-th case for running shards in parallel processes; `--sample N`
-runs a stable hash-chosen 1/N of the op pairs.
+`--sample N` runs a stable hash-chosen 1/N of the op pairs; parallel processes split the work
+by --devices/--dtypes, and `--resume FILE...` skips cases already recorded. A case recorded
+twice counts once (its last result).
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ def run(args) -> None:
     import torch_fl.api  # noqa: F401  (registers the ral device)
 
     torch.ral.device_count()
-    k, n = (int(x) for x in args.shard.split("/"))
     args.done = set()
     for p in args.resume:
         for line in open(p):
@@ -77,8 +77,6 @@ def run(args) -> None:
                 args.done.add((r["device"], r["style"], f"{r['op']}:{r['dtype']}"))
     out = open(args.out, "a") if args.out else sys.stdout
     for i, case in enumerate(_cases(args)):
-        if i % n != k:
-            continue
         try:
             r = dataclasses.asdict(case())
         except Exception as exc:  # a runner bug must not end a long sweep
@@ -90,16 +88,18 @@ def run(args) -> None:
 
 def table(paths) -> str:
     """Markdown table of pass rates per (db, device, dtype, style) from sweep JSONL files."""
-    stats = defaultdict(lambda: [0, 0, 0.0])
+    latest = {}
     for p in paths:
         for line in open(p):
             r = json.loads(line)
-            if "op" not in r:
-                continue
-            s = stats[(r["db"], r["device"], r["dtype"], r["style"])]
-            s[0] += r["passed"]
-            s[1] += 1
-            s[2] += r["seconds"]
+            if "op" in r:
+                latest[(r["db"], r["device"], r["style"], r["op"], r["dtype"])] = r
+    stats = defaultdict(lambda: [0, 0, 0.0])
+    for r in latest.values():
+        s = stats[(r["db"], r["device"], r["dtype"], r["style"])]
+        s[0] += r["passed"]
+        s[1] += 1
+        s[2] += r["seconds"]
     rows = ["| db | device | dtype | style | passed | cases | rate | seconds |", "|---|---|---|---|---|---|---|---|"]
     for (db, dev, dt, st), (ok, n, sec) in sorted(stats.items()):
         rows.append(f"| {db} | {dev} | {dt} | {st} | {ok} | {n} | {100 * ok / n:.1f}% | {sec:.0f} |")
@@ -126,7 +126,6 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16", "int64", "bool"])
     ap.add_argument("--styles", nargs="+", default=["device", "mode"])
     ap.add_argument("--names", nargs="+", default=None)
-    ap.add_argument("--shard", default="0/1")
     ap.add_argument("--out", default=None)
     ap.add_argument("--capped", action="store_true", help="op only: first 8 samples of SLOW_OPS, as CI")
     ap.add_argument("--resume", nargs="*", default=[], help="op only: skip cases these JSONL files hold")
