@@ -12,11 +12,6 @@ _LAZY = (
     "a plain RalTensor of shape [0] (RalTensor is a Python tensor subclass and cannot also be an "
     "UninitializedParameter), so the module never materializes its weights"
 )
-_WEAKREF_MODE = (
-    "tracked: ral_mode's write-back of an in-place op on a CPU tensor (BatchNorm's "
-    "num_batches_tracked += 1) looks up its weak-keyed cache by id(t) (mode.py _write_back: "
-    "`_CACHE.get(id(t))`), a TypeError (issue 12, ral_mode in-place writes)"
-)
 _RNN = (
     "tracked: nn.LSTM/GRU and their cells call aten::_thnn_fused_lstm_cell/_thnn_fused_gru_cell, "
     "which have no CPU kernel for the cpu tier to serve (issue 12, LSTM/GRU)"
@@ -29,12 +24,6 @@ XFAIL: dict[str, str] = {
     "device:nn.LazyConvTranspose1d:float32": _LAZY,
     "device:nn.LazyConvTranspose2d:float32": _LAZY,
     "device:nn.LazyConvTranspose3d:float32": _LAZY,
-    "mode:nn.BatchNorm1d:float32": _WEAKREF_MODE,
-    "mode:nn.BatchNorm2d:float32": _WEAKREF_MODE,
-    "mode:nn.BatchNorm3d:float32": _WEAKREF_MODE,
-    "mode:nn.InstanceNorm1d:float32": _WEAKREF_MODE,
-    "mode:nn.InstanceNorm2d:float32": _WEAKREF_MODE,
-    "mode:nn.InstanceNorm3d:float32": _WEAKREF_MODE,
     "*:nn.GRU:float32": _RNN,
     "*:nn.GRUCell:float32": _RNN,
     "*:nn.LSTM:float32": _RNN,

@@ -22,11 +22,6 @@ _SPLIT = (
     "the conformance transform moves every tensor to the device"
 )
 
-_WEAKREF_MODE = (
-    "tracked: ral_mode's write-back of a CPU tensor the op updated (batch/instance norm's running "
-    "stats) looks up its weak-keyed cache by id(t) (mode.py _write_back: `_CACHE.get(id(t))`), "
-    "a TypeError (issue 12, ral_mode in-place writes)"
-)
 _SCATTER0_RAL1 = (
     "flaky: ral:1 (OpenCL) scatter of a 0-d tensor leaves it unchanged (the plugin's scatter kernel; found "
     "by this sweep, not yet tracked; some runs get it right: ral:0 and 1-element tensors are right)"
@@ -34,18 +29,6 @@ _SCATTER0_RAL1 = (
 _BF16_RAL1 = "tracked: bfloat16 casts and kernels on ral:1 (OpenCL) return wrong values (issue 12)"
 
 XFAIL: dict[str, str] = {
-    "mode:native_batch_norm:float32": _WEAKREF_MODE,
-    "mode:native_batch_norm:bfloat16": _WEAKREF_MODE,
-    "mode:_native_batch_norm_legit:float32": _WEAKREF_MODE,
-    "mode:_native_batch_norm_legit:bfloat16": _WEAKREF_MODE,
-    "mode:nn.functional.batch_norm:float32": _WEAKREF_MODE,
-    "mode:nn.functional.batch_norm:bfloat16": _WEAKREF_MODE,
-    "mode:nn.functional.instance_norm:float32": _WEAKREF_MODE,
-    "mode:nn.functional.instance_norm:bfloat16": _WEAKREF_MODE,
-    "mode:native_batch_norm:float16": _WEAKREF_MODE,
-    "mode:_native_batch_norm_legit:float16": _WEAKREF_MODE,
-    "mode:nn.functional.batch_norm:float16": _WEAKREF_MODE,
-    "mode:nn.functional.instance_norm:float16": _WEAKREF_MODE,
     "*:sparse.sampled_addmm:float32": _SPARSE,
     "*:sparse.mm.reduce:float32": _SPARSE,
     "*:sparse.mm.reduce:bfloat16": _SPARSE,
