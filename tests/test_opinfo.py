@@ -1,7 +1,10 @@
-"""Conformance against PyTorch's OpInfo database (torch.testing._internal op_db).
+"""Conformance against PyTorch's OpInfo database (torch.testing._internal op_db) on ral:0
+and ral:1, in float32, float16 (where the device declares it), bfloat16, int64 and bool, in
+both styles (tensors moved to the device, and CPU samples under ral_mode), against CPU.
 
-CI runs every float32 entry in both styles (tensors moved to the device, and CPU samples
-under ral_mode) plus a stable sample of the other dtypes. The full sweep of every dtype:
+CI runs every float32 entry on ral:0 plus a stable hash-based sample of the rest (1/6 of the
+other dtypes on ral:0, 1/RAL1_ONE_IN of every dtype on ral:1). The full sweep (every case,
+the CI sample included):
     .venv/bin/python -m pytest tests/test_opinfo.py -m slow
 Every known failure is a strict expected failure with its reason (opinfo_xfails.py): a
 failure that gets fixed fails the suite, which keeps the list true.
@@ -9,71 +12,52 @@ failure that gets fixed fails the suite, which keeps the list true.
 
 from __future__ import annotations
 
-import zlib
-
 import pytest
 from opinfo_xfails import XFAIL
+from sweep_support import DEVICES, check, need_device, sampled
 
 from torch_fl.observe import conformance as C
 
 OP_DB = C.load_op_db()
-CI_DTYPES = ("float32",)
-SLOW_DTYPES = ("float16", "bfloat16", "int64", "bool")
+DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
+# ral:1 (OpenCL on PoCL) costs several times ral:0 per case: CI samples 1 in this many.
+RAL1_ONE_IN = 16
 
 
-def _sampled(name: str, dtype: str) -> bool:
-    # A stable ~1/6 of the (op, dtype) pairs of the other dtypes runs in CI.
-    return zlib.crc32(f"{name}:{dtype}".encode()) % 6 == 0
+def _in_ci(dev: str, name: str, dtype: str) -> bool:
+    if dev == "ral:0":
+        return dtype == "float32" or sampled(f"{name}:{dtype}", 6)
+    return sampled(f"{dev}:{name}:{dtype}", RAL1_ONE_IN)
 
 
-def _cases(dtypes, which="all"):
-    """pytest params for (op, dtype) pairs: "all", or only the "sampled"/"unsampled" ones."""
+def _cases(ci: bool):
+    """pytest params for (device, op, dtype): the CI sample, or (ci=False) everything."""
     out = []
-    for op, dt in C.select(OP_DB, dtypes=dtypes):
+    for op, dt in C.select(OP_DB, dtypes=DTYPES):
         name = C.opinfo_name(op)
         dname = str(dt).replace("torch.", "")
-        if which != "all" and _sampled(name, dname) != (which == "sampled"):
-            continue
-        out.append(pytest.param(op, dt, id=f"{name}-{dname}"))
+        for dev in DEVICES:
+            if not ci or _in_ci(dev, name, dname):
+                out.append(pytest.param(dev, op, dt, id=f"{dev}-{name}-{dname}"))
     return out
 
 
-# Ops whose samples all take the cpu tier and are many: CI checks their first 8 samples,
-# the full sweep checks all (pooling on CPU fallback costs ~30 s per op on 2 cores).
-CAPPED = {
-    "nn.functional.max_pool1d",
-    "nn.functional.max_pool2d",
-    "nn.functional.max_pool3d",
-    "max_pool2d_with_indices_backward",
-    "nn.functional.max_unpool1d",
-    "nn.functional.max_unpool2d",
-    "nn.functional.max_unpool3d",
-    "nn.functional.unfold",
-    "grid_sampler_3d",
-    "nn.functional.multi_head_attention_forward",
-    "histogramdd",
-    "nn.functional.linear_cross_entropy",
-}
+def _check(dev, op, dtype, style, full=False):
+    need_device(dev)
+    if not C.device_declares(dev, dtype) and str(dtype) == "torch.float16":
+        pytest.skip(f"{dev} does not declare float16 in its dtype_mask (the OpenCL plugin on PoCL)")
+    cap = None if full or C.opinfo_name(op) not in C.SLOW_OPS else 8
+    check(C.run_case(op, dtype, dev, style, max_samples=cap), XFAIL, dev, "opinfo_xfails.py", capped=cap is not None)
 
 
-def _check(op, dtype, dev, style, full=False):
-    cap = None if full or C.opinfo_name(op) not in CAPPED else 8
-    r = C.run_case(op, dtype, dev, style, max_samples=cap)
-    reason = XFAIL.get(f"{style}:{r.key}") or XFAIL.get(f"*:{r.key}")
-    if reason is not None:
-        assert not r.passed, f"{r.key} ({style}) now passes: remove it from tests/opinfo_xfails.py ({reason})"
-        return
-    assert r.passed, f"{r.key} ({style}): {r.error}"
-
-
-@pytest.mark.parametrize("op,dtype", _cases(CI_DTYPES) + _cases(SLOW_DTYPES, "sampled"))
+@pytest.mark.parametrize("dev,op,dtype", _cases(ci=True))
 @pytest.mark.parametrize("style", ["device", "mode"])
 def test_opinfo(dev, op, dtype, style):
-    _check(op, dtype, dev, style)
+    _check(dev, op, dtype, style)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("op,dtype", _cases(SLOW_DTYPES, "unsampled"))
+@pytest.mark.parametrize("dev,op,dtype", _cases(ci=False))
 @pytest.mark.parametrize("style", ["device", "mode"])
 def test_opinfo_full_sweep(dev, op, dtype, style):
-    _check(op, dtype, dev, style, full=True)
+    _check(dev, op, dtype, style, full=True)

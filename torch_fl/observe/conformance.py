@@ -47,6 +47,7 @@ class CaseResult:
     tiers: dict = field(default_factory=dict)
     error: str = ""
     seconds: float = 0.0
+    device: str = ""
 
     @property
     def key(self) -> str:
@@ -117,6 +118,23 @@ def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
     )
 
 
+# Ops whose samples all take the cpu tier and are many: CI (and `sweep --capped`) checks their
+# first 8 samples, the full sweep checks all (pooling on CPU fallback costs ~30 s per op on 2
+# cores).
+SLOW_OPS = {
+    "nn.functional.max_pool1d",
+    "nn.functional.max_pool2d",
+    "nn.functional.max_pool3d",
+    "max_pool2d_with_indices_backward",
+    "nn.functional.max_unpool1d",
+    "nn.functional.max_unpool2d",
+    "nn.functional.max_unpool3d",
+    "nn.functional.unfold",
+    "grid_sampler_3d",
+    "nn.functional.multi_head_attention_forward",
+    "histogramdd",
+    "nn.functional.linear_cross_entropy",
+}
 # Ops whose values are unspecified (uninitialized memory) or drawn from the RNG without
 # OpInfo's seeding wrapper: only shapes and dtypes compare.
 UNINITIALIZED = {
@@ -229,7 +247,18 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
     tiers: dict = {}
     for (_, tier), n in cov.counts.items():
         tiers[tier] = tiers.get(tier, 0) + n
-    return CaseResult(name, dname, style, not error, len(samples), tiers, error, time.perf_counter() - t0)
+    return CaseResult(name, dname, style, not error, len(samples), tiers, error, time.perf_counter() - t0, dev)
+
+
+def device_declares(dev: str, dtype: torch.dtype) -> bool:
+    """True if the device's plugin declares `dtype` in its dtype_mask (OpenCL on PoCL lacks
+    float16, so float16 conformance does not apply there)."""
+    from torch_fl.core.dtype_names import names_in_mask
+    from torch_fl.device.index import parse_device
+
+    idx = parse_device(dev)
+    rec = [r for r in torch.ral.device_records() if r.index == idx][0]
+    return str(dtype).replace("torch.", "") in names_in_mask(rec.dtype_mask)
 
 
 def select(op_db, names=None, dtypes=("float32",)):

@@ -304,7 +304,7 @@ def _first_tensor(sch, full):
         if sch.kinds[pos] == TENSOR_LIST:
             if v:
                 return v[0]
-        elif v is not None:
+        elif isinstance(v, torch.Tensor):  # a Tensor-typed slot may hold a Python number (rsub)
             return v
     return None
 
@@ -397,6 +397,8 @@ def build(sch, args, kwargs, full, dev):
     if fresh:
         res = meta_run(sch.func, args, kwargs)
         metas = res if isinstance(res, (list, tuple)) else (res,)
+        if any(m is None for m in metas):  # e.g. native_layer_norm_backward without weight grads
+            raise Declined("op returns undefined (None) outputs")
         out_specs = []
         for m in metas:
             shape = tuple(m.shape)
