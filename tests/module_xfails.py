@@ -12,10 +12,6 @@ _LAZY = (
     "a plain RalTensor of shape [0] (RalTensor is a Python tensor subclass and cannot also be an "
     "UninitializedParameter), so the module never materializes its weights"
 )
-_RNN = (
-    "tracked: nn.LSTM/GRU and their cells call aten::_thnn_fused_lstm_cell/_thnn_fused_gru_cell, "
-    "which have no CPU kernel for the cpu tier to serve (issue 12, LSTM/GRU)"
-)
 
 XFAIL: dict[str, str] = {
     "device:nn.LazyConv1d:float32": _LAZY,
@@ -24,8 +20,4 @@ XFAIL: dict[str, str] = {
     "device:nn.LazyConvTranspose1d:float32": _LAZY,
     "device:nn.LazyConvTranspose2d:float32": _LAZY,
     "device:nn.LazyConvTranspose3d:float32": _LAZY,
-    "*:nn.GRU:float32": _RNN,
-    "*:nn.GRUCell:float32": _RNN,
-    "*:nn.LSTM:float32": _RNN,
-    "*:nn.LSTMCell:float32": _RNN,
 }

@@ -9,10 +9,6 @@ a wrong result that some runs do not show: such a case may pass.
 """
 
 _SPARSE = "sparse layouts are refused by design with a clear error (see README Limits)"
-_PARTIAL = (
-    "ral_mode uploads a view's elements, not the whole storage behind it, so as_strided reaching "
-    "outside the view sees other memory"
-)
 _LN_DTYPE = (
     "half-precision native_layer_norm on ral:0 (vendor kernel; ral:1 serves it on the cpu tier): mean/rstd come back float32 (the meta kernel's and CUDA's "
     "dtype, which the router allocates from); PyTorch's CPU kernel returns the input dtype"
@@ -26,7 +22,6 @@ _SCATTER0_RAL1 = (
     "flaky: ral:1 (OpenCL) scatter of a 0-d tensor leaves it unchanged (the plugin's scatter kernel; found "
     "by this sweep, not yet tracked; some runs get it right: ral:0 and 1-element tensors are right)"
 )
-_BF16_RAL1 = "tracked: bfloat16 casts and kernels on ral:1 (OpenCL) return wrong values (issue 12)"
 
 XFAIL: dict[str, str] = {
     "*:sparse.sampled_addmm:float32": _SPARSE,
@@ -35,12 +30,7 @@ XFAIL: dict[str, str] = {
     "*:to_sparse:float32": _SPARSE,
     "*:tensor_split:float32": _SPLIT,
     "*:tensor_split:int64": _SPLIT,
-    "mode:as_strided.partial_views:float32": _PARTIAL,
     # full sweep of the other dtypes (pytest -m slow)
-    "mode:as_strided.partial_views:bfloat16": _PARTIAL,
-    "mode:as_strided.partial_views:bool": _PARTIAL,
-    "mode:as_strided.partial_views:float16": _PARTIAL,
-    "mode:as_strided.partial_views:int64": _PARTIAL,
     "ral:0/*:native_layer_norm:bfloat16": _LN_DTYPE,
     "ral:0/*:native_layer_norm:float16": _LN_DTYPE,
     "*:sparse.mm.reduce:float16": _SPARSE,
@@ -52,14 +42,5 @@ XFAIL: dict[str, str] = {
     "*:to_sparse:float16": _SPARSE,
     "*:to_sparse:int64": _SPARSE,
     # ral:1 (OpenCL) sweep
-    "ral:1/*:nn.functional.hardswish:bfloat16": _BF16_RAL1,
-    "ral:1/*:nn.functional.leaky_relu:bfloat16": _BF16_RAL1,
-    "ral:1/*:nn.functional.linear_cross_entropy.chunked_none:bfloat16": _BF16_RAL1,
     "ral:1/*:scatter:int64": _SCATTER0_RAL1,
-    "ral:1/*:float_power:bfloat16": _BF16_RAL1,
-    "ral:1/*:nn.functional.glu:bfloat16": _BF16_RAL1,
-    "ral:1/*:nn.functional.hinge_embedding_loss:bfloat16": _BF16_RAL1,
-    "ral:1/*:nn.functional.silu:bfloat16": _BF16_RAL1,
-    "ral:1/device:masked.logaddexp:bfloat16": _BF16_RAL1,
-    "ral:1/device:masked.sum:bfloat16": _BF16_RAL1,
 }

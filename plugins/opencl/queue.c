@@ -3,6 +3,7 @@
  * events are markers enqueued at the stream's tail.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -10,6 +11,10 @@
 #include "ocl.h"
 
 struct ral_event_s {
+  /* One thread may record the event while others query, wait for or time it (the runtime
+   * keeps the event alive, not its cl_event): `ev` is read and replaced under `lock`, and
+   * readers work on their own retained reference. */
+  pthread_mutex_t lock;
   cl_event ev; /* NULL until recorded */
 };
 
@@ -159,15 +164,27 @@ ral_status ocl_stream_query(int32_t device, ral_stream stream) {
 ral_status ocl_event_create(int32_t device, ral_event* event) {
   if (!ocl_device_get(device)) return RAL_ERROR_INVALID_ARGUMENT;
   *event = calloc(1, sizeof **event);
-  return *event ? RAL_OK : ocl_error(RAL_ERROR_OUT_OF_MEMORY, "no host memory for an event");
+  if (!*event) return ocl_error(RAL_ERROR_OUT_OF_MEMORY, "no host memory for an event");
+  pthread_mutex_init(&(*event)->lock, NULL);
+  return RAL_OK;
 }
 
 ral_status ocl_event_destroy(int32_t device, ral_event event) {
   (void)device;
   if (!event) return RAL_OK;
   if (event->ev) CL.clReleaseEvent(event->ev);
+  pthread_mutex_destroy(&event->lock);
   free(event);
   return RAL_OK;
+}
+
+/* The event's current cl_event with a reference of the caller's own (release it), or NULL. */
+static cl_event event_get(ral_event event) {
+  pthread_mutex_lock(&event->lock);
+  cl_event ev = event->ev;
+  if (ev) CL.clRetainEvent(ev);
+  pthread_mutex_unlock(&event->lock);
+  return ev;
 }
 
 ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) {
@@ -175,38 +192,58 @@ ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) 
   cl_event ev;
   ral_status st = mark_tail(stream, &ev);
   if (st != RAL_OK) return st;
-  if (event->ev) CL.clReleaseEvent(event->ev);
+  pthread_mutex_lock(&event->lock);
+  cl_event old = event->ev;
   event->ev = ev;
+  pthread_mutex_unlock(&event->lock);
+  if (old) CL.clReleaseEvent(old);
   return RAL_OK;
 }
 
 ral_status ocl_event_synchronize(int32_t device, ral_event event) {
   (void)device;
-  if (!event->ev) return RAL_OK;
-  cl_int err = CL.clWaitForEvents(1, &event->ev);
+  cl_event ev = event_get(event);
+  if (!ev) return RAL_OK;
+  cl_int err = CL.clWaitForEvents(1, &ev);
+  CL.clReleaseEvent(ev);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clWaitForEvents");
 }
 
 ral_status ocl_event_query(int32_t device, ral_event event) {
   (void)device;
-  return event->ev ? event_state(event->ev) : RAL_OK;
+  cl_event ev = event_get(event);
+  if (!ev) return RAL_OK;
+  ral_status st = event_state(ev);
+  CL.clReleaseEvent(ev);
+  return st;
 }
 
 ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event event) {
   (void)device;
-  if (!event->ev) return RAL_OK;
-  cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &event->ev, NULL);
+  cl_event ev = event_get(event);
+  if (!ev) return RAL_OK;
+  cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &ev, NULL);
+  CL.clReleaseEvent(ev);
   if (err == CL_SUCCESS) ocl_stream_counted(stream);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
 ral_status ocl_event_elapsed_ms(int32_t device, ral_event start, ral_event end, float* ms) {
   (void)device;
-  if (!start->ev || !end->ev) return ocl_error(RAL_ERROR_INVALID_ARGUMENT, "event was never recorded");
-  cl_ulong t0 = 0, t1 = 0;
-  cl_int err = CL.clGetEventProfilingInfo(start->ev, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
-  if (err == CL_SUCCESS) err = CL.clGetEventProfilingInfo(end->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clGetEventProfilingInfo");
-  *ms = (float)((double)((int64_t)(t1 - t0)) / 1e6);
-  return RAL_OK;
+  cl_event e0 = event_get(start), e1 = event_get(end);
+  ral_status st = RAL_OK;
+  if (!e0 || !e1) {
+    st = ocl_error(RAL_ERROR_INVALID_ARGUMENT, "event was never recorded");
+  } else {
+    cl_ulong t0 = 0, t1 = 0;
+    cl_int err = CL.clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
+    if (err == CL_SUCCESS) err = CL.clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (err != CL_SUCCESS)
+      st = ocl_cl_fail(err, "clGetEventProfilingInfo");
+    else
+      *ms = (float)((double)((int64_t)(t1 - t0)) / 1e6);
+  }
+  if (e0) CL.clReleaseEvent(e0);
+  if (e1) CL.clReleaseEvent(e1);
+  return st;
 }
