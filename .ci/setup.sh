@@ -24,4 +24,4 @@ PY=${PYTHON:-python3}
 .venv/bin/pip install -q --disable-pip-version-check "setuptools>=68" wheel "cffi>=1.16"
 .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation -e ".[test]"
 # First import builds the device-guard shim for this torch into the XDG cache.
-.venv/bin/python -c "import torch_fl" >/dev/null
+.venv/bin/python -c "import torch, torch_fl; torch.ones(1, device=\"ral:0\")" >/dev/null
