@@ -5,15 +5,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "host.h"
+#define RAL_SDK_IMPLEMENT_ERROR
 
-/* large enough for a compiler log (compile.c) */
-static _Thread_local char tls_error[4096];
+#include "host.h"
 
 ral_status host_error(ral_status status, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  ral_sdk_vfail(status, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -27,29 +26,13 @@ ral_status host_fail(const ral_kernel_call* c, ral_status status, const char* fm
   return host_error(status, "%s: %s", c && c->op_name ? c->op_name : "?", reason);
 }
 
-const char* host_last_error(void) { return tls_error; }
+const char* host_last_error(void) { return ral_sdk_last_error(); }
 
-const char* host_dtype_name(int32_t dtype) {
-  static const char* names[RAL_DTYPE_COUNT] = {
-      "bool",    "uint8",    "int8",    "int16",   "int32",     "int64",
-      "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
-  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? names[dtype] : "absent";
-}
+const char* host_dtype_name(int32_t dtype) { return ral_sdk_dtype_name(dtype); }
 
-int64_t host_numel(const ral_tensor* t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-  return n;
-}
+int64_t host_numel(const ral_tensor* t) { return ral_sdk_numel(t); }
 
-int host_is_contiguous(const ral_tensor* t) {
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
-    expect *= t->sizes[d];
-  }
-  return 1;
-}
+int host_is_contiguous(const ral_tensor* t) { return ral_sdk_is_contiguous(t); }
 
 int host_same_shape(const ral_tensor* a, const ral_tensor* b) {
   if (a->ndim != b->ndim) return 0;
@@ -115,9 +98,8 @@ const int64_t* host_scalar_list(const ral_kernel_call* c, int i, int* n) {
 }
 
 int host_wrap_dim(int64_t dim, int ndim) {
-  int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 / -1 */
-  if (dim < 0) dim += n;
-  return dim >= 0 && dim < n ? (int)dim : -1;
+  int d;
+  return ral_sdk_wrap_dim(dim, ndim, &d) == RAL_OK ? d : -1;
 }
 
 void host_view_contiguous(host_view* v, void* data, int32_t dtype, int ndim,

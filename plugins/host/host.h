@@ -11,6 +11,9 @@
 #include "dtype.h"
 #include "kernels.h"
 #include "ral_plugin.h"
+/* Long enough for a compiler log; the same in every file of the plugin. */
+#define RAL_SDK_ERROR_CAPACITY 4096
+#include "ral_plugin_sdk.h"
 
 #define HOST_HIDDEN __attribute__((visibility("hidden")))
 /* Hot loops get an AVX2+FMA clone next to the x86-64-v2 baseline, picked at load time:

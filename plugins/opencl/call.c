@@ -2,14 +2,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "ocl.h"
+#define RAL_SDK_IMPLEMENT_ERROR
 
-static _Thread_local char tls_error[8192];
+#include "ocl.h"
 
 ral_status ocl_error(ral_status status, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  ral_sdk_vfail(status, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -32,14 +32,9 @@ ral_status ocl_cl_fail(cl_int err, const char* what) {
   return ocl_error(st, "%s failed: %s (%d)", what, ocl_cl_error_name(err), err);
 }
 
-const char* ocl_last_error(void) { return tls_error; }
+const char* ocl_last_error(void) { return ral_sdk_last_error(); }
 
-const char* ocl_dtype_name(int32_t dtype) {
-  static const char* names[RAL_DTYPE_COUNT] = {"bool",    "uint8",    "int8",    "int16",
-                                               "int32",   "int64",    "float16", "bfloat16",
-                                               "float32", "float64",  "complex64", "complex128"};
-  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? names[dtype] : "absent";
-}
+const char* ocl_dtype_name(int32_t dtype) { return ral_sdk_dtype_name(dtype); }
 
 int ocl_dtype_size(int32_t dtype) {
   static const int sizes[RAL_DTYPE_COUNT] = {1, 1, 1, 2, 4, 8, 2, 2, 4, 8, 8, 16};
@@ -51,20 +46,9 @@ int ocl_dtype_is_float(int32_t dtype) {
          dtype == RAL_DTYPE_BFLOAT16;
 }
 
-int64_t ocl_numel(const ral_tensor* t) {
-  int64_t n = 1;
-  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
-  return n;
-}
+int64_t ocl_numel(const ral_tensor* t) { return ral_sdk_numel(t); }
 
-int ocl_is_contiguous(const ral_tensor* t) {
-  int64_t expect = 1;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    if (t->sizes[d] != 1 && t->strides[d] != expect) return 0;
-    expect *= t->sizes[d];
-  }
-  return 1;
-}
+int ocl_is_contiguous(const ral_tensor* t) { return ral_sdk_is_contiguous(t); }
 
 int64_t ocl_elem_off(const ral_tensor* t) {
   int es = ocl_dtype_size(t->dtype);
@@ -136,7 +120,6 @@ const int64_t* ocl_scalar_list(const ral_kernel_call* c, int i, int* n) {
 }
 
 int ocl_wrap_dim(int64_t dim, int ndim) {
-  int64_t n = ndim > 0 ? ndim : 1; /* a 0-d tensor accepts dim 0 / -1 */
-  if (dim < 0) dim += n;
-  return dim >= 0 && dim < n ? (int)dim : -1;
+  int d;
+  return ral_sdk_wrap_dim(dim, ndim, &d) == RAL_OK ? d : -1;
 }

@@ -10,6 +10,9 @@
 #include <stdint.h>
 
 #include "cl_api.h"
+/* Long enough for a compiler log; the same in every file of the plugin. */
+#define RAL_SDK_ERROR_CAPACITY 8192
+#include "ral_plugin_sdk.h"
 #include "kernels/shared.h"
 #include "ral_plugin.h"
 

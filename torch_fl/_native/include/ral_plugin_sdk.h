@@ -26,8 +26,12 @@
 extern "C" {
 #endif
 
-/*! \brief Capacity of the thread-local error message (bytes, NUL included). */
+/*! \brief Capacity of the thread-local error message (bytes, NUL included). A plugin that
+ *  reports long texts (compiler logs) defines a larger value before including this header,
+ *  the same in every translation unit. */
+#ifndef RAL_SDK_ERROR_CAPACITY
 #define RAL_SDK_ERROR_CAPACITY 512
+#endif
 
 /*! \brief The plugin's thread-local last-error buffer (defined by RAL_SDK_IMPLEMENT_ERROR). */
 extern _Thread_local char ral_sdk_error[RAL_SDK_ERROR_CAPACITY];
@@ -35,6 +39,12 @@ extern _Thread_local char ral_sdk_error[RAL_SDK_ERROR_CAPACITY];
 #ifdef RAL_SDK_IMPLEMENT_ERROR
 _Thread_local char ral_sdk_error[RAL_SDK_ERROR_CAPACITY];
 #endif
+
+/*! \brief ral_sdk_fail with a va_list, for a plugin's own variadic error helpers. */
+static inline ral_status ral_sdk_vfail(ral_status status, const char* fmt, va_list ap) {
+  vsnprintf(ral_sdk_error, sizeof ral_sdk_error, fmt, ap);
+  return status;
+}
 
 /*!
  * \brief Record a printf-style message for this thread and return `status`.
@@ -45,7 +55,7 @@ _Thread_local char ral_sdk_error[RAL_SDK_ERROR_CAPACITY];
 static inline ral_status ral_sdk_fail(ral_status status, const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(ral_sdk_error, sizeof ral_sdk_error, fmt, ap);
+  ral_sdk_vfail(status, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -68,6 +78,14 @@ static inline void ral_sdk_fill_struct(void* dst, const void* src, uint32_t src_
   uint32_t n = dst_size < src_size ? dst_size : src_size;
   memcpy(dst, src, n);
   memcpy(dst, &n, sizeof n);
+}
+
+/*! \brief The ABI name of a dtype code ("float32", ...), or "absent" (RAL_DTYPE_COUNT). */
+static inline const char* ral_sdk_dtype_name(int32_t dtype) {
+  static const char* const names[RAL_DTYPE_COUNT] = {
+      "bool",    "uint8",    "int8",    "int16",   "int32",     "int64",
+      "float16", "bfloat16", "float32", "float64", "complex64", "complex128"};
+  return dtype >= 0 && dtype < RAL_DTYPE_COUNT ? names[dtype] : "absent";
 }
 
 /*! \brief Number of elements of a tensor descriptor (1 for rank 0). */
