@@ -72,6 +72,10 @@ def main():
             f"  ral_mode('ral:0')    {t_mode * 1e3:8.1f} ms   ({t_mode / t_cpu:.2f}x CPU), max |diff| "
             f"{(out_m.cpu() - ref).abs().max().item():.2e}"
         )
+        print(
+            "  (one process times both sides, so the plugin's threads and torch's share the cores;"
+            " benchmarks/run.py times each side in its own process: that is the figure to quote)"
+        )
     shares = cov.tier_shares()
     print("\n== where the op calls ran (model.to style) ==")
     for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):
