@@ -134,7 +134,8 @@ def mixed(dev):
     dist.barrier()
     dist.destroy_process_group()
     # device_id alone picks ralccl, the default backend registered for ral
-    os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 0)
+    # A new store on the next port: the first one may still hold its port (TIME_WAIT) a moment.
+    os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)
     dist.init_process_group(device_id=torch.device(dev), timeout=timedelta(seconds=30), init_method="env://")
     assert dist.get_backend() == "ralccl", dist.get_backend()
     dist.all_reduce(d)
