@@ -54,3 +54,11 @@ def disable_autograd_multithreading() -> None:
     # torch._C._set_multithreading_enabled is what torch.autograd.set_multithreading_enabled
     # calls; the public one is a context manager class, used here without a `with`.
     torch._C._set_multithreading_enabled(False)
+
+
+def functional_wrap_op():
+    """`_c10d_functional::_wrap_tensor_autograd.default`, or None where this torch lacks it."""
+    # torch.distributed._functional_collectives registers this op from 2.11; torch 2.10 has no
+    # such op (scripts/torch_versions.sh found the AttributeError), so there is nothing to route.
+    packet = getattr(torch.ops._c10d_functional, "_wrap_tensor_autograd", None)
+    return None if packet is None else packet.default

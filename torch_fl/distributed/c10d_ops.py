@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
+from torch_fl.device import compat
 from torch_fl.dispatch.special import special
 
 from . import _device_io as io
@@ -157,4 +158,6 @@ def install_functional() -> None:
 def install_functional_wrapper() -> None:
     """`_wrap_tensor_autograd` (defined in Python by torch.distributed._functional_collectives)
     wraps a result in an AsyncCollectiveTensor; ours are already complete, so it is identity."""
-    special(_F._wrap_tensor_autograd.default)(lambda func, args, kwargs: args[0])
+    op = compat.functional_wrap_op()
+    if op is not None:
+        special(op)(lambda func, args, kwargs: args[0])
