@@ -29,6 +29,7 @@ from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError
 from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
+from torch_fl.dispatch import sdpa_entry as _sdpa_entry
 from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
@@ -44,6 +45,7 @@ _REGISTRY.op_check = resolve_op
 _backend.register()
 _amp.register()
 _factories.register()
+_sdpa_entry.register()
 _serialization.register()
 _safetensors_compat.register()
 _REGISTRY.reload()

@@ -32,7 +32,7 @@
 
 #define OCL_KERNELS_NN(X)                                                                 \
   X(ocl_softmax) X(ocl_log_softmax) X(ocl_softmax_backward) X(ocl_log_softmax_backward)   \
-  X(ocl_safe_softmax) X(ocl_layer_norm) X(ocl_layer_norm_backward) X(ocl_nll_loss_forward) \
+  X(ocl_safe_softmax) X(ocl_sdpa_forward) X(ocl_layer_norm) X(ocl_layer_norm_backward) X(ocl_nll_loss_forward) \
   X(ocl_nll_loss_backward)
 
 #define OCL_KERNELS_INDEX(X)                                                              \

@@ -2,6 +2,7 @@
  * nn.c -- softmax family, layer norm and nll_loss. Inputs are contiguous float32 (the
  * manifest asks the router for contiguous tensors); rows map to work-groups.
  */
+#include <math.h>
 #include <string.h>
 
 #include "ocl.h"
@@ -212,4 +213,73 @@ ral_status ocl_nll_loss_backward(const ral_kernel_call* c) {
   bind_rows(&g, bufs, 5, args);
   size_t local = 64, global = (size_t)(g.rows * g.len);
   return ocl_enqueue(c, OCL_K_nll_bwd, 6, args, 1, &global, &local);
+}
+
+/* Element strides of t viewed as [B, H, rows, cols] (t->ndim <= 4, right-aligned, size-1
+ * or missing dims broadcast with stride 0); 0 if t does not broadcast to that shape. */
+static int bcast_strides4(const ral_tensor* t, const int64_t want[4], g_i64 st[4]) {
+  if (t->ndim > 4) return 0;
+  for (int k = 0; k < 4; k++) {
+    int src = k - (4 - t->ndim);
+    if (src < 0) {
+      st[k] = 0;
+      continue;
+    }
+    if (t->sizes[src] == want[k])
+      st[k] = want[k] == 1 ? 0 : t->strides[src];
+    else if (t->sizes[src] == 1)
+      st[k] = 0;
+    else
+      return 0;
+  }
+  return 1;
+}
+
+/* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
+ * attn_mask?, scale?) -> (output, logsumexp): one launch, any strides, float32 4-D q/k/v
+ * with equal batch and heads, an additive float32 mask broadcastable to [B, H, L, S]. */
+ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 2, 4, 3);
+  if (st != RAL_OK) return st;
+  const ral_tensor *o = ocl_out(c, 0), *ls = ocl_out(c, 1), *q = ocl_in(c, 0), *k = ocl_in(c, 1), *v = ocl_in(c, 2);
+  const ral_tensor* mk = ocl_in(c, 3);
+  int has_mask = !ocl_absent(mk);
+  if (ocl_scalar_f(c, 0, 0.0) != 0.0)
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", ocl_scalar_f(c, 0, 0.0));
+  const ral_tensor* all[6] = {o, ls, q, k, v, mk};
+  for (int t = 0; t < 6; t++)
+    if (!(t == 5 && !has_mask) && all[t]->dtype != RAL_DTYPE_FLOAT32)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention tensor %d must be float32 (is %s)", t,
+                      ocl_dtype_name(all[t]->dtype));
+  if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4 || ls->ndim != 3)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention needs 4-D query/key/value");
+  ocl_sdpa g;
+  memset(&g, 0, sizeof g);
+  g.B = q->sizes[0], g.H = q->sizes[1], g.L = q->sizes[2], g.E = q->sizes[3];
+  g.S = k->sizes[2], g.Ev = v->sizes[3];
+  if (k->sizes[0] != g.B || v->sizes[0] != g.B || k->sizes[1] != g.H || v->sizes[1] != g.H ||
+      k->sizes[3] != g.E || v->sizes[2] != g.S || o->sizes[0] != g.B || o->sizes[1] != g.H ||
+      o->sizes[2] != g.L || o->sizes[3] != g.Ev || ls->sizes[0] != g.B || ls->sizes[1] != g.H || ls->sizes[2] != g.L)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention shapes disagree (query, key, value, heads)");
+  if (g.E > OCL_SDPA_MAXE || g.Ev > OCL_SDPA_MAXE)
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention head size %lld > %d",
+                    (long long)(g.E > g.Ev ? g.E : g.Ev), OCL_SDPA_MAXE);
+  for (int d = 0; d < 4; d++) {
+    g.sq[d] = q->strides[d], g.sk[d] = k->strides[d], g.sv[d] = v->strides[d], g.so[d] = o->strides[d];
+    if (d < 3) g.sl[d] = ls->strides[d];
+  }
+  int64_t mshape[4] = {g.B, g.H, g.L, g.S};
+  if (has_mask && !bcast_strides4(mk, mshape, g.sm))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  g.off_q = ocl_elem_off(q), g.off_k = ocl_elem_off(k), g.off_v = ocl_elem_off(v);
+  g.off_o = ocl_elem_off(o), g.off_l = ocl_elem_off(ls), g.off_m = has_mask ? ocl_elem_off(mk) : 0;
+  g.has_mask = has_mask;
+  g.causal = ocl_scalar_i(c, 1, 0) != 0;
+  g.scale = (float)ocl_scalar_f(c, 2, g.E > 0 ? 1.0 / sqrt((double)g.E) : 1.0);
+  size_t rows = (size_t)(g.B * g.H * g.L);
+  if (rows == 0) return RAL_OK;
+  size_t local = ocl_local_size(ocl_device_get(c->device), OCL_K_sdpa_fwd, 64);
+  size_t global = (rows + local - 1) / local * local;
+  ocl_arg args[7] = {ocl_mem(o), ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask ? mk : q), OCL_VAL(g)};
+  return ocl_enqueue(c, OCL_K_sdpa_fwd, 7, args, 1, &global, &local);
 }

@@ -14,6 +14,7 @@ from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.views import alias, as_strided, view_op
+from torch_fl.tiers.attention import fused_choice
 
 aten = torch.ops.aten
 
@@ -105,9 +106,12 @@ def _new_factory(fill):
 
 @special(aten._fused_sdp_choice.default)
 def _sdp_choice(func, args, kwargs):
-    # No fused attention kernel is exposed through the ABI: use the math path, which
-    # decomposes into matmul/softmax ops that plugins do implement.
-    return int(torch.nn.attention.SDPBackend.MATH)
+    # OVERRIDEABLE sends SDPA whole to tiers/attention.py (one fused kernel where the
+    # vendor has one); calls it does not fit (dropout, grouped heads, ...) take the math path.
+    sch = func._schema.arguments
+    a = {s.name: (args[i] if i < len(args) else kwargs.get(s.name, s.default_value)) for i, s in enumerate(sch)}
+    ok = fused_choice(a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"], a["enable_gqa"])
+    return int(torch.nn.attention.SDPBackend.OVERRIDEABLE if ok else torch.nn.attention.SDPBackend.MATH)
 
 
 @special(aten.record_stream.default)

@@ -191,3 +191,47 @@ __kernel void nll_bwd(__global float* gi, __global const float* go, __global con
   }
   gi[g.off[0] + i] = v;
 }
+
+/* Fused attention forward (see ocl_sdpa in shared.h): one work-item per query row, an
+ * online softmax over the keys (running max m, running sum l, output rescaled when m
+ * grows), so the [L, S] score matrix never exists. Causal is top-left aligned (key j <=
+ * row i), as PyTorch's tril(ones(L, S)). A row with no finite score writes zeros and
+ * lse 0, like PyTorch's CPU flash kernel (the math path's _safe_softmax also gives 0). */
+__kernel void sdpa_fwd(__global float* out, __global float* lse, __global const float* q,
+                       __global const float* k, __global const float* v, __global const float* mask,
+                       ocl_sdpa g) {
+  long r = get_global_id(0);
+  if (r >= g.B * g.H * g.L) return;
+  long i = r % g.L, bh = r / g.L, h = bh % g.H, b = bh / g.H;
+  __global const float* qi = q + g.off_q + b * g.sq[0] + h * g.sq[1] + i * g.sq[2];
+  __global const float* kb = k + g.off_k + b * g.sk[0] + h * g.sk[1];
+  __global const float* vb = v + g.off_v + b * g.sv[0] + h * g.sv[1];
+  __global const float* mi = mask + g.off_m + b * g.sm[0] + h * g.sm[1] + i * g.sm[2];
+  float qr[OCL_SDPA_MAXE], acc[OCL_SDPA_MAXE];
+  for (long e = 0; e < g.E; e++) qr[e] = qi[e * g.sq[3]];
+  for (long e = 0; e < g.Ev; e++) acc[e] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  long jend = g.causal ? min(i + 1, g.S) : g.S;
+  for (long j = 0; j < jend; j++) {
+    __global const float* kj = kb + j * g.sk[2];
+    float s = 0.0f;
+    for (long e = 0; e < g.E; e++) s = fma(qr[e], kj[e * g.sk[3]], s);
+    s *= g.scale;
+    if (g.has_mask) s += mi[j * g.sm[3]];
+    if (s == -INFINITY) continue; /* a masked key adds nothing (and would make exp(-inf+inf)) */
+    if (s > m) {
+      float corr = exp(m - s);
+      l *= corr;
+      for (long e = 0; e < g.Ev; e++) acc[e] *= corr;
+      m = s;
+    }
+    float p = exp(s - m); /* NaN scores propagate through p */
+    l += p;
+    __global const float* vj = vb + j * g.sv[2];
+    for (long e = 0; e < g.Ev; e++) acc[e] = fma(p, vj[e * g.sv[3]], acc[e]);
+  }
+  __global float* oi = out + g.off_o + b * g.so[0] + h * g.so[1] + i * g.so[2];
+  float inv = l == 0.0f ? 0.0f : 1.0f / l;
+  for (long e = 0; e < g.Ev; e++) oi[e * g.so[3]] = acc[e] * inv;
+  lse[g.off_l + b * g.sl[0] + h * g.sl[1] + i * g.sl[2]] = l == 0.0f ? 0.0f : m + log(l);
+}

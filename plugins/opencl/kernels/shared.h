@@ -63,6 +63,18 @@ typedef struct {
   float alpha, beta;
 } ocl_mmgeom;
 
+/* Fused attention forward, one work-item per query row: out = softmax(scale * q k^T
+ * + mask, causal) v and its log-sum-exp. Element strides per (batch, head, row, col); the
+ * mask's are 0 along broadcast dims. Head sizes up to OCL_SDPA_MAXE (private arrays). */
+#define OCL_SDPA_MAXE 256
+typedef struct {
+  g_i64 B, H, L, S, E, Ev;
+  g_i64 sq[4], sk[4], sv[4], sm[4], so[4], sl[3];
+  g_i64 off_q, off_k, off_v, off_m, off_o, off_l;
+  g_i32 causal, has_mask;
+  float scale, pad0;
+} ocl_sdpa;
+
 /* GEMM operand packing: panel p of V consecutive rows (outer index) stored k-major,
  * dst[((b * P + p) * K + k) * V + j] = src[off + b*s_b + (p*V + j)*s_o + k*s_k], zero past
  * `outer`. P = ceil(outer / V). */

@@ -1,0 +1,166 @@
+"""scaled_dot_product_attention on ral: the fused (overrideable) path where a vendor declares a
+fused attention kernel (OpenCL: ocl_sdpa_forward), the math path elsewhere. Values and
+gradients of query, key, value and a float mask against PyTorch CPU, on every ral device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import launch_count
+
+import torch_fl
+from torch_fl.tiers.attention import fused_choice
+
+VAL = dict(rtol=1e-4, atol=1e-5)
+GRAD = dict(rtol=1e-4, atol=5e-5)
+
+
+def _devices():
+    out = []
+    for p in torch_fl.plugins():
+        if p.devices and p.record.name in ("host", "opencl"):
+            out.append(pytest.param(f"ral:{p.devices[0]}", id=p.record.name))
+    return out
+
+
+DEVICES = _devices()
+
+
+def _opencl() -> str | None:
+    for p in torch_fl.plugins():
+        if p.devices and p.record.name == "opencl":
+            return f"ral:{p.devices[0]}"
+    return None
+
+
+def _qkv(B, H, L, S, E, strided, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if strided:  # the [B, L, H, E] -> [B, H, L, E] transposes a transformer hands SDPA
+        q = torch.randn(B, L, H, E, generator=g, dtype=dtype).transpose(1, 2)
+        k = torch.randn(B, S, H, E, generator=g, dtype=dtype).transpose(1, 2)
+        v = torch.randn(B, S, H, E, generator=g, dtype=dtype).transpose(1, 2)
+    else:
+        q = torch.randn(B, H, L, E, generator=g, dtype=dtype)
+        k = torch.randn(B, H, S, E, generator=g, dtype=dtype)
+        v = torch.randn(B, H, S, E, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def _run(dev, q, k, v, mask, **kw):
+    """Output and gradients (q, k, v, and the mask's when it is a float leaf) on dev."""
+    leaves = [t.detach().to(dev) for t in (q, k, v)]
+    if dev != "cpu":  # keep the layout: .to() of a strided CPU tensor may compact it
+        leaves = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=dev).copy_(t) for t in (q, k, v)]
+    for t in leaves:
+        t.requires_grad_(True)
+    m = None
+    if mask is not None:
+        m = mask.detach().to(dev)
+        if m.is_floating_point():
+            m.requires_grad_(True)
+    out = F.scaled_dot_product_attention(*leaves, attn_mask=m, **kw)
+    gout = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    out.backward(gout.to(dev))
+    grads = [t.grad for t in leaves] + ([m.grad] if m is not None and m.requires_grad else [])
+    return out.detach().cpu(), [g.cpu() for g in grads]
+
+
+def _check(dev, q, k, v, mask=None, **kw):
+    ref_out, ref_grads = _run("cpu", q, k, v, mask, **kw)
+    out, grads = _run(dev, q, k, v, mask, **kw)
+    torch.testing.assert_close(out, ref_out, **VAL)
+    assert len(grads) == len(ref_grads)
+    for i, (g, r) in enumerate(zip(grads, ref_grads)):
+        torch.testing.assert_close(g, r, **GRAD, msg=f"gradient {i}")
+
+
+SHAPES = [(2, 3, 5, 7, 8), (1, 1, 1, 1, 4), (3, 2, 17, 9, 65), (1, 2, 33, 33, 64)]
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("strided", [False, True], ids=["contig", "strided"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sdpa_matches_cpu(dev, shape, strided, causal):
+    _check(dev, *_qkv(*shape, strided), is_causal=causal)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("L,S", [(3, 8), (8, 3)])
+def test_causal_when_query_and_key_lengths_differ(dev, L, S):
+    _check(dev, *_qkv(2, 2, L, S, 16, False), is_causal=True)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("mshape", [(2, 3, 5, 7), (5, 7), (1, 3, 1, 7), (2, 1, 5, 1)], ids=str)
+def test_float_mask_values_and_gradient(dev, mshape):
+    q, k, v = _qkv(2, 3, 5, 7, 8, True)
+    mask = torch.randn(mshape, generator=torch.Generator().manual_seed(3))
+    _check(dev, q, k, v, mask)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_strided_mask_and_explicit_scale(dev):
+    q, k, v = _qkv(2, 3, 5, 7, 8, False)
+    mask = torch.randn(2, 3, 7, 5).transpose(-2, -1)  # non-contiguous
+    _check(dev, q, k, v, mask, scale=0.3)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_bool_mask_with_a_fully_masked_row(dev):
+    q, k, v = _qkv(2, 3, 5, 7, 8, False)
+    mask = torch.rand(2, 1, 5, 7, generator=torch.Generator().manual_seed(4)) > 0.4
+    mask[0, 0, 2] = False  # a query that sees no key: zeros, as the math path's _safe_softmax
+    mask[:, :, :, 0] = mask[:, :, :, 0] | (torch.arange(5) != 2)
+    _check(dev, q, k, v, mask)
+    out, _ = _run(dev, q, k, v, mask)
+    assert torch.all(out[0, :, 2] == 0)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_calls_the_fused_kernel_cannot_take_use_the_math_path(dev):
+    q, k, v = _qkv(1, 2, 4, 6, 260, False)  # head size over the fused limit
+    assert not fused_choice(q.to(dev), k.to(dev), v.to(dev), None, 0.0, False, False)
+    _check(dev, q, k, v)
+    q, k, v = _qkv(1, 2, 4, 6, 8, False, dtype=torch.float64)
+    _check(dev, q, k, v, is_causal=True)
+    # grouped-query attention (2 query heads per key head)
+    q, _, _ = _qkv(1, 4, 4, 6, 8, False)
+    _, k, v = _qkv(1, 2, 4, 6, 8, False, seed=1)
+    _check(dev, q, k, v, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_dropout_is_never_fused(dev):
+    q, k, v = (t.to(dev) for t in _qkv(1, 2, 4, 6, 8, False))
+    assert not fused_choice(q, k, v, None, 0.5, False, False)
+    torch.manual_seed(0)
+    out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert out.shape == (1, 2, 4, 8) and torch.isfinite(out.cpu()).all()
+
+
+@pytest.mark.skipif(_opencl() is None, reason="no OpenCL device (PoCL not installed or no ICD)")
+def test_opencl_attention_is_one_launch():
+    dev = _opencl()
+    q, k, v = (t.to(dev) for t in _qkv(2, 4, 32, 32, 64, True))
+    mask = torch.randn(32, 32).to(dev)
+    with torch.no_grad():
+        for kw in (dict(is_causal=True), dict(attn_mask=mask), {}):
+            F.scaled_dot_product_attention(q, k, v, **kw)
+            idx = torch.device(dev).index
+            before = launch_count(idx)
+            F.scaled_dot_product_attention(q, k, v, **kw)
+            assert launch_count(idx) - before == 1, kw
+
+
+@pytest.mark.skipif(_opencl() is None, reason="no OpenCL device (PoCL not installed or no ICD)")
+def test_opencl_kernel_refuses_dropout_with_a_clear_error():
+    dev = _opencl()
+    q, k, v = (t.to(dev) for t in _qkv(1, 2, 4, 6, 8, False))
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    with pytest.raises(torch_fl.UnsupportedError, match="dropout"):
+        op(q, k, v, 0.5, False)
+    out, _ = op(q, k, v, 0.0, False)  # the process keeps working
+    ref = F.scaled_dot_product_attention(*_qkv(1, 2, 4, 6, 8, False))
+    torch.testing.assert_close(out.cpu(), ref, **VAL)

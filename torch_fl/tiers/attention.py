@@ -1,0 +1,173 @@
+"""Fused attention for the ral device: SDPA's "overrideable" backend, written as aten ops.
+
+PyTorch lets a PrivateUse1 backend take `scaled_dot_product_attention` whole: when
+`_fused_sdp_choice` answers OVERRIDEABLE (dispatch/special.py decides when), SDPA calls
+`_scaled_dot_product_fused_attention_overrideable`, and autograd calls its `_backward`. CPU
+has no kernel for either, so these decompositions are the ops here (decomp.DEVICE_ONLY).
+
+The forward issues one `_scaled_dot_product_flash_attention_for_cpu` (output and
+log-sum-exp), which the router sends to a vendor kernel where the manifest has one (OpenCL:
+`ocl_sdpa_forward`, one launch), else to a decomposition or PyTorch's CPU flash kernel. The
+backward recomputes the probabilities from the log-sum-exp with matmuls (no [L, S] matrix is
+kept between forward and backward) and also returns the mask's gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torch_fl.core.registry import REGISTRY
+from torch_fl.device.dtypes import CODE_OF_TORCH
+
+aten = torch.ops.aten
+FUSED_FORWARD = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _causal_keep(L: int, S: int, like):
+    """[L, S] bool, True where key j may be seen by query i (top-left aligned, as SDPA)."""
+    ones = aten.ones.default([L, S], dtype=torch.bool, device=like.device)
+    return aten.tril.default(ones)
+
+
+def _float_mask(mask, dtype):
+    """An additive mask: a bool mask (True = keep) becomes 0 / -inf, as SDPA's own conversion."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    zero = aten.zeros_like.default(mask, dtype=dtype)
+    return aten.masked_fill.Scalar(zero, aten.logical_not.default(mask), float("-inf"))
+
+
+def sdpa_forward(
+    query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
+):
+    """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, seed, offset, debug_mask)."""
+    if dropout_p != 0.0 or return_debug_mask:
+        # _fused_sdp_choice never picks this backend with dropout; refuse rather than ignore it.
+        raise NotImplementedError("torch_fl's fused attention has no dropout or debug mask")
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(
+        query, key, value, 0.0, bool(is_causal), attn_mask=_float_mask(attn_bias, query.dtype), scale=scale
+    )
+    B, H, L = query.shape[0], query.shape[1], query.shape[2]
+    if tuple(lse.shape) != (B, H, L):
+        lse = aten.reshape.default(lse, [B, H, L])
+    empty = aten.empty.memory_format([0], dtype=torch.long, device=query.device)
+    seed = aten.empty.memory_format([], dtype=torch.long, device=query.device)
+    return out, lse, empty, empty, L, key.shape[-2], seed, seed, empty
+
+
+def _bmm(a, b, ta=False, tb=False):
+    """[B, H, m, k] @ [B, H, k, n] (operands optionally transposed) as one bmm on 3-D views."""
+    B, H = a.shape[0], a.shape[1]
+    a3 = aten.reshape.default(a, [B * H, a.shape[2], a.shape[3]])
+    b3 = aten.reshape.default(b, [B * H, b.shape[2], b.shape[3]])
+    if ta:
+        a3 = aten.transpose.int(a3, 1, 2)
+    if tb:
+        b3 = aten.transpose.int(b3, 1, 2)
+    c = aten.bmm.default(a3, b3)
+    return aten.view.default(c, [B, H, c.shape[1], c.shape[2]])
+
+
+def _sum_to(t, shape):
+    """Sum a [B, H, L, S] gradient down to a broadcast mask's shape."""
+    shape = tuple(shape)
+    lead = t.dim() - len(shape)
+    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and t.shape[lead + i] != 1]
+    if dims:
+        t = aten.sum.dim_IntList(t, dims, True)
+    return aten.reshape.default(t, list(shape))
+
+
+def sdpa_backward(
+    grad_out,
+    query,
+    key,
+    value,
+    attn_bias,
+    grad_input_mask,
+    out,
+    logsumexp,
+    cum_seq_q,
+    cum_seq_k,
+    max_q,
+    max_k,
+    dropout_p,
+    is_causal,
+    philox_seed,
+    philox_offset,
+    *,
+    scale=None,
+):
+    """(grad_query, grad_key, grad_value, grad_attn_bias) of sdpa_forward."""
+    if dropout_p != 0.0:
+        raise NotImplementedError("torch_fl's fused attention has no dropout")
+    sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    L, S = query.shape[-2], key.shape[-2]
+    s = aten.mul.Scalar(_bmm(query, key, tb=True), sc)
+    if attn_bias is not None:
+        s = aten.add.Tensor(s, _float_mask(attn_bias, s.dtype))
+    if is_causal:
+        s = aten.masked_fill.Scalar(s, aten.logical_not.default(_causal_keep(L, S, s)), float("-inf"))
+    # p = softmax rows; a row with no visible key has lse 0 and every score -inf, so p = 0 there.
+    p = aten.exp.default(aten.sub.Tensor(s, aten.unsqueeze.default(logsumexp, -1)))
+    want_q, want_k, want_v, want_b = (bool(x) for x in grad_input_mask)
+    grad_v = _bmm(p, grad_out, ta=True) if want_v else None
+    grad_q = grad_k = grad_b = None
+    if want_q or want_k or want_b:
+        dp = _bmm(grad_out, value, tb=True)
+        delta = aten.sum.dim_IntList(aten.mul.Tensor(grad_out, out), [-1], True)
+        ds = aten.mul.Tensor(p, aten.sub.Tensor(dp, delta))
+        if want_b and attn_bias is not None:
+            grad_b = _sum_to(ds, attn_bias.shape)
+        if want_q:
+            grad_q = aten.mul.Scalar(_bmm(ds, key), sc)
+        if want_k:
+            grad_k = aten.mul.Scalar(_bmm(ds, query, ta=True), sc)
+    return grad_q, grad_k, grad_v, grad_b
+
+
+ATTENTION_OPS = {
+    aten._scaled_dot_product_fused_attention_overrideable.default: sdpa_forward,
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: sdpa_backward,
+}
+
+
+def has_fused_kernel(query) -> bool:
+    """Whether query's device has a vendor kernel for the fused forward in query's dtype; on
+    other devices the math path's kernels beat a decomposition or a CPU round trip."""
+    dev = getattr(query, "_dev", None)
+    if dev is None:
+        return False
+    code = CODE_OF_TORCH.get(query.dtype)
+    return any(code in e.dtype_codes and e.min_rank <= 4 <= e.max_rank for e in REGISTRY.entries(dev, FUSED_FORWARD))
+
+
+# Head sizes a fused kernel must handle (OpenCL: OCL_SDPA_MAXE, private arrays); larger heads
+# take the math path.
+MAX_HEAD = 256
+
+
+def fused_choice(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
+    """Whether this SDPA call fits the overrideable backend above (else SDPA's math path)."""
+    if dropout_p != 0.0 or (is_causal and attn_mask is not None):
+        return False  # the math path applies dropout, and raises for a mask with is_causal
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] > MAX_HEAD:
+        return False
+    if not (query.dtype == key.dtype == value.dtype) or not has_fused_kernel(query):
+        return False
+    if key.shape[:2] != query.shape[:2] or value.shape[:2] != query.shape[:2]:
+        return False  # grouped-query / broadcast heads: the math path repeats them
+    if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1] or value.shape[-2] != key.shape[-2]:
+        return False
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool and attn_mask.dtype != query.dtype:
+            return False
+        try:
+            torch.broadcast_shapes(tuple(attn_mask.shape), (*query.shape[:-1], key.shape[-2]))
+        except RuntimeError:
+            return False
+        if attn_mask.dim() > 4:
+            return False
+    return True
