@@ -145,8 +145,9 @@ def test_opencl_attention_is_one_launch():
     dev = _opencl()
     q, k, v = (t.to(dev) for t in _qkv(2, 4, 32, 32, 64, True))
     mask = torch.randn(32, 32).to(dev)
+    bool_mask = (torch.rand(2, 1, 32, 32) > 0.5).to(dev)
     with torch.no_grad():
-        for kw in (dict(is_causal=True), dict(attn_mask=mask), {}):
+        for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(attn_mask=bool_mask), {}):
             F.scaled_dot_product_attention(q, k, v, **kw)
             idx = torch.device(dev).index
             before = launch_count(idx)

@@ -237,7 +237,8 @@ static int bcast_strides4(const ral_tensor* t, const int64_t want[4], g_i64 st[4
 
 /* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
  * attn_mask?, scale?) -> (output, logsumexp): one launch, any strides, float32 4-D q/k/v
- * with equal batch and heads, an additive float32 mask broadcastable to [B, H, L, S]. */
+ * with equal batch and heads, a mask broadcastable to [B, H, L, S]: float32 (added to the
+ * scores) or bool (False = not attended). */
 ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 2, 4, 3);
   if (st != RAL_OK) return st;
@@ -247,8 +248,9 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   if (ocl_scalar_f(c, 0, 0.0) != 0.0)
     return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", ocl_scalar_f(c, 0, 0.0));
   const ral_tensor* all[6] = {o, ls, q, k, v, mk};
+  if (has_mask && mk->dtype == RAL_DTYPE_BOOL) has_mask = 2;
   for (int t = 0; t < 6; t++)
-    if (!(t == 5 && !has_mask) && all[t]->dtype != RAL_DTYPE_FLOAT32)
+    if (!(t == 5 && has_mask != 1) && all[t]->dtype != RAL_DTYPE_FLOAT32)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention tensor %d must be float32 (is %s)", t,
                       ocl_dtype_name(all[t]->dtype));
   if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4 || ls->ndim != 3)
@@ -280,6 +282,7 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   if (rows == 0) return RAL_OK;
   size_t local = ocl_local_size(ocl_device_get(c->device), OCL_K_sdpa_fwd, 64);
   size_t global = (rows + local - 1) / local * local;
-  ocl_arg args[7] = {ocl_mem(o), ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask ? mk : q), OCL_VAL(g)};
-  return ocl_enqueue(c, OCL_K_sdpa_fwd, 7, args, 1, &global, &local);
+  ocl_arg args[8] = {ocl_mem(o),  ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask == 1 ? mk : q),
+                     ocl_mem(has_mask == 2 ? mk : q), OCL_VAL(g)};
+  return ocl_enqueue(c, OCL_K_sdpa_fwd, 8, args, 1, &global, &local);
 }

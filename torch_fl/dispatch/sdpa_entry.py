@@ -22,10 +22,7 @@ _SDPA = aten.scaled_dot_product_attention.default
 
 def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if fused_choice(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
-        if attn_mask is not None and attn_mask.dtype == torch.bool:
-            # As ATen before its fused backends: True = attend -> 0, False -> -inf.
-            zero = aten.zeros_like.default(attn_mask, dtype=query.dtype)
-            attn_mask = aten.masked_fill.Scalar(zero, aten.logical_not.default(attn_mask), float("-inf"))
+        # A bool mask (True = attend) goes to the kernel as is; the backward converts it.
         return aten._scaled_dot_product_fused_attention_overrideable.default(
             query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale
         )[0]

@@ -46,8 +46,9 @@ def sdpa_forward(
     if dropout_p != 0.0 or return_debug_mask:
         # _fused_sdp_choice never picks this backend with dropout; refuse rather than ignore it.
         raise NotImplementedError("torch_fl's fused attention has no dropout or debug mask")
+    # A bool mask goes through as is (the OpenCL kernel and PyTorch's CPU kernel take both).
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(
-        query, key, value, 0.0, bool(is_causal), attn_mask=_float_mask(attn_bias, query.dtype), scale=scale
+        query, key, value, 0.0, bool(is_causal), attn_mask=attn_bias, scale=scale
     )
     B, H, L = query.shape[0], query.shape[1], query.shape[2]
     if tuple(lse.shape) != (B, H, L):

@@ -199,14 +199,16 @@ __kernel void nll_bwd(__global float* gi, __global const float* go, __global con
  * lse 0, like PyTorch's CPU flash kernel (the math path's _safe_softmax also gives 0). */
 __kernel void sdpa_fwd(__global float* out, __global float* lse, __global const float* q,
                        __global const float* k, __global const float* v, __global const float* mask,
-                       ocl_sdpa g) {
+                       __global const uchar* bmask, ocl_sdpa g) {
   long r = get_global_id(0);
   if (r >= g.B * g.H * g.L) return;
   long i = r % g.L, bh = r / g.L, h = bh % g.H, b = bh / g.H;
   __global const float* qi = q + g.off_q + b * g.sq[0] + h * g.sq[1] + i * g.sq[2];
   __global const float* kb = k + g.off_k + b * g.sk[0] + h * g.sk[1];
   __global const float* vb = v + g.off_v + b * g.sv[0] + h * g.sv[1];
-  __global const float* mi = mask + g.off_m + b * g.sm[0] + h * g.sm[1] + i * g.sm[2];
+  long moff = g.off_m + b * g.sm[0] + h * g.sm[1] + i * g.sm[2];
+  __global const float* mi = mask + moff;
+  __global const uchar* bi = bmask + moff;
   float qr[OCL_SDPA_MAXE], acc[OCL_SDPA_MAXE];
   for (long e = 0; e < g.E; e++) qr[e] = qi[e * g.sq[3]];
   for (long e = 0; e < g.Ev; e++) acc[e] = 0.0f;
@@ -217,7 +219,8 @@ __kernel void sdpa_fwd(__global float* out, __global float* lse, __global const 
     float s = 0.0f;
     for (long e = 0; e < g.E; e++) s = fma(qr[e], kj[e * g.sk[3]], s);
     s *= g.scale;
-    if (g.has_mask) s += mi[j * g.sm[3]];
+    if (g.has_mask == 1) s += mi[j * g.sm[3]];
+    if (g.has_mask == 2 && !bi[j * g.sm[3]]) continue; /* bool mask: False = not attended */
     if (s == -INFINITY) continue; /* a masked key adds nothing (and would make exp(-inf+inf)) */
     if (s > m) {
       float corr = exp(m - s);

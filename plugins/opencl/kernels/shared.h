@@ -71,7 +71,7 @@ typedef struct {
   g_i64 B, H, L, S, E, Ev;
   g_i64 sq[4], sk[4], sv[4], sm[4], so[4], sl[3];
   g_i64 off_q, off_k, off_v, off_m, off_o, off_l;
-  g_i32 causal, has_mask;
+  g_i32 causal, has_mask; /* has_mask: 0 none, 1 float (added), 2 bool (False = masked) */
   float scale, pad0;
 } ocl_sdpa;
 
