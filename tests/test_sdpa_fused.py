@@ -1,5 +1,6 @@
 """scaled_dot_product_attention on ral: the fused (overrideable) path where a vendor declares a
-fused attention kernel (OpenCL: ocl_sdpa_forward), the math path elsewhere. Values and
+fused attention kernel (OpenCL: ocl_sdpa_forward, host: host_sdpa_forward), the math path
+elsewhere. Values and
 gradients of query, key, value and a float mask against PyTorch CPU, on every ral device."""
 
 from __future__ import annotations
@@ -25,13 +26,6 @@ def _devices():
 
 
 DEVICES = _devices()
-
-
-def _opencl() -> str | None:
-    for p in torch_fl.plugins():
-        if p.devices and p.record.name == "opencl":
-            return f"ral:{p.devices[0]}"
-    return None
 
 
 def _qkv(B, H, L, S, E, strided, dtype=torch.float32, seed=0):
@@ -140,9 +134,8 @@ def test_dropout_is_never_fused(dev):
     assert out.shape == (1, 2, 4, 8) and torch.isfinite(out.cpu()).all()
 
 
-@pytest.mark.skipif(_opencl() is None, reason="no OpenCL device (PoCL not installed or no ICD)")
-def test_opencl_attention_is_one_launch():
-    dev = _opencl()
+@pytest.mark.parametrize("dev", DEVICES)
+def test_attention_is_one_launch(dev):
     q, k, v = (t.to(dev) for t in _qkv(2, 4, 32, 32, 64, True))
     mask = torch.randn(32, 32).to(dev)
     bool_mask = (torch.rand(2, 1, 32, 32) > 0.5).to(dev)
@@ -155,9 +148,8 @@ def test_opencl_attention_is_one_launch():
             assert launch_count(idx) - before == 1, kw
 
 
-@pytest.mark.skipif(_opencl() is None, reason="no OpenCL device (PoCL not installed or no ICD)")
-def test_opencl_kernel_refuses_dropout_with_a_clear_error():
-    dev = _opencl()
+@pytest.mark.parametrize("dev", DEVICES)
+def test_kernel_refuses_dropout_with_a_clear_error(dev):
     q, k, v = (t.to(dev) for t in _qkv(1, 2, 4, 6, 8, False))
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
     with pytest.raises(torch_fl.UnsupportedError, match="dropout"):

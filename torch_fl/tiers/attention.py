@@ -3,7 +3,8 @@
 PyTorch lets a PrivateUse1 backend take `scaled_dot_product_attention` whole: when
 `_fused_sdp_choice` answers OVERRIDEABLE (dispatch/special.py decides when), SDPA calls
 `_scaled_dot_product_fused_attention_overrideable`, and autograd calls its `_backward`. CPU
-has no kernel for either, so these decompositions are the ops here (decomp.DEVICE_ONLY).
+has no kernel for either; dispatch/special.py serves both with the functions here, whose
+aten ops are routed one by one.
 
 The forward issues one `_scaled_dot_product_flash_attention_for_cpu` (output and
 log-sum-exp), which the router sends to a vendor kernel where the manifest has one (OpenCL:
@@ -127,12 +128,6 @@ def sdpa_backward(
         if want_k:
             grad_k = aten.mul.Scalar(_bmm(ds, query, ta=True), sc)
     return grad_q, grad_k, grad_v, grad_b
-
-
-ATTENTION_OPS = {
-    aten._scaled_dot_product_fused_attention_overrideable.default: sdpa_forward,
-    aten._scaled_dot_product_fused_attention_overrideable_backward.default: sdpa_backward,
-}
 
 
 def has_fused_kernel(query) -> bool:

@@ -9,14 +9,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_fl.core.registry import REGISTRY
 from torch_fl.tensor.op_schema import UNFAITHFUL_DECOMPOSITIONS, schema_of
-from torch_fl.tiers.attention import ATTENTION_OPS
 from torch_fl.tiers.protocol import Declined
-from torch_fl.tiers.rnn_cells import DEVICE_ONLY as RNN_OPS
+from torch_fl.tiers.rnn_cells import DEVICE_ONLY
 from torch_fl.tiers.vendor import to_meta
 
 _tls = threading.local()
-# Ops with no CPU kernel whose decomposition is the op on a ral device.
-DEVICE_ONLY = {**RNN_OPS, **ATTENTION_OPS}
 
 
 def _active() -> set:
