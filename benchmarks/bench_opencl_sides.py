@@ -87,10 +87,14 @@ def run_side(side: str, case: str, repeats: int = 5) -> float:
     return _timed(step, sync, repeats)
 
 
-def launches_per_forward(side: str) -> int:
-    """Kernel launches that reach the device's plugin during one GPT-2 forward (after warm-up)."""
+def launches_per_forward(side: str, fuse: bool = False) -> int:
+    """Kernel launches that reach the device's plugin during one GPT-2 forward (after warm-up);
+    `fuse`: inside a `torch_fl.fuse()` region (the jit tier fuses element-wise chains)."""
+    import contextlib
+
     import torch
 
+    import torch_fl
     from torch_fl._native import lib
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,11 +103,14 @@ def launches_per_forward(side: str) -> int:
     dev = _device(side)
     idx = torch.device(dev).index
     model, ids = gpt2().eval().to(dev), _ids().to(dev)
+    region = torch_fl.fuse if fuse else contextlib.nullcontext
     with torch.no_grad():
-        model(input_ids=ids)
+        with region():
+            model(input_ids=ids)
         torch.ral.synchronize(torch.device(dev))
         before = lib.rt_launch_count(idx)
-        model(input_ids=ids)
+        with region():
+            model(input_ids=ids)
         torch.ral.synchronize(torch.device(dev))
     return lib.rt_launch_count(idx) - before
 
@@ -120,11 +127,12 @@ def main() -> None:
     ap.add_argument("--side", choices=("cpu", "opencl", "host"))
     ap.add_argument("--case", choices=CASES)
     ap.add_argument("--launches", action="store_true")
+    ap.add_argument("--fuse", action="store_true", help="with --launches: count inside torch_fl.fuse()")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
     a = ap.parse_args()
     if a.launches and a.side:
-        print(launches_per_forward(a.side))
+        print(launches_per_forward(a.side, a.fuse))
         return
     if a.side:
         print(json.dumps(run_side(a.side, a.case)))
@@ -146,10 +154,12 @@ def main() -> None:
             line += f" cpu {FLOPS[case] / statistics.median(t_cpu) / 1e9:.1f}"
         print(line, flush=True)
     for side in ("opencl", "host"):
-        try:
-            print(f"launches per GPT-2 forward on {side}: {_spawn(['--side', side, '--launches'])}", flush=True)
-        except (RuntimeError, KeyError) as exc:
-            print(f"launches per GPT-2 forward on {side}: unavailable ({exc})", flush=True)
+        for extra in ([], ["--fuse"]):
+            what = f"launches per GPT-2 forward on {side}{' in fuse()' if extra else ''}"
+            try:
+                print(f"{what}: {_spawn(['--side', side, '--launches', *extra])}", flush=True)
+            except (RuntimeError, KeyError) as exc:
+                print(f"{what}: unavailable ({exc})", flush=True)
 
 
 if __name__ == "__main__":
