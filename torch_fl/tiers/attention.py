@@ -26,12 +26,6 @@ aten = torch.ops.aten
 FUSED_FORWARD = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
-def _causal_keep(L: int, S: int, like):
-    """[L, S] bool, True where key j may be seen by query i (top-left aligned, as SDPA)."""
-    ones = aten.ones.default([L, S], dtype=torch.bool, device=like.device)
-    return aten.tril.default(ones)
-
-
 def _float_mask(mask, dtype):
     """An additive mask: a bool mask (True = keep) becomes 0 / -inf, as SDPA's own conversion."""
     if mask is None or mask.dtype != torch.bool:
@@ -106,14 +100,15 @@ def sdpa_backward(
     if dropout_p != 0.0:
         raise NotImplementedError("torch_fl's fused attention has no dropout")
     sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
-    L, S = query.shape[-2], key.shape[-2]
     s = aten.mul.Scalar(_bmm(query, key, tb=True), sc)
     if attn_bias is not None:
         s = aten.add.Tensor(s, _float_mask(attn_bias, s.dtype))
-    if is_causal:
-        s = aten.masked_fill.Scalar(s, aten.logical_not.default(_causal_keep(L, S, s)), float("-inf"))
     # p = softmax rows; a row with no visible key has lse 0 and every score -inf, so p = 0 there.
     p = aten.exp.default(aten.sub.Tensor(s, aten.unsqueeze.default(logsumexp, -1)))
+    if is_causal:
+        # Zero the hidden keys after the exp: tril keeps j <= i, PyTorch's causal alignment,
+        # and replaces whatever exp gave above the diagonal (one launch, not a mask + fill).
+        p = aten.tril.default(p)
     want_q, want_k, want_v, want_b = (bool(x) for x in grad_input_mask)
     grad_v = _bmm(p, grad_out, ta=True) if want_v else None
     grad_q = grad_k = grad_b = None
@@ -123,10 +118,12 @@ def sdpa_backward(
         ds = aten.mul.Tensor(p, aten.sub.Tensor(dp, delta))
         if want_b and attn_bias is not None:
             grad_b = _sum_to(ds, attn_bias.shape)
+        if want_q or want_k:
+            ds = aten.mul.Scalar(ds, sc)  # once, for both products
         if want_q:
-            grad_q = aten.mul.Scalar(_bmm(ds, key), sc)
+            grad_q = _bmm(ds, key)
         if want_k:
-            grad_k = aten.mul.Scalar(_bmm(ds, query, ta=True), sc)
+            grad_k = _bmm(ds, query, ta=True)
     return grad_q, grad_k, grad_v, grad_b
 
 
