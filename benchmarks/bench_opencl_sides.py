@@ -42,9 +42,14 @@ def _timed(fn, sync, repeats: int) -> float:
     return statistics.median(ts)
 
 
-def run_side(side: str, case: str, repeats: int = 5) -> float:
-    """Median seconds of one case on one side, in this process."""
+def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> float:
+    """Median seconds of one case on one side, in this process (`fuse`: GPT-2 cases inside
+    `torch_fl.fuse()` regions)."""
+    import contextlib
+
     import torch
+
+    import torch_fl
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     dev = _device(side)
@@ -69,11 +74,12 @@ def run_side(side: str, case: str, repeats: int = 5) -> float:
 
     model = gpt2().to(dev)
     ids = _ids().to(dev)
+    region = torch_fl.fuse if fuse and dev != "cpu" else contextlib.nullcontext
     if case == "gpt2_fwd":
         model.eval()
 
         def fwd():
-            with torch.no_grad():
+            with torch.no_grad(), region():
                 model(input_ids=ids)
 
         return _timed(fwd, sync, repeats)
@@ -81,7 +87,8 @@ def run_side(side: str, case: str, repeats: int = 5) -> float:
 
     def step():
         opt.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
+        with region():
+            model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
     return _timed(step, sync, repeats)
@@ -127,7 +134,7 @@ def main() -> None:
     ap.add_argument("--side", choices=("cpu", "opencl", "host"))
     ap.add_argument("--case", choices=CASES)
     ap.add_argument("--launches", action="store_true")
-    ap.add_argument("--fuse", action="store_true", help="with --launches: count inside torch_fl.fuse()")
+    ap.add_argument("--fuse", action="store_true", help="GPT-2 inside torch_fl.fuse() (with --launches, or --side)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
     a = ap.parse_args()
@@ -135,7 +142,7 @@ def main() -> None:
         print(launches_per_forward(a.side, a.fuse))
         return
     if a.side:
-        print(json.dumps(run_side(a.side, a.case)))
+        print(json.dumps(run_side(a.side, a.case, fuse=a.fuse)))
         return
     for case in a.cases.split(","):
         ratios, t_ocl, t_cpu = [], [], []

@@ -94,3 +94,14 @@ def test_gpt2_forward_fuses_attention_and_gelu(dev, monkeypatch):
     # The fused attention saves the math path's ~8 launches per layer, gelu_new's fusion 7 more.
     assert counts["plain"] <= counts["math"] - 7 * n_layer, counts
     assert counts["fused"] <= counts["plain"] - 7 * n_layer, counts
+
+
+@pytest.mark.parametrize("dev", _devices())
+@pytest.mark.parametrize("e", [2.0, 3.0, 2.5, -1.0, 0.5, -0.5, -2.0, 0.0])
+def test_fused_pow_matches_cpu_for_special_exponents(dev, e):
+    # The jit special-cases the exponents PyTorch's CPU kernel does, the same way.
+    x = torch.tensor([-3.5, -1.0, -0.0, 0.0, 0.25, 1.5, 1e20, float("inf"), float("-inf"), float("nan"), 7.0])
+    want = torch.pow(x, e) * 2
+    with torch.no_grad(), torch_fl.fuse():
+        got = torch.pow(x.to(dev), e) * 2
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=0, equal_nan=True)

@@ -364,7 +364,19 @@ def _fmod(k, a, b):
 
 @_t("aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar")
 def _pow(k, a, b):
-    return call("pow", a, b)
+    p = call("pow", a, b)
+    if not (isinstance(a, E) and isinstance(b, E) and a.dt.is_floating_point):
+        return p
+    # The exponents PyTorch's CPU kernel special-cases (pow_tensor_scalar_optimized_kernel),
+    # the same way: matches its results (pow(-inf, 0.5) is +inf, sqrt(-inf) NaN) and avoids
+    # pow(), which is slow on a CPU OpenCL runtime (GPT-2's gelu_new ran 2x slower fused).
+    one = lift(1, a.dt)
+    r = where(b.eq(-2), one / (a * a), p)
+    r = where(b.eq(-1), one / a, r)
+    r = where(b.eq(-0.5), one / call("sqrt", a), r)
+    r = where(b.eq(0.5), call("sqrt", a), r)
+    r = where(b.eq(3), a * a * a, r)
+    return where(b.eq(2), a * a, r)
 
 
 @_t("aten::maximum", "aten::max.other", ints=True)
