@@ -139,13 +139,17 @@ def test_attention_is_one_launch(dev):
     q, k, v = (t.to(dev) for t in _qkv(2, 4, 32, 32, 64, True))
     mask = torch.randn(32, 32).to(dev)
     bool_mask = (torch.rand(2, 1, 32, 32) > 0.5).to(dev)
-    with torch.no_grad():
-        for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(attn_mask=bool_mask), {}):
-            F.scaled_dot_product_attention(q, k, v, **kw)
-            idx = torch.device(dev).index
-            before = launch_count(idx)
-            F.scaled_dot_product_attention(q, k, v, **kw)
-            assert launch_count(idx) - before == 1, kw
+    idx = torch.device(dev).index
+    ref = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu(), is_causal=True)
+    for ctx in (torch.no_grad, torch.inference_mode):  # inference_mode skips the autograd keys
+        with ctx():
+            for kw in (dict(is_causal=True), dict(attn_mask=mask), dict(attn_mask=bool_mask), {}):
+                F.scaled_dot_product_attention(q, k, v, **kw)
+                before = launch_count(idx)
+                F.scaled_dot_product_attention(q, k, v, **kw)
+                assert launch_count(idx) - before == 1, (ctx.__name__, kw)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        torch.testing.assert_close(out.cpu(), ref, **VAL)
 
 
 @pytest.mark.parametrize("dev", DEVICES)

@@ -5,7 +5,8 @@ ATen asks a PrivateUse1 device for its SDPA backend through a C++ DispatchStub
 (`_fused_sdp_choice_stub`), which Python cannot fill, so ral always got the math path (about
 nine launches per attention). Registering SDPA itself for AutogradPrivateUse1 (it is
 CompositeImplicitAutograd, so this replaces its decomposition for ral tensors only) makes
-the same choice in Python: `_scaled_dot_product_fused_attention_overrideable` carries
+the same choice in Python (under inference_mode the autograd keys are skipped and the op
+reaches RalTensor's dispatcher, where dispatch/special.py calls `sdpa` too): `_scaled_dot_product_fused_attention_overrideable` carries
 PyTorch's own autograd formula (its `_backward` op), and tiers/attention.py implements both.
 """
 
@@ -20,7 +21,7 @@ _lib = None
 _SDPA = aten.scaled_dot_product_attention.default
 
 
-def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if fused_choice(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa):
         # A bool mask (True = attend) goes to the kernel as is; the backward converts it.
         return aten._scaled_dot_product_fused_attention_overrideable.default(
@@ -44,4 +45,4 @@ def register() -> None:
     if _lib is not None:
         return
     _lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901
-    _lib.impl("scaled_dot_product_attention", _sdpa, "AutogradPrivateUse1")
+    _lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")

@@ -10,6 +10,7 @@ import torch
 
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.device.index import parse_device
+from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
@@ -112,6 +113,12 @@ def _sdp_choice(func, args, kwargs):
     a = {s.name: (args[i] if i < len(args) else kwargs.get(s.name, s.default_value)) for i, s in enumerate(sch)}
     ok = fused_choice(a["query"], a["key"], a["value"], a["attn_mask"], a["dropout_p"], a["is_causal"], a["enable_gqa"])
     return int(torch.nn.attention.SDPBackend.OVERRIDEABLE if ok else torch.nn.attention.SDPBackend.MATH)
+
+
+@special(aten.scaled_dot_product_attention.default)
+def _sdpa(func, args, kwargs):
+    # Reached only without autograd keys (inference_mode); else sdpa_entry's kernel runs first.
+    return sdpa(*args, **kwargs)
 
 
 @special(aten._scaled_dot_product_fused_attention_overrideable.default)
