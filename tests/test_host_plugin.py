@@ -349,6 +349,15 @@ def _flatten(out):
     return [t for o in out for t in (o if isinstance(o, tuple) else (o,))]
 
 
+# ---------------------------------------------------------------- fused attention
+def test_fused_attention_kernel():
+    """host_sdpa_forward through SDPA (values; gradients are in tests/test_sdpa_fused.py)."""
+    q, k, v = (torch.randn(2, 3, 9, 16) for _ in range(3))
+    mask = torch.randn(9, 9)
+    check(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v)
+    check(lambda q, k, v, m: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
+
+
 # ---------------------------------------------------------------- nn
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_softmax_family(dtype):
