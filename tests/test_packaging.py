@@ -111,8 +111,10 @@ def test_late_import_after_cpu_backward_works(index):
     assert "import torch_fl before the first backward" in proc.stderr
 
 
-@pytest.mark.parametrize("autoload", ["0", "1"])
-@pytest.mark.parametrize("first", ["torch_fl.mode", "torch_fl.tensor.ral_tensor", "torch_fl.distributed"])
+@pytest.mark.parametrize(
+    "first, autoload",
+    [("torch_fl.mode", "1"), ("torch_fl.tensor.ral_tensor", "0"), ("torch_fl.distributed", "1")],
+)
 def test_first_import_of_a_submodule_registers_the_device(first, autoload):
     # Its `import torch` runs while the submodule is half-built; the api must load at its end,
     # not fail inside torch's autoload with a partial-import error.
