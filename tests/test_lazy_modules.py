@@ -65,3 +65,30 @@ def test_uninitialized_copies_and_loads_on_device(dev):
         m.weight.materialize((5,), device="cpu")
     # the CPU classes are unchanged: a CPU lazy buffer still converts like torch's
     assert type(UninitializedBuffer().float()) is UninitializedBuffer
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("how", ["device_kwarg", "inside_mode"])
+def test_lazy_module_built_on_device(dev, how):
+    """`nn.LazyLinear(3, device=dev)` and a lazy module built inside ral_mode (whose factories
+    allocate on the device) start uninitialized on the device and compute like CPU."""
+    need_device(dev)
+    from torch_fl.mode import ral_mode
+
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+    ref = torch.nn.LazyConv1d(4, 3)
+    y_ref = ref(x)
+    if how == "device_kwarg":
+        m = torch.nn.LazyConv1d(4, 3, device=dev)
+        m(x.to(dev))
+        m.load_state_dict(ref.state_dict())
+        y = m(x.to(dev)).cpu()
+    else:
+        with ral_mode(dev):
+            m = torch.nn.LazyConv1d(4, 3)
+            assert isinstance(m.weight, UninitializedParameter)
+            m(x)
+            m.load_state_dict(ref.state_dict())
+            y = m(x).cpu()
+    assert m.weight.device == torch.device(dev) and isinstance(m.weight, torch.nn.Parameter)
+    torch.testing.assert_close(y, y_ref, rtol=1.3e-5, atol=1e-5)

@@ -29,13 +29,17 @@ class _RalUninitialized:
     _allowed_methods = [*UninitializedTensorMixin._allowed_methods, _T.detach, _T.requires_grad_]
     _is_param_when_done = False
 
-    def __new__(cls, requires_grad=False, device=None, dtype=None):
-        # The signature torch's __deepcopy__ and __reduce_ex__ call the class with.
-        dev = torch.device(device) if device is not None else torch.device("ral", 0)
-        if dev.type != "ral":
-            raise UnsupportedError(f"{cls.__name__} lives on a ral device, not {dev}")
-        empty = torch.empty(0, device=dev, dtype=dtype)
-        return _rewrap(cls, empty, requires_grad)
+    def __new__(cls, requires_grad=False, device=None, dtype=None, persistent=True):
+        # The signature torch's classes have (__deepcopy__ and __reduce_ex__ call it too).
+        empty = torch.empty(0, device=device, dtype=dtype)  # on ral inside ral_mode
+        if type(empty) is not RalTensor:
+            if device is not None:
+                raise UnsupportedError(f"{cls.__name__} lives on a ral device, not {empty.device}")
+            empty = torch.empty(0, device="ral:0", dtype=dtype)
+        ret = _rewrap(cls, empty, requires_grad)
+        if not cls._is_param_when_done:
+            ret.persistent = persistent
+        return ret
 
     def detach(self):
         """A new uninitialized tensor of the same class (Parameter() requires that)."""
@@ -92,21 +96,54 @@ _original = UninitializedTensorMixin.__dict__["__torch_function__"]
 def _keep_uninitialized(cls, func, types, args=(), kwargs=None):
     if func not in _CONVERSIONS:
         return _original.__func__(cls, func, types, args, kwargs)
-    src = args[0]
-    if isinstance(src, _RalUninitialized):
-        src = src.data  # the copy kernels read `shape`, which raises on the uninitialized tensor
-    with torch._C.DisableTorchFunctionSubclass():
-        out = func(src, *args[1:], **(kwargs or {}))
+    kwargs = kwargs or {}
+    if isinstance(args[0], _RalUninitialized):
+        # Convert the plain payload: the copy kernels read `shape`, which raises here.
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(args[0].data, *args[1:], **kwargs)
+    elif issubclass(cls, torch.nn.Parameter):
+        out = _original.__func__(cls, func, types, args, kwargs)  # exactly torch's (a plain result)
+    else:
+        # torch's path for a buffer (Tensor.__torch_function__), whose as_subclass step a
+        # RalTensor result cannot take.
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        if type(out) is not RalTensor:
+            return torch._tensor._convert(out, cls)
     if type(out) is RalTensor:
         kind = RalUninitializedParameter if issubclass(cls, UninitializedParameter) else RalUninitializedBuffer
         return _rewrap(kind, out, False)
-    if issubclass(cls, _RalUninitialized) or issubclass(cls, torch.nn.Parameter):
-        # Off ral: what torch gives (a parameter's conversion returns the plain tensor).
-        return out
-    return torch._tensor._convert(out, cls)  # an UninitializedBuffer stays one, as in torch
+    return out  # off ral: a ral uninitialized tensor's conversion gives the plain tensor
+
+
+def _ral_aware_new(base, kind):
+    """`base.__new__` that builds `kind` where its empty payload lands on ral: a lazy module
+    made with `device="ral:N"`, or inside ral_mode (whose factories allocate on the device)."""
+    original = base.__new__
+
+    def __new__(cls, *args, **kwargs):
+        if cls is base:
+            device, dtype = kwargs.get("device"), kwargs.get("dtype")
+            if len(args) > 1:
+                device = args[1]
+            if len(args) > 2:
+                dtype = args[2]
+            if type(torch.empty(0, device=device, dtype=dtype)) is RalTensor:
+                return kind(*args, **kwargs)
+        return original(cls, *args, **kwargs)
+
+    __new__.__ral_aware__ = True
+    return __new__
 
 
 def register() -> None:
-    """Install the conversion hook on torch's UninitializedTensorMixin (once per process)."""
+    """Install the conversion hook on torch's UninitializedTensorMixin and ral-aware
+    constructors on its two classes (once per process)."""
     if UninitializedTensorMixin.__dict__["__torch_function__"] is _original:
         UninitializedTensorMixin.__torch_function__ = classmethod(_keep_uninitialized)
+    for base, kind in (
+        (UninitializedParameter, RalUninitializedParameter),
+        (UninitializedBuffer, RalUninitializedBuffer),
+    ):
+        if not getattr(base.__new__, "__ral_aware__", False):
+            base.__new__ = _ral_aware_new(base, kind)
