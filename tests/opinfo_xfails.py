@@ -18,11 +18,6 @@ _SPLIT = (
     "the conformance transform moves every tensor to the device"
 )
 
-_SCATTER0_RAL1 = (
-    "flaky: ral:1 (OpenCL) scatter of a 0-d tensor leaves it unchanged (the plugin's scatter kernel; found "
-    "by this sweep, not yet tracked; some runs get it right: ral:0 and 1-element tensors are right)"
-)
-
 XFAIL: dict[str, str] = {
     "*:sparse.sampled_addmm:float32": _SPARSE,
     "*:sparse.mm.reduce:float32": _SPARSE,
@@ -41,6 +36,4 @@ XFAIL: dict[str, str] = {
     "*:to_sparse:bool": _SPARSE,
     "*:to_sparse:float16": _SPARSE,
     "*:to_sparse:int64": _SPARSE,
-    # ral:1 (OpenCL) sweep
-    "ral:1/*:scatter:int64": _SCATTER0_RAL1,
 }

@@ -34,6 +34,7 @@ from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
 from torch_fl.observe.coverage import Coverage, coverage
 from torch_fl.tensor import factories as _factories
+from torch_fl.tensor import lazy_params as _lazy_params
 from torch_fl.tensor import safetensors_compat as _safetensors_compat
 from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
@@ -44,6 +45,7 @@ _REGISTRY.op_check = resolve_op
 _backend.register()
 _amp.register()
 _factories.register()
+_lazy_params.register()
 _serialization.register()
 _safetensors_compat.register()
 _REGISTRY.reload()
