@@ -109,14 +109,53 @@ def test_ral_backend_fuses_pointwise_chains():
     assert any(n.op == "call_module" for n in seen["gm"].graph.nodes)
 
 
-@pytest.mark.xfail(strict=True, reason="inductor has no code generator for the ral device (see docs/porting.md)")
-def test_inductor_on_ral():
+def _host_mappable_devices():
+    from torch_fl.tensor.host_copy import host_mappable
+
+    return [d for d in _devices() if host_mappable(int(d.split(":")[1]))]
+
+
+@pytest.mark.parametrize("device", _host_mappable_devices())
+def test_inductor_on_host_mappable_device(device):
+    """The default backend: inductor's host C++ kernels run on ral:0's host-mapped buffers."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: (a.sin() + 1) * b.exp() - a.sum())
+    a, b = torch.randn(6, 5), torch.randn(6, 5)
+    out = f(a.to(device), b.to(device))
+    assert type(out) is torch_fl.RalTensor and out.device == torch.device(device)
+    torch.testing.assert_close(out.cpu(), (a.sin() + 1) * b.exp() - a.sum(), **TOL)
+
+
+@pytest.mark.parametrize("device", _host_mappable_devices())
+def test_inductor_training_matches_eager(device):
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(4, 8)
+    ref, cpu_breaks, cpu_graphs = _train(copy.deepcopy(model), x, 2, "inductor")
+    dmodel = copy.deepcopy(model).to(device)
+    out, breaks, graphs = _train(dmodel, x.to(device), 2, "inductor")
+    assert type(out) is torch_fl.RalTensor
+    torch.testing.assert_close(out.cpu(), ref, **TOL)
+    assert type(dmodel.l1.weight) is torch_fl.RalTensor
+    assert breaks == cpu_breaks and graphs == cpu_graphs, (breaks, graphs, cpu_breaks, cpu_graphs)
+
+
+def test_inductor_on_device_memory_names_the_alternatives():
+    """ral:1 (OpenCL) memory is not host memory: one clear error naming what to use."""
+    from torch_fl.tensor.host_copy import host_mappable
+
+    devs = [d for d in _devices() if not host_mappable(int(d.split(":")[1]))]
+    if not devs:
+        pytest.skip("no device without host-mappable memory (ral:1 needs the OpenCL plugin)")
     torch._dynamo.reset()
     f = torch.compile(lambda a: a.sin() + 1)
-    torch.testing.assert_close(f(torch.ones(3).to("ral:0")).cpu(), torch.ones(3).sin() + 1)
+    with pytest.raises(Exception, match=r"ral:1 memory is not host-mappable; use .*backend='ral'.*aot_eager"):
+        f(torch.ones(3).to(devs[0]))
+    torch._dynamo.reset()
+    g = torch.compile(lambda a: a.sin() + 1, backend="aot_eager")  # the process still works
+    torch.testing.assert_close(g(torch.ones(3).to(devs[0])).cpu(), torch.ones(3).sin() + 1)
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "ral"])
+@pytest.mark.parametrize("backend", ["aot_eager", "ral", "inductor"])
 def test_gpt2_training_step_compiles_like_cpu(backend):
     from tests import model_zoo
 
