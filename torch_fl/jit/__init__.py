@@ -94,9 +94,15 @@ def forced() -> bool:
 
 
 def _register_inductor() -> None:
+    """Let the default compile backend (inductor) generate host C++ for ral tensors."""
     from torch_fl.jit import inductor_device
 
-    inductor_device.register()
+    try:
+        inductor_device.register()
+    except ImportError as exc:  # a torch without inductor: the other backends still work
+        import warnings
+
+        warnings.warn(f"torch_fl: inductor cannot be registered for ral tensors ({exc})", RuntimeWarning, stacklevel=2)
 
 
 router.register_tier("jit", build)
