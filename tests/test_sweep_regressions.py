@@ -62,3 +62,23 @@ def test_scatter_into_0d_tensor(dev, style):
                 else:
                     actual = f(s.to(dev), i.to(dev), src.to(dev)).cpu()
                 assert torch.equal(actual, expected), (name, dtype, actual, expected)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_sparse_cpu_tensors_stay_cpu_under_mode(dev):
+    # op_db's sparse entries under ral_mode: to_sparse of a CPU tensor reached the device
+    # ("unsupported memory format option Contiguous") and a sparse CPU operand was uploaded
+    # ("Cannot access data pointer"). ral devices refuse sparse layouts; under the mode a CPU
+    # tensor's sparse forms and the ops on them stay CPU, as without the mode.
+    need_device(dev)
+    from torch_fl.mode import ral_mode
+
+    a = torch.randn(4, 4) * (torch.rand(4, 4) > 0.5)
+    b = torch.randn(4, 3)
+    expected = (torch.sparse.mm(a.to_sparse(), b), a.to_sparse_csr().to_dense(), (a.to_sparse() * 2).to_dense())
+    with ral_mode(dev):
+        sp = a.to_sparse()
+        assert sp.device.type == "cpu" and sp.layout == torch.sparse_coo
+        actual = (torch.sparse.mm(sp, b), a.to_sparse_csr().to_dense(), (sp * 2).to_dense())
+    for x, y in zip(actual, expected):
+        torch.testing.assert_close(x.cpu(), y)
