@@ -1,7 +1,10 @@
 """torch.compile(backend="ral") against eager ral:0, each side in its own fresh process.
 
-    python benchmarks/bench_compile.py [--rounds 3]          # driver: alternates, median ratio
+    python benchmarks/bench_compile.py [--rounds 3] [--backends ral,inductor]  # driver: alternates, median ratio
     python benchmarks/bench_compile.py --case mlp --mode ral  # one measurement (child)
+
+Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
+backend: inductor's C++ kernels on ral:0's host-mapped buffers).
 
 Cases: `gpt2` (the benchmark GPT-2, 4 layers x 256, batch 4x128: forward, backward, AdamW) and
 `mlp` (a pointwise-heavy MLP block: two linears around a chain of activations, fwd+bwd).
@@ -59,7 +62,7 @@ def child(case: str, mode: str, steps: int) -> float:
         model = model.to("ral:0")
         inputs = dict(x=x.to("ral:0"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    fn = torch.compile(model, backend="ral") if mode == "ral" else model
+    fn = model if mode == "eager" else torch.compile(model, backend=mode)
 
     def step():
         opt.zero_grad()
@@ -83,18 +86,21 @@ def child(case: str, mode: str, steps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", "mlp"])
-    ap.add_argument("--mode", choices=["eager", "ral"])
+    ap.add_argument("--mode", choices=["eager", "ral", "inductor"])
+    ap.add_argument("--backends", default="ral", help="compiled modes the driver compares with eager")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     if a.case and a.mode:
         print(f"{child(a.case, a.mode, a.steps):.6f}")
         return
+    backends = [b for b in a.backends.split(",") if b]
     for case in (a.case,) if a.case else ("mlp", "gpt2"):
-        ratios, runs = [], {"eager": [], "ral": []}
+        ratios = {b: [] for b in backends}
+        runs = {m: [] for m in ["eager", *backends]}
         for _ in range(a.rounds):
             got = {}
-            for mode in ("eager", "ral"):
+            for mode in ("eager", *backends):
                 out = subprocess.run(
                     [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(a.steps)],
                     capture_output=True,
@@ -103,12 +109,14 @@ def main() -> None:
                 )
                 got[mode] = float(out.stdout.strip().splitlines()[-1])
                 runs[mode].append(got[mode])
-            ratios.append(got["eager"] / got["ral"])
-        print(
-            f"{case}: eager {statistics.median(runs['eager']) * 1e3:.1f} ms, ral backend "
-            f"{statistics.median(runs['ral']) * 1e3:.1f} ms, median speedup {statistics.median(ratios):.2f}x "
-            f"(rounds {', '.join(f'{r:.2f}' for r in ratios)})"
-        )
+            for b in backends:
+                ratios[b].append(got["eager"] / got[b])
+        for b in backends:
+            print(
+                f"{case}: eager {statistics.median(runs['eager']) * 1e3:.1f} ms, {b} backend "
+                f"{statistics.median(runs[b]) * 1e3:.1f} ms, median speedup {statistics.median(ratios[b]):.2f}x "
+                f"(rounds {', '.join(f'{r:.2f}' for r in ratios[b])})"
+            )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Issue-7 cases: jit first compile and warm call, jit vs the cpu tier for ops without
-vendor kernels, and a fused 6-op pointwise chain on 16M floats vs eager CPU and Inductor."""
+"""Issue-7 cases, in one process (one device, tier against tier): jit first compile and warm
+call, jit vs the cpu tier for ops without vendor kernels. The jit-vs-vendor and fused-chain
+cases run each side in its own process: bench_jit_sides.py."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import time
 import torch
 from common import Result, interleaved, median_time
 
-import torch_fl.jit as J
 from torch_fl.dispatch import router
 from torch_fl.jit import kernel_cache
 
@@ -103,110 +103,9 @@ def jit_vs_cpu(dev: str) -> list[Result]:
     return rows
 
 
-# Ops with host vendor kernels: how close generated code comes to the vendor's own.
-NATIVE = {
-    "aten::add.Tensor": lambda a, b: torch.add(a, b),
-    "aten::mul.Tensor": lambda a, b: torch.mul(a, b),
-    "aten::exp": lambda a, b: torch.exp(a),
-    "aten::tanh": lambda a, b: torch.tanh(a),
-    "aten::sigmoid": lambda a, b: torch.sigmoid(a),
-    "aten::gelu": lambda a, b: torch.nn.functional.gelu(a),
-}
-
-
-def jit_vs_vendor(dev: str) -> list[Result]:
-    """Ops that have a vendor kernel, on 4M floats: forced jit vs the vendor kernel. The
-    source design reports its jit at 92% of native speed (a time ratio of 1.09)."""
-    x = torch.randn(1 << 22).to(dev)
-    y = torch.randn(1 << 22).to(dev)
-    rows = []
-    for op, fn in NATIVE.items():
-        times = _time_per_tier(op, lambda fn=fn: fn(x, y), ("vendor", "jit"))
-        rows.append(
-            Result(
-                f"4M {op.split('::')[1]}: jit vs vendor kernel",
-                dev,
-                times["jit"],
-                "vendor kernel",
-                times["vendor"],
-                1.09,
-                note=f"jit {times['jit'] * 1e3:.2f} ms, vendor {times['vendor'] * 1e3:.2f} ms",
-            )
-        )
-    return rows
-
-
-def chain(x, b):
-    """Six pointwise ops: scale, bias, tanh-approximated gelu, scale, residual, sigmoid."""
-    y = x * 0.5 + b
-    y = torch.nn.functional.gelu(y, approximate="tanh")
-    return torch.sigmoid(y * 2.0 - x)
-
-
-def fused_chain(dev: str) -> list[Result]:
-    """The 6-op chain on 16M floats: fused on the device vs eager CPU vs torch.compile."""
-    torch.manual_seed(0)
-    x = torch.randn(4096, 4096)
-    b = torch.randn(4096)
-    rx, rb = x.to(dev), b.to(dev)
-
-    def ral():
-        with J.fuse():
-            y = chain(rx, rb)  # kept alive: only live results are written
-        _sync()
-        return y
-
-    def eager():
-        chain(x, b)
-
-    fns = {"ral": ral, "eager": eager}
-    note = ""
-    try:
-        compiled = torch.compile(chain, backend="inductor")
-        t0 = time.perf_counter()
-        compiled(x, b)
-        note = f"inductor compile {time.perf_counter() - t0:.1f} s"
-        fns["inductor"] = lambda: compiled(x, b)
-    except Exception as exc:  # report, don't fail the run
-        note = f"inductor unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-    ral()
-    with J.fuse():
-        got = chain(rx, rb).cpu()
-    err = (got - chain(x, b)).abs().max().item()
-    t = interleaved(fns, repeats=7, inner=2)
-    rows = [
-        Result(
-            "16M 6-op chain, fused",
-            dev,
-            t["ral"],
-            "eager CPU",
-            t["eager"],
-            0.5,
-            note=f"ral {t['ral'] * 1e3:.1f} ms, eager {t['eager'] * 1e3:.1f} ms, max err {err:.1e}",
-        )
-    ]
-    if "inductor" in t:
-        rows.append(
-            Result(
-                "16M 6-op chain, fused",
-                dev,
-                t["ral"],
-                "torch.compile (inductor)",
-                t["inductor"],
-                None,
-                note=f"inductor {t['inductor'] * 1e3:.1f} ms; {note}",
-            )
-        )
-    else:
-        rows.append(
-            Result("16M 6-op chain, fused", dev, t["ral"], "torch.compile (inductor)", float("nan"), None, note=note)
-        )
-    return rows
-
-
 def jit(dev: str) -> list[Result]:
     """Every issue-7 row."""
-    return first_compile(dev) + jit_vs_cpu(dev) + jit_vs_vendor(dev) + fused_chain(dev)
+    return first_compile(dev) + jit_vs_cpu(dev)
 
 
 CASES = {"jit": jit}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -20,10 +21,10 @@ FLOPS = {"mm1024": 2 * 1024**3, "linear1024": 2 * 2048 * 1024 * 1024}
 
 
 def _device(side: str) -> str:
-    import torch_fl
-
     if side == "cpu":
         return "cpu"
+    import torch_fl
+
     by_name = {p.record.name: f"ral:{p.devices[0]}" for p in torch_fl.plugins() if p.devices}
     return by_name[side]
 
@@ -123,7 +124,10 @@ def launches_per_forward(side: str, fuse: bool = False) -> int:
 
 
 def _spawn(args: list[str]) -> str:
-    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=1200)
+    env = dict(os.environ)
+    if args[:2] == ["--side", "cpu"]:
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # a plain PyTorch process: torch_fl not loaded
+    r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=1200, env=env)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return r.stdout.strip().splitlines()[-1]

@@ -23,6 +23,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# Sides that stand for a plain PyTorch user: their processes must not load torch_fl, which the
+# installed `torch.backends` entry point would otherwise do at `import torch`.
+PLAIN_SIDES = {"cpu", "eager", "empty_mode", "inductor"}
+
 
 def child_main(module: str, case: str, side: str, repeats: int, warmup: int) -> int:
     """Runs one side in this (fresh) process and prints its median time per iteration."""
@@ -45,6 +49,8 @@ def run_side(module: str, case: str, side: str, repeats: int, warmup: int) -> fl
     """Seconds per iteration of one side, measured in a fresh interpreter."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    if side in PLAIN_SIDES:
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     cmd = [sys.executable, str(HERE / "procs.py"), module, case, side, str(repeats), str(warmup)]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     if out.returncode != 0:

@@ -276,6 +276,29 @@ def test_reductions(dev, forced):
         assert all(t == "jit" for (_, t) in cov.counts), (name, cov.counts)
 
 
+@pytest.mark.parametrize("dev", DEVS)
+def test_large_kernels_split_across_the_pool_match_cpu(dev, forced):
+    """Sizes past the parallel threshold: the host runs generated loops in chunks on its
+    thread pool (dense, strided-rows and many-output reduction paths); every chunk boundary
+    must land on the right elements."""
+    torch.manual_seed(0)
+    x = torch.randn(1027, 515)
+    rx = x.to(f"ral:{dev}")
+    cases = {
+        "dense": lambda t: torch.tanh(t) * 2.0,
+        "rows": lambda t: torch.sigmoid(t.t()) + t.t(),  # transposed: not dense, walks rows
+        "reduce_rows": lambda t: t.sum(1),
+        "reduce_strided": lambda t: t.t().amax(1),
+        "var_rows": lambda t: t.var(1),
+    }
+    for name, fn in cases.items():
+        cov = Coverage()
+        with cov:
+            got = fn(rx).cpu()
+        assert cov.counts and all(t == "jit" for (_, t) in cov.counts), (name, cov.counts)
+        torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5, msg=name)
+
+
 # ------------------------------------------------------------------ fusion
 def _chain(x, b):
     """Six pointwise ops: scale, bias, tanh-gelu, scale, residual, sigmoid."""

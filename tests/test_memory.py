@@ -30,6 +30,25 @@ def test_freed_blocks_are_reused(dev):
     assert torch.ral.memory_stats(dev)["cached_blocks"] == 0
 
 
+def test_buffer_reallocate_is_shared_by_views_and_accounted(dev):
+    # FSDP2 resizes storages to 0 and back in place; every view must see the new block.
+    torch.ral.synchronize()
+    base = torch.ral.memory_allocated(dev)
+    t = torch.zeros(1024, device=dev)
+    view = t[512:]
+    buf = t._buf
+    assert view._buf is buf
+    buf.reallocate(0, 0)
+    assert buf.nbytes == 0 and torch.ral.memory_allocated(dev) == base
+    buf.reallocate(4096, 0)
+    assert buf.nbytes == 4096 and torch.ral.memory_allocated(dev) - base >= 4096
+    t.fill_(3.0)
+    torch.testing.assert_close(view.cpu(), torch.full((512,), 3.0), rtol=0, atol=0)
+    del t, view, buf
+    torch.ral.synchronize()
+    assert torch.ral.memory_allocated(dev) == base
+
+
 def test_out_of_memory_is_specific_and_recoverable():
     res = run_python(
         """

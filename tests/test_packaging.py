@@ -111,6 +111,26 @@ def test_late_import_after_cpu_backward_works(index):
     assert "import torch_fl before the first backward" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    "first, autoload",
+    [("torch_fl.mode", "1"), ("torch_fl.tensor.ral_tensor", "0"), ("torch_fl.distributed", "1")],
+)
+def test_first_import_of_a_submodule_registers_the_device(first, autoload):
+    # Its `import torch` runs while the submodule is half-built; the api must load at its end,
+    # not fail inside torch's autoload with a partial-import error.
+    proc = run_python(
+        f"""
+        import {first}, torch
+        x = torch.ones(2, device="ral:0") * 3
+        assert x.cpu().tolist() == [3.0, 3.0]
+        print("OK")
+        """,
+        env={"TORCH_DEVICE_BACKEND_AUTOLOAD": autoload},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "OK" in proc.stdout
+
+
 def test_normal_import_is_silent_and_keeps_multithreading():
     proc = run_python(
         """

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys as _sys
 from importlib import import_module as _import_module
+from importlib.machinery import PathFinder as _PathFinder
 from importlib.util import find_spec as _find_spec
 
 __version__ = "0.1.0"
@@ -32,23 +33,54 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'torch_fl' has no attribute {name!r}") from None
 
 
+def submodule_initializing(but: str = "torch_fl.autoload") -> bool:
+    """True while some torch_fl submodule's body is still executing (it imported torch first).
+
+    torch_fl.api needs every layer whole, so a first import such as `import torch_fl.mode`,
+    whose `import torch` triggers the api load, must defer it: the api then loads on first
+    use of a public name (`__getattr__` above).
+    """
+    return any(
+        getattr(getattr(m, "__spec__", None), "_initializing", False)
+        for name, m in list(_sys.modules.items())
+        if name.startswith("torch_fl.") and name != but
+    )
+
+
+def _load_api_when_whole(just_run: str) -> None:
+    if "torch" in _sys.modules and "torch_fl.api" not in _sys.modules and not submodule_initializing(just_run):
+        _import_module("torch_fl.api")
+
+
+def _run_then_load_api(spec) -> None:
+    run = spec.loader.exec_module
+
+    def exec_module(module):
+        run(module)
+        _load_api_when_whole(spec.name)
+
+    spec.loader.exec_module = exec_module
+
+
 class _LoadApiAfterTorch:
-    """Meta-path hook: when torch is imported after torch_fl, load torch_fl.api right after
-    torch itself, so `import torch_fl; import torch` registers the device as usual."""
+    """Meta-path hook while torch is not imported: load torch_fl.api as soon as torch and every
+    torch_fl module importing it are whole, so `import torch_fl; import torch` and a first
+    `import torch_fl.mode` register the device as usual."""
 
     def find_spec(self, name, path=None, target=None):
+        if name.startswith("torch_fl."):
+            # A torch_fl submodule that imports torch is half-built when torch finishes; the api
+            # loads at its end instead.
+            spec = _PathFinder.find_spec(name, path)
+            if spec is not None and spec.loader is not None:
+                _run_then_load_api(spec)
+            return spec
         if name != "torch":
             return None
         _sys.meta_path.remove(self)
         spec = _find_spec("torch")
         if spec is not None and spec.loader is not None:
-            run_torch = spec.loader.exec_module
-
-            def exec_module(module):
-                run_torch(module)
-                _import_module("torch_fl.api")
-
-            spec.loader.exec_module = exec_module
+            _run_then_load_api(spec)
         return spec
 
 

@@ -35,6 +35,7 @@ from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
 from torch_fl.observe.coverage import Coverage, coverage
 from torch_fl.tensor import factories as _factories
+from torch_fl.tensor import lazy_params as _lazy_params
 from torch_fl.tensor import safetensors_compat as _safetensors_compat
 from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
@@ -46,6 +47,7 @@ _backend.register()
 _amp.register()
 _factories.register()
 _sdpa_entry.register()
+_lazy_params.register()
 _serialization.register()
 _safetensors_compat.register()
 _REGISTRY.reload()

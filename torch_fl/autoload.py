@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 from importlib import import_module
 
+from torch_fl import submodule_initializing
 from torch_fl.core.runtime import device_count
 from torch_fl.device import compat
 
@@ -33,6 +34,11 @@ LATE_IMPORT_HELP = (
 
 def load() -> None:
     """Entry point of the "torch.backends" group; runs inside `import torch`."""
+    if submodule_initializing():
+        # `import torch_fl.mode` (say) as the first import: its `import torch` lands here while
+        # torch_fl.mode is half-built, and torch_fl.api needs it whole. The api then loads on
+        # first use of a public name (torch_fl.__getattr__) instead of failing `import torch`.
+        return
     # Importing torch_fl.autoload imported torch_fl, which registers the device once torch is
     # importing; say it explicitly for a torch_fl that a tool had imported torch-free before.
     import_module("torch_fl.api")

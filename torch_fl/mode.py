@@ -30,6 +30,13 @@ from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.transfer import to_device
 
 _PASSTHROUGH_NAMES = {
+    # a CPU tensor's sparse forms stay CPU (ral devices refuse sparse layouts)
+    "to_sparse",
+    "to_sparse_coo",
+    "to_sparse_csr",
+    "to_sparse_csc",
+    "to_sparse_bsr",
+    "to_sparse_bsc",
     "size",
     "dim",
     "numel",
@@ -552,11 +559,15 @@ class ral_mode(TorchFunctionMode):
             return func(*args, **kwargs)  # all operands already on a device: nothing to move
         dev = self.index
         uploaded = []
+        sparse = []
 
         def up(t):
             # 0-dim CPU tensors are uploaded too: many ops (meshgrid, quantile's q, masked_fill's
             # value) insist on one device, and everything in an unmodified script is on CPU.
             if type(t) is RalTensor or t.device.type != "cpu":
+                return t
+            if t.layout is not torch.strided:
+                sparse.append(t)  # ral devices refuse sparse layouts: the op runs on CPU
                 return t
             if _functorch_wrapped(t):
                 # a torch.func (vmap/grad/jacrev) wrapper of CPU data has no storage to cache
@@ -566,7 +577,11 @@ class ral_mode(TorchFunctionMode):
             uploaded.append((t, twin, _version_of(twin)))
             return twin
 
-        out = func(*_map(list(args), up), **{k: _map(v, up) for k, v in kwargs.items()})
+        dev_args = _map(list(args), up)
+        dev_kwargs = {k: _map(v, up) for k, v in kwargs.items()}
+        if sparse and not _has_ral_tensor(args, kwargs):
+            return func(*args, **kwargs)  # a sparse CPU operand: plain CPU PyTorch, as without the mode
+        out = func(*dev_args, **dev_kwargs)
         forced = _mutated_buffers(func, args, kwargs)
         for t, twin, version in uploaded:
             if any(t is f for f in forced) or _version_of(twin) != version:

@@ -31,6 +31,11 @@
  *   - runs synchronously on the calling thread; never prints, never aborts.
  *   module_get_kernel = dlsym (missing -> RAL_ERROR_UNSUPPORTED); module_destroy = dlclose.
  *   Kernels from a module are launched with the ordinary launch().
+ *   - optional: a module that exports the data symbol
+ *       void (*ral_jit_parallel_for)(int64_t n, int64_t grain,
+ *                                    void (*body)(int64_t begin, int64_t end, void* ctx), void* ctx);
+ *     gets it set to this plugin's pool (pool.h host_parallel_for) after loading, so its
+ *     loops share the plugin's one thread budget instead of starting an OpenMP team.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -48,6 +53,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "pool.h"
 #include "runtime.h"
 
 #ifndef HOST_RAL_INCLUDE
@@ -253,11 +259,17 @@ static int cache_dir(char* out, size_t cap) {
 /* The first "RAL_PLUGIN_EXPORT ral_status <name>" of the source, for error messages. */
 static void first_kernel_name(const char* src, char* out, size_t cap) {
   snprintf(out, cap, "?");
-  const char* p = strstr(src, "RAL_PLUGIN_EXPORT");
-  if (!p) return;
-  p += strlen("RAL_PLUGIN_EXPORT");
-  while (isspace((unsigned char)*p)) p++;
-  if (strncmp(p, "ral_status", 10) == 0) p += 10;
+  /* the first exported function returning ral_status (exported data, such as the
+   * ral_jit_parallel_for slot, is skipped) */
+  const char* p = src;
+  for (;;) {
+    p = strstr(p, "RAL_PLUGIN_EXPORT");
+    if (!p) return;
+    p += strlen("RAL_PLUGIN_EXPORT");
+    while (isspace((unsigned char)*p)) p++;
+    if (strncmp(p, "ral_status", 10) == 0) break;
+  }
+  p += 10;
   while (isspace((unsigned char)*p)) p++;
   size_t n = 0;
   while (isalnum((unsigned char)p[n]) || p[n] == '_') n++;
@@ -499,6 +511,10 @@ ral_status host_compile(int32_t device, const char* lang, const char* source,
     return host_error(RAL_ERROR_OUT_OF_MEMORY, "compile: out of memory");
   }
   m->handle = handle;
+  /* Generated loops run on the plugin's pool (torch_fl/jit/codegen_c.py PARALLEL): a module
+   * that exports the slot gets host_parallel_for; one without it runs its loops inline. */
+  void (**parallel_slot)(int64_t, int64_t, host_range_fn, void*) = dlsym(handle, "ral_jit_parallel_for");
+  if (parallel_slot) *parallel_slot = host_parallel_for;
   *module = m;
   return RAL_OK;
 }

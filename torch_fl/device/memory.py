@@ -39,6 +39,25 @@ class Buffer:
         except Exception:
             pass
 
+    def reallocate(self, nbytes: int, stream: int) -> None:
+        """Replace this buffer's memory with a fresh block of nbytes (contents not kept), in place.
+
+        Every view sharing the Buffer sees the new block, as with `untyped_storage().resize_()`.
+        The old block goes back to the pool stream-ordered: it is reused only after work queued
+        on it completes.
+        """
+        if nbytes == self.nbytes:
+            return
+        if self.nbytes:
+            for obs in ALLOC_OBSERVERS:
+                obs("free", self)
+            check(lib.rt_free(self.device, self.ptr))
+        self.ptr, self.nbytes = 0, 0
+        if nbytes:
+            fresh = allocate(self.device, nbytes, stream)
+            self.ptr, self.nbytes = fresh.ptr, fresh.nbytes
+            fresh.ptr, fresh.nbytes = 0, 0  # ownership moved here (freeing 0 bytes is a no-op)
+
     def __repr__(self):
         return f"Buffer(ral:{self.device}, 0x{self.ptr:x}, {self.nbytes} bytes)"
 

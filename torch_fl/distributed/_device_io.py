@@ -15,7 +15,6 @@ import torch
 # Every import of torch_fl internals lives here.
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check
-from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor.host_copy import forget_host_view, host_mappable, host_view
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -143,13 +142,5 @@ def resize_buffer(t: RalTensor, nbytes: int) -> None:
     buf = t._buf
     if buf.nbytes == nbytes:
         return
-    dev = buf.device
-    if buf.nbytes:
-        # Stream-ordered: the pool reuses the block only after queued work on it completes.
-        lib.rt_free(dev, buf.ptr)
-    buf.ptr, buf.nbytes = 0, 0
-    if nbytes:
-        fresh = allocate(dev, nbytes, current(dev))
-        buf.ptr, buf.nbytes = fresh.ptr, fresh.nbytes
-        fresh.ptr, fresh.nbytes = 0, 0  # ownership moved to buf (freeing 0 is a no-op)
+    buf.reallocate(nbytes, current(buf.device))
     forget_host_view(buf)  # a cached zero-copy view of the old memory is stale

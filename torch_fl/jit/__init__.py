@@ -18,6 +18,7 @@ from torch_fl.jit.pointwise import build_pointwise
 from torch_fl.jit.reduce import REDUCTIONS, build_reduce
 from torch_fl.jit.templates import TEMPLATES, template_for
 from torch_fl.tensor.host_copy import host_mappable
+from torch_fl.tensor.ral_tensor import FIRST_TRACE_HOOKS
 from torch_fl.tiers.protocol import Declined
 
 _forced: list[str] = []
@@ -92,7 +93,20 @@ def forced() -> bool:
     return bool(_forced)
 
 
+def _register_inductor() -> None:
+    """Let the default compile backend (inductor) generate host C++ for ral tensors."""
+    from torch_fl.jit import inductor_device
+
+    try:
+        inductor_device.register()
+    except ImportError as exc:  # a torch without inductor: the other backends still work
+        import warnings
+
+        warnings.warn(f"torch_fl: inductor cannot be registered for ral tensors ({exc})", RuntimeWarning, stacklevel=2)
+
+
 router.register_tier("jit", build)
+FIRST_TRACE_HOOKS.append(_register_inductor)
 if os.environ.get("TORCH_FL_JIT", "").strip().lower() == "force":
     force(True)
 

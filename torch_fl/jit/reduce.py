@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl._native import ffi
+from torch_fl.jit.codegen_c import PAR_MIN, PARALLEL
 from torch_fl.jit.codegen_opencl import RMAX, coalesce
 from torch_fl.jit.kernel_cache import compile_kernel, kernel_name
 from torch_fl.jit.pointwise import Unfit
@@ -84,14 +85,14 @@ def _c_source(kind, in_ct, out_ct, acc_ct, is_float):
 #include <stdint.h>
 #include <tgmath.h>
 #include "ral_plugin.h"
-
-RAL_PLUGIN_EXPORT ral_status {_NAME}(const ral_kernel_call* c) {{
+{PARALLEL}
+/* outputs [begin, end): each accumulates its own reduction (no cross-thread combine) */
+static void {_NAME}_rows(int64_t begin, int64_t end, void* ctx) {{
+  const ral_kernel_call* c = (const ral_kernel_call*)ctx;
   const ral_tensor* t = c->tensors;
   const int nk = t[0].ndim, nd1 = t[1].ndim;
-  int64_t nout = 1, nred = 1;
-  for (int d = 0; d < nk; d++) nout *= t[0].sizes[d];
+  int64_t nred = 1;
   for (int d = nk; d < nd1; d++) nred *= t[1].sizes[d];
-  if (nout == 0) return RAL_OK;
   {out_ct}* p0 = ({out_ct}*)((char*)t[0].data + t[0].byte_offset);
   const {in_ct}* p1 = (const {in_ct}*)((const char*)t[1].data + t[1].byte_offset);
   const double corr = c->n_scalars > 0 ? (c->scalars[0].tag == 2 ? c->scalars[0].v.f : (double)c->scalars[0].v.i) : 0;
@@ -99,8 +100,7 @@ RAL_PLUGIN_EXPORT ral_status {_NAME}(const ral_kernel_call* c) {{
   const int64_t inner = nd1 > nk ? t[1].sizes[nd1 - 1] : 1;
   const int64_t ist = nd1 > nk ? t[1].strides[nd1 - 1] : 0;
   const int64_t rows = inner ? nred / inner : 0;
-#pragma omp parallel for schedule(static) if (nout > 1 && nout * nred >= 32768)
-  for (int64_t o = 0; o < nout; o++) {{
+  for (int64_t o = begin; o < end; o++) {{
     int64_t base = 0, rem = o;
     for (int d = nk - 1; d >= 0; d--) {{
       const int64_t sz = t[0].sizes[d], id = rem % sz;
@@ -113,6 +113,17 @@ RAL_PLUGIN_EXPORT ral_status {_NAME}(const ral_kernel_call* c) {{
     }}{var_pass}{nan_guard}
     p0[o] = ({out_ct})({finish});
   }}
+}}
+
+RAL_PLUGIN_EXPORT ral_status {_NAME}(const ral_kernel_call* c) {{
+  const ral_tensor* t = c->tensors;
+  const int nk = t[0].ndim, nd1 = t[1].ndim;
+  int64_t nout = 1, nred = 1;
+  for (int d = 0; d < nk; d++) nout *= t[0].sizes[d];
+  for (int d = nk; d < nd1; d++) nred *= t[1].sizes[d];
+  if (nout == 0) return RAL_OK;
+  const int64_t grain = nred >= {PAR_MIN} ? 1 : {PAR_MIN} / (nred ? nred : 1);
+  ral_jit_run(nout, grain, {_NAME}_rows, (void*)c);
   return RAL_OK;
 }}
 """

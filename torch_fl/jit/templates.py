@@ -282,6 +282,18 @@ def _gelu(k, a, approximate):
     return k.c(0.5) * a * (1 + call("erf", a * k.c(1 / math.sqrt(2.0))))
 
 
+@_t("aten::gelu_backward")
+def _gelu_backward(k, g, a, approximate):
+    # torch._decomp's gelu_backward: d/dx of the forward formula above.
+    if approximate == "tanh":
+        t = call("tanh", k.c(_SQRT_2_OVER_PI) * (a + k.c(0.044715) * a * a * a))
+        inner_d = k.c(_SQRT_2_OVER_PI) * (1 + k.c(3 * 0.044715) * a * a)
+        return g * (k.c(0.5) * (1 + t) + k.c(0.5) * a * (1 - t * t) * inner_d)
+    cdf = k.c(0.5) * (1 + call("erf", a * k.c(1 / math.sqrt(2.0))))
+    pdf = call("exp", k.c(-0.5) * a * a) * k.c(1 / math.sqrt(2.0 * math.pi))
+    return g * (cdf + a * pdf)
+
+
 @_t("aten::logical_not", ints=True)
 def _logical_not(k, a):
     return lnot(a)

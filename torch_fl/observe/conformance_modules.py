@@ -119,6 +119,20 @@ def _is_random(info, cons, fwd, training) -> bool:
         return False
 
 
+def _materialize(module, args, kwargs):
+    with torch.no_grad():
+        module(*_fresh(args), **_fresh(kwargs))
+
+
+def _lazy_on(lazy, init, dev, fwd):
+    """The lazy module moved to `dev` before its first forward (it materializes there), then
+    given the CPU reference's initial weights: the device's RNG need not draw CPU's numbers."""
+    m = copy.deepcopy(lazy).to(dev)
+    _materialize(m, _leaf_to(fwd.args, dev), _leaf_to(fwd.kwargs, dev))
+    m.load_state_dict(init.state_dict())
+    return m
+
+
 def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseResult:
     """Every sample of one ModuleInfo (training, and eval where they differ) on `dev` in one
     style; passed iff outputs, input/parameter gradients and buffers match CPU (or the device
@@ -142,23 +156,25 @@ def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseR
         try:
             m = _build(info, cons, training)
             m = m.to(dtype) if not info.is_lazy else m
+            lazy = copy.deepcopy(m) if info.is_lazy else None
+            if lazy is not None:
+                _materialize(m, fwd.args, fwd.kwargs)
             init = copy.deepcopy(m)
             torch.manual_seed(0)
             expected = _run(m, _fresh(fwd.args), _fresh(fwd.kwargs))
             expected_exc = None
         except Exception as exc:  # the reference raises: the device must raise the same type
-            expected, expected_exc, init = None, exc, None
+            expected, expected_exc, init, lazy = None, exc, None, None
         try:
             if init is None:
                 init = _build(info, cons, training)
             torch.manual_seed(0)
             if style == "mode":
-                with ral_mode(dev):
-                    actual = _run(copy.deepcopy(init), _fresh(fwd.args), _fresh(fwd.kwargs))
+                with ral_mode(dev):  # a lazy module materializes inside the mode (CPU's RNG)
+                    actual = _run(copy.deepcopy(init if lazy is None else lazy), _fresh(fwd.args), _fresh(fwd.kwargs))
             else:
-                actual = _run(
-                    copy.deepcopy(init).to(dev), _leaf_to(fwd.args, dev), _leaf_to(fwd.kwargs, dev), weights_dev=dev
-                )
+                dm = copy.deepcopy(init).to(dev) if lazy is None else _lazy_on(lazy, init, dev, fwd)
+                actual = _run(dm, _leaf_to(fwd.args, dev), _leaf_to(fwd.kwargs, dev), weights_dev=dev)
             if expected_exc is not None:
                 error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
                 break

@@ -237,7 +237,15 @@ def meta_like(t: torch.Tensor) -> torch.Tensor:
         )
 
 
+# Called once, the first time a tracer fakeifies a RalTensor: upper layers register their
+# compile-time extensions there (jit: inductor's code generator for "ral"), so importing
+# torch_fl never pays for torch._inductor.
+FIRST_TRACE_HOOKS: list = []
+
+
 def _fake_on_ral(inner, meta, outer_size, outer_stride):
+    while FIRST_TRACE_HOOKS:
+        FIRST_TRACE_HOOKS.pop()()
     # Tracing (Dynamo, AOT) fakeifies our meta inner tensor: hand back a FakeTensor that
     # reports the ral device, so the traced program is an ordinary device program and the
     # compiled graph later runs on real RalTensors through the dispatcher.

@@ -1,0 +1,119 @@
+"""Issue 13 item 5, the jit tier against what a user has, every side in its own fresh process:
+
+- each op with a host vendor kernel (add, mul, exp, tanh, sigmoid, gelu) on 4M floats, forced
+  to the jit tier vs left to the vendor kernel, on ral:0;
+- the 6-op pointwise chain on 16M floats fused by `torch_fl.fuse()` on ral:0 vs eager CPU and
+  vs `torch.compile` (Inductor) on CPU.
+
+Sides "eager" and "inductor" are plain PyTorch processes (procs.PLAIN_SIDES: torch_fl is not
+loaded); this module imports torch_fl only inside the ral sides.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from common import Result
+from procs import alternate, median_ratio
+
+DEV = os.environ.get("BENCH_DEVICE", "ral:0")
+
+OPS = {
+    "add": ("aten::add.Tensor", lambda a, b: torch.add(a, b)),
+    "mul": ("aten::mul.Tensor", lambda a, b: torch.mul(a, b)),
+    "exp": ("aten::exp", lambda a, b: torch.exp(a)),
+    "tanh": ("aten::tanh", lambda a, b: torch.tanh(a)),
+    "sigmoid": ("aten::sigmoid", lambda a, b: torch.sigmoid(a)),
+    "gelu": ("aten::gelu", lambda a, b: torch.nn.functional.gelu(a)),
+}
+
+
+def _op_side(name: str, tier: str):
+    import torch_fl
+    from torch_fl.dispatch import router
+
+    op, fn = OPS[name]
+    torch.manual_seed(0)
+    x, y = torch.randn(1 << 22).to(DEV), torch.randn(1 << 22).to(DEV)
+    if tier == "jit":
+        router.set_op_override(op, "jit")
+    n = 5
+
+    def run():
+        for _ in range(n):
+            fn(x, y)
+        torch.ral.synchronize()
+
+    assert torch_fl  # imported for the device
+    return run, n
+
+
+def chain(x, b):
+    """Six pointwise ops: scale, bias, tanh-approximated gelu, scale, residual, sigmoid."""
+    y = x * 0.5 + b
+    y = torch.nn.functional.gelu(y, approximate="tanh")
+    return torch.sigmoid(y * 2.0 - x)
+
+
+def _chain_side(side: str):
+    torch.manual_seed(0)
+    x, b = torch.randn(4096, 4096), torch.randn(4096)
+    if side == "eager":
+        return (lambda: chain(x, b)), 1
+    if side == "inductor":
+        compiled = torch.compile(chain, backend="inductor")
+        return (lambda: compiled(x, b)), 1
+    import torch_fl
+
+    rx, rb = x.to(DEV), b.to(DEV)
+
+    def fused():
+        with torch_fl.fuse():
+            y = chain(rx, rb)  # kept alive: only live results are written
+        torch.ral.synchronize()
+        return y
+
+    return fused, 1
+
+
+SIDES = {f"jit_{name}": {t: (lambda name=name, t=t: _op_side(name, t)) for t in ("vendor", "jit")} for name in OPS}
+SIDES["chain"] = {s: (lambda s=s: _chain_side(s)) for s in ("eager", "inductor", "fused")}
+
+
+def _rounds() -> int:
+    import common
+
+    return common.ROUNDS
+
+
+def jit_vs_vendor(dev: str) -> list[Result]:
+    """4M floats per op: the forced jit tier vs the vendor kernel, each in its own processes."""
+    os.environ["BENCH_DEVICE"] = dev
+    rows = []
+    for name in OPS:
+        times = alternate("bench_jit_sides", f"jit_{name}", ["vendor", "jit"], _rounds())
+        med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
+        row = Result(f"4M {name}: jit vs vendor kernel", dev, med["jit"], "vendor kernel (own process)", med["vendor"])
+        row.target = 1.05
+        row.rounds_ratio = median_ratio(times, "jit", "vendor")
+        row.note = f"jit {med['jit'] * 1e3:.2f} ms, vendor {med['vendor'] * 1e3:.2f} ms"
+        rows.append(row)
+    return rows
+
+
+def fused_chain(dev: str) -> list[Result]:
+    """The fused 6-op chain vs eager CPU and vs Inductor on CPU, each side in its own processes."""
+    os.environ["BENCH_DEVICE"] = dev
+    times = alternate("bench_jit_sides", "chain", ["eager", "inductor", "fused"], _rounds(), repeats=5)
+    med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
+    rows = []
+    for base, target in (("eager", 0.5), ("inductor", 1.0)):
+        row = Result("16M 6-op chain, fused", dev, med["fused"], f"{base} CPU (own process)", med[base], target)
+        row.rounds_ratio = median_ratio(times, "fused", base)
+        row.note = f"fused {med['fused'] * 1e3:.1f} ms, {base} {med[base] * 1e3:.1f} ms"
+        rows.append(row)
+    return rows
+
+
+CASES = {"jit_vs_vendor": jit_vs_vendor, "jit_chain": fused_chain}
