@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
+from functools import partial
 
 import torch
 import torch.utils.checkpoint as _checkpoint
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
-from torch.utils.weak import WeakIdKeyDictionary
 
 from torch_fl.device import fork
 from torch_fl.device.amp import cpu_autocast_needs_mirror as _cpu_amp_needs_mirror
@@ -179,10 +180,40 @@ _VIEW_NAMES = {
 _PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(9)
 _KINDS: dict = {}
 
-# Upload cache: cpu tensor (held weakly, by identity) -> (version, data_ptr, device, device copy).
-_CACHE = WeakIdKeyDictionary()
-_cache_lock = threading.Lock()
+# Upload cache: id(cpu tensor) -> (weak ref to it, version, data_ptr, device, device copy).
+# Looked up on every operand of every op: a plain id-keyed dict with an identity check on
+# the weak ref costs a fraction of WeakIdKeyDictionary's lookup (which builds a key object
+# per call). The ref's callback drops the entry when the CPU tensor dies, so the cache
+# keeps no CPU tensor alive and a reused id never finds a stale entry.
+_CACHE: dict = {}
 stats = {"uploads": 0, "cache_hits": 0}
+
+
+def _evict(key: int, ref) -> None:
+    # Runs while the CPU tensor is being freed: its id cannot have been reused yet.
+    e = _CACHE.get(key)
+    if e is not None and e[0] is ref:
+        _CACHE.pop(key, None)
+
+
+def _cache_get(t):
+    """The cache entry of CPU tensor t, or None."""
+    e = _CACHE.get(id(t))
+    if e is not None and e[0]() is t:
+        return e
+    return None
+
+
+def _cache_put(t, version: int, ptr: int, dev: int, copy) -> None:
+    key = id(t)
+    e = _CACHE.get(key)
+    ref = e[0] if e is not None and e[0]() is t else weakref.ref(t, partial(_evict, key))
+    _CACHE[key] = (ref, version, ptr, dev, copy)
+
+
+def _cache_drop(t) -> None:
+    if _cache_get(t) is not None:
+        _CACHE.pop(id(t), None)
 
 
 def _kind(func) -> int:
@@ -229,14 +260,13 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
         twin = _cached_copy(base, dev)
         return twin.as_strided(t.shape, t.stride(), t.storage_offset())
     ptr = t.data_ptr()
-    hit = _CACHE.get(t)
-    if hit is not None and hit[0] == version and hit[1] == ptr and hit[2] == dev:
+    hit = _cache_get(t)
+    if hit is not None and hit[1] == version and hit[2] == ptr and hit[3] == dev:
         stats["cache_hits"] += 1
-        return hit[3]
+        return hit[4]
     copy = to_device(t.detach(), dev)
     stats["uploads"] += 1
-    with _cache_lock:
-        _CACHE[t] = (version, ptr, dev, copy)
+    _cache_put(t, version, ptr, dev, copy)
     return copy
 
 
@@ -296,9 +326,9 @@ def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
     op buried in a function): copy the new values home, and keep the twin cached as current."""
     with torch.no_grad():
         t.copy_(to_cpu(twin.detach()))
-    hit = _CACHE.get(t)
+    hit = _cache_get(t)
     if hit is not None:
-        _CACHE[t] = (t._version, hit[1], hit[2], hit[3])
+        _cache_put(t, t._version, hit[2], hit[3], hit[4])
 
 
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
@@ -448,9 +478,9 @@ def _forget(v) -> None:
     """Drop the cached device twins of the CPU tensors in v (a tensor or a list of them)."""
     for t in v if type(v) is list or type(v) is tuple else (v,):
         if _is_cpu_tensor(t):
-            _CACHE.pop(t, None)
+            _cache_drop(t)
             if t._base is not None:
-                _CACHE.pop(t._base, None)
+                _cache_drop(t._base)
 
 
 def _on_cpu(kind, func, args, kwargs):
@@ -577,12 +607,13 @@ class ral_mode(TorchFunctionMode):
             uploaded.append((t, twin, _version_of(twin)))
             return twin
 
-        dev_args = _map(list(args), up)
-        dev_kwargs = {k: _map(v, up) for k, v in kwargs.items()}
+        # Positional tensors are mapped inline (the common case: no nesting to walk).
+        dev_args = [up(a) if isinstance(a, torch.Tensor) else _map(a, up) for a in args]
+        dev_kwargs = {k: _map(v, up) for k, v in kwargs.items()} if kwargs else {}
         if sparse and not _has_ral_tensor(args, kwargs):
             return func(*args, **kwargs)  # a sparse CPU operand: plain CPU PyTorch, as without the mode
         out = func(*dev_args, **dev_kwargs)
-        forced = _mutated_buffers(func, args, kwargs)
+        forced = _mutated_buffers(func, args, kwargs) if func in _RUNNING_STATS else ()
         for t, twin, version in uploaded:
             if any(t is f for f in forced) or _version_of(twin) != version:
                 _write_back(t, twin)

@@ -9,13 +9,18 @@ import torch
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import fork
 from torch_fl.dispatch import router
-from torch_fl.dispatch.special import ROUTE, SPECIAL
+from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
 from torch_fl.tensor.views import view_op
 
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
+# id(func) -> (func, special handler or None, schema or None). OpOverload.__hash__ is a
+# Python function; a dict keyed by id plus an identity check (ids of dead overloads can be
+# reused) costs one C-level lookup per op instead of three Python hash calls.
+_BY_ID: dict = {}
+ON_REGISTER.append(_BY_ID.clear)  # a special handler registered later must be seen
 # Observers (coverage, trace): callables (op_name, tier, dev, t0, t1, args). Empty = no cost.
 OBSERVERS: list = []
 
@@ -28,7 +33,7 @@ def _device_error(a: str, b: str) -> RuntimeError:
 def signature(sch, full):
     """(device, hashable key) of a call: shapes/dtypes/contiguity and shape-relevant values."""
     dev = -1
-    key = [sch.func]
+    key = [sch]  # the schema stands for its op: identity hash, one schema per overload
     kinds = sch.kinds
     value_free = sch.value_free
     for i, v in enumerate(full):
@@ -72,14 +77,30 @@ def signature(sch, full):
     return dev, tuple(key)
 
 
+def _info(func):
+    """(func, special handler, schema or None) of an op, cached by id."""
+    special = SPECIAL.get(func)
+    sch = None
+    if special is None:
+        sch = _SCHEMAS.get(func)
+        if sch is None:
+            sch = _SCHEMAS[func] = schema_of(func)
+    info = _BY_ID[id(func)] = (func, special, sch)
+    return info
+
+
 def dispatch(func, args, kwargs):
     """Run one aten op whose arguments include RalTensors."""
-    special = SPECIAL.get(func)
+    info = _BY_ID.get(id(func))
+    if info is None or info[0] is not func:
+        info = _info(func)
+    special = info[1]
     if special is not None:
         out = special(func, args, kwargs)
         if out is not ROUTE:
             return out
-    return route(func, args, kwargs)
+        return route(func, args, kwargs)
+    return _route(func, info[2], args, kwargs)
 
 
 def route(func, args, kwargs):
@@ -87,6 +108,10 @@ def route(func, args, kwargs):
     sch = _SCHEMAS.get(func)
     if sch is None:
         sch = _SCHEMAS[func] = schema_of(func)
+    return _route(func, sch, args, kwargs)
+
+
+def _route(func, sch, args, kwargs):
     if sch.is_view:
         if sch.composite_implicit:
             return func.decompose(*args, **kwargs)

@@ -21,6 +21,8 @@ aten = torch.ops.aten
 
 # aten overload -> handler(func, args, kwargs).
 SPECIAL: dict = {}
+# Called after each registration (the entry point caches handler lookups).
+ON_REGISTER: list = []
 # What a handler returns to send the call on to the router after all.
 ROUTE = object()
 
@@ -33,6 +35,8 @@ def special(*ops):
             if op in SPECIAL:
                 raise RuntimeError(f"torch_fl: {op} already has a special handler ({SPECIAL[op].__name__})")
             SPECIAL[op] = fn
+        for cb in ON_REGISTER:
+            cb()
         return fn
 
     return register

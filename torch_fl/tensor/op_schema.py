@@ -122,6 +122,10 @@ class OpSchema:
             func.name(), "CompositeImplicitAutograd"
         )
 
+    def __str__(self):
+        # The schema stands for its op in the router's cache keys: print as the op does.
+        return str(self.func)
+
     def normalize(self, args, kwargs) -> list:
         """All arguments in schema order, defaults filled in."""
         full = list(args)

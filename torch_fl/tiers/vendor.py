@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from threading import get_ident
 
 import torch
@@ -350,17 +351,67 @@ def _promotion_target(sch, full, out_dtype):
     return result
 
 
+# (device, stream, target dtype, source type or dtype, value, sign) -> 0-dim device tensor.
+# Scalar operands (`x * 0.5`, a CPU 0-dim tensor from `torch.where(m, x, -1e9)`) were
+# uploaded afresh on every call: an allocation, a host fill and a copy on the calling
+# thread, more than the op's own dispatch. They repeat (a model's constants), so the
+# uploaded tensor is kept. These tensors are only ever read by kernels (an operand that a
+# kernel writes is never a scalar upload), they are torch_fl's own (no user tensor is
+# held), and the stream is part of the key, so a kernel only reads a value uploaded in
+# order on its own stream.
+_SCALARS: dict = {}
+_SCALARS_MAX = 512
+
+
+def _scalar_key(dev, dtype, src, v):
+    tv = type(v)
+    if tv is float:
+        return (dev, current(dev), dtype, src, v, math.copysign(1.0, v))  # -0.0 is not 0.0
+    if tv is int or tv is bool:
+        return (dev, current(dev), dtype, src, tv, v)
+    return None  # complex and others: not cached
+
+
+def _device_scalar(v, dtype, dev, src):
+    """A 0-dim tensor on ral:dev holding Python number v as dtype (cached)."""
+    key = _scalar_key(dev, dtype, src, v)
+    if key is not None and v == v:  # NaN never equals its key; do not fill the cache with them
+        hit = _SCALARS.get(key)
+        if hit is not None:
+            return hit
+    out = to_device(torch.full((), v, dtype=src if isinstance(src, torch.dtype) else dtype), dev, dtype)
+    if key is not None and v == v:
+        if len(_SCALARS) >= _SCALARS_MAX:
+            _SCALARS.clear()
+        _SCALARS[key] = out
+    return out
+
+
 def _number_prep(dtype, dev, shape=()):
+    if shape == ():
+
+        def prep_scalar(v):
+            return _device_scalar(v, dtype, dev, type(v))
+
+        return prep_scalar
+
     def prep(v):
         return to_device(torch.full(shape, v, dtype=dtype), dev)
 
     return prep
 
 
+def _cpu_scalar_upload(t, dev, dtype):
+    """Upload a CPU tensor; a 0-dim one through the scalar cache."""
+    if t.dim() == 0 and not t.dtype.is_complex and not dtype.is_complex:
+        return _device_scalar(t.item(), dtype, dev, t.dtype)
+    return to_device(t, dev, dtype)
+
+
 def _cast_prep(dtype, dev):
     def prep(t):
         if type(t) is not RalTensor:
-            return to_device(t, dev, dtype)
+            return _cpu_scalar_upload(t, dev, dtype)
         return _aten._to_copy.default(t, dtype=dtype)
 
     return prep
@@ -368,7 +419,7 @@ def _cast_prep(dtype, dev):
 
 def _upload_prep(dev):
     def prep(t):
-        return to_device(t, dev)
+        return _cpu_scalar_upload(t, dev, t.dtype)
 
     return prep
 
