@@ -20,6 +20,23 @@ def _hashable(v):
     return v
 
 
+def _key_args(args) -> tuple:
+    """The non-tensor arguments of a view op as a hashable key (TypeError on a tensor).
+
+    Called on every view: ints and int lists (the common case) are keyed without the
+    generic recursive walk."""
+    out = []
+    for a in args:
+        ta = type(a)
+        if ta is int or a is None:
+            out.append(a)
+        elif ta is list and all(type(x) is int for x in a):
+            out.append(tuple(a))
+        else:
+            out.append(_hashable(a))
+    return tuple(out)
+
+
 def _meta_of(t: RalTensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -33,8 +50,8 @@ def view_op(func, args, kwargs):
             base.shape,
             base.stride(),
             base.dtype,
-            tuple(_hashable(a) for a in args[1:]),
-            tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())),
+            _key_args(args[1:]),
+            tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())) if kwargs else (),
         )
     except TypeError:
         key = None

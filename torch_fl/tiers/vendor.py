@@ -7,9 +7,10 @@ from threading import get_ident
 
 import torch
 
-from torch_fl._native import ffi
+from torch_fl._native import ffi, lib
 from torch_fl.core.dtype_names import ABSENT_CODE
 from torch_fl.core.registry import REGISTRY
+from torch_fl.core.runtime import raise_status
 from torch_fl.device import rng
 from torch_fl.device.dtypes import CODE_OF_TORCH
 from torch_fl.device.memory import allocate
@@ -18,7 +19,7 @@ from torch_fl.tensor.layout import contiguous_strides
 from torch_fl.tensor.op_schema import BROADCASTING_OPS, NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 from torch_fl.tensor.transfer import to_device
-from torch_fl.tiers.launch import launch, launch_packed
+from torch_fl.tiers.launch import launch_packed
 from torch_fl.tiers.packing import (
     TAG_BOOL,
     TAG_FLOAT,
@@ -33,6 +34,7 @@ from torch_fl.tiers.packing import (
 from torch_fl.tiers.protocol import Declined
 
 _aten = torch.ops.aten
+rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
 
 def _expand_plan(in_shape, out_shape):
@@ -86,6 +88,7 @@ class FastPlan:
         "farr",
         "n",
         "out_sigs",
+        "outs",
     )
 
     def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs):
@@ -103,6 +106,7 @@ class FastPlan:
         self.farr = ffi.new("double[]", floats) if floats else ffi.NULL
         self.n = len(template)
         self.out_sigs = out_sigs
+        self.outs = ()  # (slot, shape, strides, dtype, nbytes, sig) per fresh output: set by _compile_fast
 
 
 def _compile_fast(run, full):
@@ -169,7 +173,10 @@ def _compile_fast(run, full):
         else:
             pack_scalar(v, packed, floats, strings)  # part of the key: constant
     out_sigs = [(run.dev, shape, dtype, True) for shape, _, dtype, _ in run.out_specs] if run.fresh else []
-    return FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
+    plan = FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
+    if run.fresh:
+        plan.outs = tuple((i, *spec, sig) for i, spec, sig in zip(out_slots, run.out_specs, out_sigs))
+    return plan
 
 
 class VendorRun:
@@ -228,7 +235,7 @@ class VendorRun:
             farr = ffi.new("double[]", fast.floats) if fast.floats else ffi.NULL
         if self.fresh:
             outs = []
-            for idx, (shape, stride, dtype, nb), sig in zip(fast.out_slots, self.out_specs, fast.out_sigs):
+            for idx, shape, stride, dtype, nb, sig in fast.outs:
                 buf = allocate(dev, nb, stream)
                 arr[idx] = buf.ptr
                 outs.append(wrap(buf, shape, stride, 0, dtype, sig))
@@ -244,7 +251,9 @@ class VendorRun:
             farr[fi] = full[pos]
         if fast.gen_slot >= 0:
             arr[fast.gen_slot], arr[fast.gen_slot + 1] = rng.next_philox(dev, self.numel)
-        launch(dev, stream, self.handle, arr, fast.n, farr, fast.strings_c, self.name_c, self.plugin, self.sch.name)
+        status = rt_launch(dev, stream, self.handle, arr, fast.n, farr, fast.strings_c, self.name_c)
+        if status:
+            raise_status(status, plugin=self.plugin, op=self.sch.name)
         return outs[0] if self.single else tuple(outs)
 
     def _run_packed(self, full):
