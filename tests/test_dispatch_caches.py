@@ -159,3 +159,26 @@ print('ok')
 """
     r = run_python(code)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_strided_operands_with_the_same_shape_do_not_share_a_plan(dev):
+    # Same shapes and dtype, different strides and offsets: each call must read its own layout.
+    torch.manual_seed(1)
+    base = torch.randn(8, 16)
+    bd = base.to(dev)
+    views = [
+        lambda t: t[:, :8].t(),  # (8, 8), strides (1, 16)
+        lambda t: t[:, 8:].t(),  # same strides, other offset
+        lambda t: t[:, ::2],  # strides (16, 2)
+        lambda t: t.t()[:8],  # strides (1, 16) again, offset 0
+        lambda t: t[:, 1:9],  # strides (16, 1): not contiguous, offset 1
+    ]
+    for f in views + views[::-1]:
+        a, ad = f(base), f(bd)
+        assert_close(torch.mm(ad, ad), a @ a, rtol=1e-5, atol=1e-5)
+        assert_close(ad * 0.5 + ad, a * 0.5 + a, rtol=0, atol=0)
+        assert_close(torch.nn.functional.linear(ad, ad), torch.nn.functional.linear(a, a), rtol=1e-5, atol=1e-5)
+        c, cd = a.clone(), ad.clone()
+        cd.mul_(torch.tensor(-1.5))  # in place, CPU 0-dim operand
+        c.mul_(torch.tensor(-1.5))
+        assert_close(cd, c, rtol=0, atol=0)

@@ -31,7 +31,7 @@ def _device_error(a: str, b: str) -> RuntimeError:
 
 
 def signature(sch, full):
-    """(device, hashable key) of a call: shapes/dtypes/contiguity and shape-relevant values."""
+    """(device, hashable key) of a call: shapes/dtypes/layout and shape-relevant values."""
     dev = -1
     key = [sch]  # the schema stands for its op: identity hash, one schema per overload
     kinds = sch.kinds
@@ -55,7 +55,9 @@ def signature(sch, full):
             elif type(t) is RalTensor:
                 sig = t._sig
                 if sig is None:
-                    sig = t._sig = (t._dev, tuple(t.shape), t.dtype, t.is_contiguous())
+                    # Contiguous: True; strided: the strides themselves, so a cached
+                    # plan may bake them (tiers/vendor.py _compile_fast).
+                    sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
                 d = sig[0]
                 if dev != d:
                     if dev >= 0:

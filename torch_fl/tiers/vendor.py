@@ -89,6 +89,7 @@ class FastPlan:
         "n",
         "out_sigs",
         "outs",
+        "prep_slots",
     )
 
     def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs):
@@ -107,6 +108,7 @@ class FastPlan:
         self.n = len(template)
         self.out_sigs = out_sigs
         self.outs = ()  # (slot, shape, strides, dtype, nbytes, sig) per fresh output: set by _compile_fast
+        self.prep_slots = ()  # (slot, argument position, prep) per scalar operand
 
 
 def _compile_fast(run, full):
@@ -130,19 +132,36 @@ def _compile_fast(run, full):
                 return None
             tensor_slots.append((add(t.shape, contiguous_strides(t.shape), t.dtype), p, -1, t.dtype.itemsize))
     n_in = 0
+    prep_slots = []
     for pos, kind, prep, expand in run.inputs:
-        if prep is not None:
-            return None
         v = full[pos]
+        if prep is not None:
+            # A scalar operand (a Python number or a CPU 0-dim tensor) becomes a 0-dim device
+            # tensor of a dtype fixed by the signature: its slot is constant but for the
+            # pointer, which the prep (the scalar cache) gives per call. Other preps copy or
+            # cast whole tensors and keep the general path.
+            if kind == TENSOR_LIST or (isinstance(v, torch.Tensor) and (type(v) is RalTensor or v.dim() != 0)):
+                return None
+            made = prep(v)
+            if made.dim() != 0:
+                return None
+            n_in += 1
+            shape = () if expand is None else expand[0]
+            idx = add(shape, (0,) * len(shape), made.dtype)
+            prep_slots.append((idx, pos, prep))
+            continue
         items = list(enumerate(v)) if kind == TENSOR_LIST else [(-1, v)]
         for j, t in items:
             n_in += 1
             if t is None:
                 packed.extend((0, 0, ABSENT_CODE, 0))
                 continue
-            if type(t) is not RalTensor or not t.is_contiguous():
+            if type(t) is not RalTensor:
                 return None
-            cst = contiguous_strides(t.shape)
+            # A contiguous operand's key says only "contiguous" (strides of size-1 dims may
+            # differ between calls and do not matter); a strided one's key holds its strides
+            # (dispatch/entry.py signature), so they are constant within the plan.
+            cst = contiguous_strides(t.shape) if t.is_contiguous() else t.stride()
             if expand is None:
                 idx = add(t.shape, cst, t.dtype)
             else:
@@ -174,6 +193,7 @@ def _compile_fast(run, full):
             pack_scalar(v, packed, floats, strings)  # part of the key: constant
     out_sigs = [(run.dev, shape, dtype, True) for shape, _, dtype, _ in run.out_specs] if run.fresh else []
     plan = FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
+    plan.prep_slots = tuple(prep_slots)
     if run.fresh:
         plan.outs = tuple((i, *spec, sig) for i, spec, sig in zip(out_slots, run.out_specs, out_sigs))
     return plan
@@ -245,6 +265,10 @@ class VendorRun:
             t = full[pos] if j < 0 else full[pos][j]
             arr[idx] = t._buf.ptr
             arr[idx + 1] = t.storage_offset() * isz
+        keep = [prep(full[pos]) for _, pos, prep in fast.prep_slots] if fast.prep_slots else ()
+        for (idx, _, _), t in zip(fast.prep_slots, keep):
+            arr[idx] = t._buf.ptr
+            arr[idx + 1] = t.storage_offset() * t.dtype.itemsize
         for idx, pos in fast.int_slots:
             arr[idx] = full[pos]
         for fi, pos in fast.float_slots:
