@@ -216,6 +216,25 @@ def test_inplace_and_broadcast(dtype):
     check(f, rand((12, 20), dtype), rand((20,), dtype), rand((12, 1), dtype, 1, 2))
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_ternary_ops_with_zero_dim_operands(dtype):
+    # where(mask, x, fill) with a 0-dim fill (attention masks) takes its own vectorised loop
+    def f(m, x, z, y):
+        return (
+            torch.where(m, x, z),
+            torch.where(m, z, x),
+            torch.where(m[:1], x, z),  # broadcast mask too
+            torch.addcmul(x, y, z.expand_as(x), value=0.5),
+            torch.addcdiv(x, z.expand_as(x), y.abs() + 1, value=2),
+        )
+
+    g = [torch.Generator().manual_seed(k) for k in range(3)]
+    shape = (4, 3, 17)
+    check(
+        f, rand(shape, dtype, gen=g[0]) > 0, rand(shape, dtype, gen=g[1]), rand((), dtype), rand(shape, dtype, gen=g[2])
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_explicit_overloads(dtype):
     """Overloads torch's Python API rarely emits (it wraps Python scalars as tensors)."""

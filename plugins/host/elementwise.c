@@ -182,6 +182,12 @@ static inline int isnan_never(int64_t v) { return 0; }
     if (so == sizeof(OST) && sa == sizeof(AST) && sb == sizeof(BST) && sc == sizeof(BST)) \
       LOOP3(OP, OST, OFROM, AST, ATO, BST, BTO, sizeof(OST), sizeof(AST), sizeof(BST), \
             sizeof(BST))                                                          \
+    /* a 0-dim (broadcast) second or third operand, e.g. where(mask, x, fill): the  \
+     * general strided loop does not vectorise and was ~10x slower */              \
+    else if (so == sizeof(OST) && sa == sizeof(AST) && sb == sizeof(BST) && sc == 0) \
+      LOOP3(OP, OST, OFROM, AST, ATO, BST, BTO, sizeof(OST), sizeof(AST), sizeof(BST), 0) \
+    else if (so == sizeof(OST) && sa == sizeof(AST) && sb == 0 && sc == sizeof(BST)) \
+      LOOP3(OP, OST, OFROM, AST, ATO, BST, BTO, sizeof(OST), sizeof(AST), 0, sizeof(BST)) \
     else                                                                          \
       LOOP3(OP, OST, OFROM, AST, ATO, BST, BTO, so, sa, sb, sc)                   \
   }
