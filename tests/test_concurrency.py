@@ -157,12 +157,15 @@ def test_raw_event_destroy_races_with_use(dev):
                 eid = ids[-1] if ids else None
             if eid is None:
                 continue
-            # The event may be destroyed under us: only "does not exist" is acceptable.
-            for st in (
-                lib.rt_event_synchronize(idx, eid),
-                lib.rt_event_query(idx, eid),
-                lib.rt_stream_wait_event(idx, 0, eid),
+            # The event may be destroyed under us: only "does not exist" is acceptable. Each
+            # call's message is read right after it: the id can be reused by a new event
+            # before the next call, which then sets its own (NOT_READY) message.
+            for fn, args in (
+                (lib.rt_event_synchronize, (idx, eid)),
+                (lib.rt_event_query, (idx, eid)),
+                (lib.rt_stream_wait_event, (idx, 0, eid)),
             ):
+                st = fn(*args)
                 if st not in (0, lib.RAL_ERROR_NOT_READY):
                     msg = ffi.string(lib.rt_last_error()).decode()
                     if "does not exist" not in msg:
