@@ -23,6 +23,14 @@ def host_device_present() -> bool:
     return any(p.record.name == "host" and p.devices for p in torch_fl.plugins())
 
 
+def opencl_device() -> str | None:
+    """ "ral:N" of the loaded OpenCL plugin's first device, or None (not built, no platform)."""
+    p = next((p for p in torch_fl.plugins() if p.record.name == "opencl"), None)
+    if p is None or p.record.status != "LOADED" or not p.devices:
+        return None
+    return f"ral:{p.devices[0]}"
+
+
 @pytest.fixture(scope="session")
 def dev() -> str:
     """The ral device string under test; skips everything if no ral device exists."""

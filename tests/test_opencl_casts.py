@@ -7,18 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import opencl_device
 
-import torch_fl
-
-
-def _ocl_dev():
-    p = next((p for p in torch_fl.plugins() if p.record.name == "opencl"), None)
-    if p is None or p.record.status != "LOADED" or not p.devices:
-        return None
-    return f"ral:{p.devices[0]}"
-
-
-DEV = _ocl_dev()
+DEV = opencl_device()
 pytestmark = pytest.mark.skipif(DEV is None, reason="no OpenCL device (plugin not built or no platform)")
 
 DTYPES = [

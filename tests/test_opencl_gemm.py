@@ -15,17 +15,9 @@ import torch
 import torch_fl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_python  # noqa: E402
+from conftest import opencl_device, run_python  # noqa: E402
 
-
-def _ocl_dev():
-    p = next((p for p in torch_fl.plugins() if p.record.name == "opencl"), None)
-    if p is None or p.record.status != "LOADED" or not p.devices:
-        return None
-    return f"ral:{p.devices[0]}"
-
-
-DEV = _ocl_dev()
+DEV = opencl_device()
 pytestmark = pytest.mark.skipif(DEV is None, reason="no OpenCL device (plugin not built or no platform)")
 
 SHAPES = [(1, 1, 1), (3, 5, 7), (12, 16, 9), (13, 17, 33), (64, 64, 64), (100, 37, 129), (130, 200, 70), (7, 300, 5)]
