@@ -42,30 +42,19 @@ class _Recorder(FuseMode):
         self.flush()
         return func(*args, **kwargs)
 
-    def flush(self):
-        """Launch the pending group, keeping its plan."""
-        g = self.group
-        if g is None or self._flushing:
+    def _launch(self, g, live):
+        """Launch the flushed group, keeping its plan for replay."""
+        plan = plan_group(g, live)
+        if plan is None:
+            self.complete = False
+            _run_eagerly(g, live)
             return
-        self._flushing = True
-        self.group = None
-        try:
-            live = [(i, t) for i, t in ((i, n[3]()) for i, n in enumerate(g.nodes)) if t is not None]
-            if not live:
-                return
-            plan = plan_group(g, live)
-            if plan is None:
-                self.complete = False
-                _run_eagerly(g, live)
-                return
-            handle, tensors, scalars = plan
-            if handle is not None:
-                L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, g.target.plugin, "torch_fl.fused")
-            STATS["groups"] += 1
-            STATS["fused_ops"] += len(g.nodes)
-            self.plans.append((g.dev, g.target.plugin, handle, len(live), tensors, scalars))
-        finally:
-            self._flushing = False
+        handle, tensors, scalars = plan
+        if handle is not None:
+            L.call(g.dev, handle, len(live), tensors, scalars, _FUSED_NAME, g.target.plugin, "torch_fl.fused")
+        STATS["groups"] += 1
+        STATS["fused_ops"] += len(g.nodes)
+        self.plans.append((g.dev, g.target.plugin, handle, len(live), tensors, scalars))
 
 
 class _Replay:

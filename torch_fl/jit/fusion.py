@@ -236,12 +236,15 @@ class FuseMode(TorchDispatchMode):
         try:
             live = [(i, node[3]()) for i, node in enumerate(g.nodes)]
             live = [(i, t) for i, t in live if t is not None]
-            if not live:
-                return
-            if not _launch_group(g, live):
-                _run_eagerly(g, live)
+            if live:
+                self._launch(g, live)
         finally:
             self._flushing = False
+
+    def _launch(self, g: _Group, live) -> None:
+        """Run a flushed group whose `live` nodes (index, result) still have users."""
+        if not _launch_group(g, live):
+            _run_eagerly(g, live)
 
 
 def _mark(v, marks):
