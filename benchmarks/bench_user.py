@@ -151,6 +151,25 @@ def _add16(style: str):
                     torch.add(a, b)
 
         return fn_empty, n
+    if style == "empty_subclass":
+        # The floor of any wrapper-subclass backend (DESIGN.md's RalTensor): PyTorch's entry
+        # into __torch_dispatch__ plus one new output wrapper, and nothing else.
+        class Floor(torch.Tensor):
+            @staticmethod
+            def __new__(cls, like):
+                return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype)
+
+            @classmethod
+            def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+                return Floor(args[0])
+
+        fa, fb = Floor(a), Floor(b)
+
+        def fn_floor():
+            for _ in range(n):
+                torch.add(fa, fb)
+
+        return fn_floor, n
     fl = _ral()
     if style == "to":
         a, b = a.to(DEV), b.to(DEV)
@@ -227,7 +246,7 @@ SIDES = {
     "gpt2_forward": _sides(_forward, ["cpu", "to", "mode"]),
     "gpt2_train": _sides(_train, ["cpu", "to", "mode"]),
     "latency": _sides(_latency, ["cpu", "to", "mode"]),
-    "add16": _sides(_add16, ["eager", "empty_mode", "to", "mode"]),
+    "add16": _sides(_add16, ["eager", "empty_mode", "empty_subclass", "to", "mode"]),
     "linear": _sides(_linear, ["cpu", "to", "mode"]),
     "large_add": _sides(_large_add, ["cpu", "to", "mode"]),
 }
@@ -241,7 +260,7 @@ SPEC = {
     "linear": ("Linear(1024,1024) batch 2048", "cpu", {"to": 1.00, "mode": 1.00}, 5, "ms"),
     "large_add": ("4096^2 add", "cpu", {"to": 0.30, "mode": 0.30}, 7, "ms"),
 }
-STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode"}
+STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode", "empty_subclass": "empty wrapper subclass"}
 SCALE = {"ms": 1e3, "us": 1e6}
 
 
@@ -258,9 +277,11 @@ def run_case(name: str, dev: str, rounds: int) -> list[Result]:
         if s == base:
             continue
         note = f"{med[s] * k:.1f} {unit} vs {med[base] * k:.1f} {unit}, {rounds} rounds"
-        if name == "add16" and s in ("to", "mode"):
+        if name == "add16" and s == "to":
+            note += f"; empty-subclass floor {med['empty_subclass'] * k:.1f} {unit}"
+        if name == "add16" and s == "mode":
             note += f"; empty-mode floor {med['empty_mode'] * k:.1f} {unit}"
-        subject = "cpu" if s == "empty_mode" else dev
+        subject = "cpu" if s in ("empty_mode", "empty_subclass") else dev
         row = Result(f"{title} [{STYLE[s]}]", subject, med[s], f"{base} (own process)", med[base], targets.get(s))
         row.note, row.rounds_ratio = note, median_ratio(times, s, base)
         rows.append(row)
