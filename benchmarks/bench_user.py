@@ -7,6 +7,7 @@ process); "to" runs the model moved with `.to(dev)`; "mode" runs CPU tensors und
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -112,17 +113,12 @@ def _latency(style: str):
     if style == "to":
         _ral()
         lin, x = lin.to(DEV), x.to(DEV)
-    ctx = _ral().ral_mode(DEV) if style == "mode" else None
+    ctx = _ral().ral_mode(DEV) if style == "mode" else contextlib.nullcontext()
 
     def fn():
-        with torch.no_grad():
-            if ctx is None:
-                for _ in range(n):
-                    lin(x).sum().item()
-            else:
-                with ctx:
-                    for _ in range(n):
-                        lin(x).sum().item()
+        with torch.no_grad(), ctx:
+            for _ in range(n):
+                lin(x).sum().item()
 
     return fn, n
 
