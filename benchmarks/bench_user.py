@@ -12,6 +12,8 @@ import os
 
 import torch
 from common import Result
+from models import gpt2
+from models import gpt2_ids as _ids
 from procs import alternate, median_ratio
 
 DEV = os.environ.get("BENCH_DEVICE", "ral:0")
@@ -24,28 +26,6 @@ def _ral():
 
 
 # ---------------------------------------------------------------- GPT-2-shaped model
-def gpt2(seed: int = 0) -> torch.nn.Module:
-    """The benchmark model: GPT-2 with 4 layers, 256 wide, random init, dropout off."""
-    import transformers
-
-    torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(
-        n_layer=4,
-        n_embd=256,
-        n_head=4,
-        vocab_size=2048,
-        n_positions=256,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    return transformers.GPT2LMHeadModel(cfg)
-
-
-def _ids():
-    return torch.randint(0, 2048, (4, 128), generator=torch.Generator().manual_seed(1))
-
-
 def _forward(style: str):
     model, ids = gpt2().eval(), _ids()
     if style == "cpu":
