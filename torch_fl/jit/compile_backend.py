@@ -25,6 +25,8 @@ class _Recorder(FuseMode):
     """A fusion region that also keeps each launched group's plan, and notes whether every
     op of the partition was deferred (only then can the plans stand for the partition)."""
 
+    bake_scalars = True  # a graph's scalars are constants: literals fold in the C compiler
+
     def __init__(self):
         super().__init__()
         self.plans = []

@@ -23,7 +23,7 @@ from torch_fl._native import ffi
 from torch_fl.device.sync import SYNC_OBSERVERS
 from torch_fl.dispatch import entry as _dispatch_mod
 from torch_fl.dispatch.entry import dispatch
-from torch_fl.jit.expr import cast, var
+from torch_fl.jit.expr import cast, lift, var
 from torch_fl.jit.kernel_cache import compile_kernel
 from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
 from torch_fl.jit.spec import PointwiseSpec
@@ -79,6 +79,11 @@ def _meta_out(func, args, kwargs, key):
 
 class FuseMode(TorchDispatchMode):
     """The dispatch mode of a fusion region (see the module docstring)."""
+
+    # Scalars become literals in the source instead of run-time arguments. The compile
+    # backend sets it: a graph's scalars are constants, and a literal lets the C compiler fold
+    # them and templates pick a form (pow's exponent) when generating, not per element.
+    bake_scalars = False
 
     def __init__(self):
         super().__init__()
@@ -196,6 +201,9 @@ class FuseMode(TorchDispatchMode):
                     leaf = var(f"a{li}", v.dtype)
                 leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
+                if self.bake_scalars and type(v) in (bool, int, float):
+                    leaves.append(lift(float(v) if tag == "f" else int(v), ct))
+                    continue
                 j = len(g.scalars)
                 g.scalars.append((v, ct, tag))
                 scal_added += 1
