@@ -78,3 +78,44 @@ def test_gelu_new_training_matches_cpu():
         out.sum().backward()
     torch.testing.assert_close(out.detach().cpu(), gelu_new(x), **TOL)
     torch.testing.assert_close(xr.grad.cpu(), ref.grad, **TOL)
+
+
+def _chain(x, w):
+    h = x @ w
+    h = torch.nn.functional.gelu(h, approximate="tanh") * torch.sigmoid(h) + 0.5 * h
+    return h * torch.tanh(h) - torch.exp(-h * h) * 0.25 + h.abs() * 0.1
+
+
+def test_chain_fwd_and_bwd_are_one_region_each(monkeypatch):
+    """The benchmark MLP's activation chain: one fused region in the forward graph and one in
+    the backward (the detach nodes AOT puts on tanh/sigmoid outputs no longer split it, and a
+    host group is not capped at OpenCL's 12 tensors); gradients match CPU."""
+    from torch_fl.jit import compile_backend
+
+    graphs = []
+    real = compile_backend.partition
+
+    def spy(gm):
+        out = real(gm)
+        graphs.append(out)
+        return out
+
+    monkeypatch.setattr(compile_backend, "partition", spy)
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 24), torch.randn(24, 32) / 5
+    wr = w.to(DEVICE).requires_grad_()
+    f = torch.compile(_chain, backend="ral")
+    for _ in range(2):
+        wr.grad = None
+        out = f(x.to(DEVICE), wr)
+        out.pow(2).sum().backward()
+    wc = w.clone().requires_grad_()
+    ref = _chain(x, wc)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), **TOL)
+    torch.testing.assert_close(wr.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-5)
+    assert len(graphs) == 2
+    regions = [sum(n.op == "call_module" for n in g.graph.nodes) for g in graphs]
+    assert regions == [1, 1], regions
+    detaches = [n for g in graphs for n in g.graph.nodes if n.target == torch.ops.aten.detach.default]
+    assert all(u.op == "output" for n in detaches for u in n.users)  # only graph outputs keep theirs

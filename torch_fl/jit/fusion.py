@@ -36,8 +36,10 @@ from torch_fl.tiers import launch as L
 from torch_fl.tiers.packing import expand_strides, scalar_words
 from torch_fl.tiers.vendor import to_meta
 
-# A group flushes before it would pass this many tensors (OpenCL argument limits).
+# A group flushes before it would pass this many tensors: OpenCL kernels take their
+# arguments one by one (argument limits); the host's C kernels get one descriptor array.
 MAX_TENSORS = 12
+MAX_TENSORS_HOST = 256
 # Fused kernels launched so far (tests and benchmarks read it).
 STATS = {"groups": 0, "fused_ops": 0, "eager_fallbacks": 0}
 
@@ -166,7 +168,8 @@ class FuseMode(TorchDispatchMode):
         if g is None:
             g = self.group = _Group(dev, shape, target)
         new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
-        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > MAX_TENSORS:
+        limit = MAX_TENSORS_HOST if g.target.lang == "c" else MAX_TENSORS
+        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > limit:
             self.flush()
             return self._defer(func, args, kwargs)
         del pending
