@@ -119,3 +119,20 @@ def test_chain_fwd_and_bwd_are_one_region_each(monkeypatch):
     assert regions == [1, 1], regions
     detaches = [n for g in graphs for n in g.graph.nodes if n.target == torch.ops.aten.detach.default]
     assert all(u.op == "output" for n in detaches for u in n.users)  # only graph outputs keep theirs
+
+
+def test_fuse_region_bakes_pow_exponent(sources):
+    """Eager `fuse()` regions bake pow's exponent too (other scalars stay run-time values):
+    a multi-output group with x**3 of negative bases matches CPU and calls no pow()."""
+    x = torch.randn(4, 300) * 3
+    xr = x.to(DEVICE)
+    with torch_fl.fuse():
+        a = xr * 0.75
+        b = torch.pow(a, 3.0)
+        c = torch.tanh(b + a)
+    torch.testing.assert_close(a.cpu(), x * 0.75, **TOL)
+    torch.testing.assert_close(b.cpu(), (x * 0.75) ** 3, rtol=2e-6, atol=1e-5)
+    torch.testing.assert_close(c.cpu(), torch.tanh((x * 0.75) ** 3 + x * 0.75), **TOL)
+    fused = [s for s in sources if "rlk_" in s]
+    assert fused and not any(" pow(" in s.split("#endif")[-1] for s in fused)
+    assert not any("0.75f" in s for s in fused), "only pow's exponent is baked in eager regions"

@@ -69,6 +69,11 @@ class _Group:
 
 
 _META: dict = {}
+# Ops whose scalars are baked into the source even in eager regions: pow's exponent picks the
+# kernel's form (x*x*x for 3). As a run-time value, a kernel with several outputs evaluated
+# the select chain per element, and its pow() fallback on negative bases left libmvec's vector
+# path: GPT-2's gelu_new ran 15x slower than unfused. Programs use few distinct exponents.
+_BAKED_OPS = frozenset({torch.ops.aten.pow.Tensor_Scalar})
 
 
 def _meta_out(func, args, kwargs, key):
@@ -204,7 +209,7 @@ class FuseMode(TorchDispatchMode):
                     leaf = var(f"a{li}", v.dtype)
                 leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
-                if self.bake_scalars and type(v) in (bool, int, float):
+                if (self.bake_scalars or func in _BAKED_OPS) and type(v) in (bool, int, float):
                     leaves.append(lift(float(v) if tag == "f" else int(v), ct))
                     continue
                 j = len(g.scalars)
