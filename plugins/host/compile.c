@@ -12,7 +12,7 @@
  *   - the compiler is $CC (one program name or path; extra words in $CC become leading
  *     arguments) or `cc`, run as argv via posix_spawn (no shell) with
  *     -O3 -march=<level> -fPIC -shared -fopenmp -std=c11 -o <out> <source> <options>;
- *     <level> is x86-64-v3 when this CPU has AVX2 and FMA, else x86-64-v2 (a jit kernel
+ *     <level> is x86-64-v4 with AVX-512 (F, BW, DQ, VL), x86-64-v3 with AVX2 and FMA, else x86-64-v2 (a jit kernel
  *     runs where it was built; the level is in the cache key). Options come after the
  *     source so libraries they name (-lmvec) link even where the linker drops unused
  *     ones (--as-needed).
@@ -426,6 +426,9 @@ static ral_status build(job* j, const char* source) {
 static const char* march(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "-march=x86-64-v4";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
     return "-march=x86-64-v3";
 #endif

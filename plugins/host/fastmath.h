@@ -4,7 +4,7 @@
  * glibc's expf/tanhf/erff are scalar calls with branches: a loop calling them cannot
  * vectorize, and tanhf alone cost more than all matmuls of a GPT-2 forward. These are
  * branch-free (every special case is a select at the end), so a loop over them becomes
- * SIMD code; with FMA (the x86-64-v3 clones) the polynomials fuse.
+ * SIMD code; with FMA (the x86-64-v3 and v4 clones) the polynomials fuse.
  *
  * Accuracy against the correctly rounded result, every 5th float32 bit pattern, both
  * clones: exp 1.01 ulp, log 0.82, tanh 1.33, erf 1.18, sigmoid 2.35; inf, nan,
