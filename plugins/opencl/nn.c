@@ -30,6 +30,7 @@ static void bind_rows(ocl_rows* g, const ral_tensor* const* bufs, int n, ocl_arg
 
 /* Work-group size for rows of `len` elements. */
 static size_t row_local(const ral_kernel_call* c, int kid, int64_t len) {
+  if (ocl_device_get(c->device)->cpu) return 1;
   size_t want = 1;
   while (want < (size_t)len && want < OCL_MAX_LOCAL) want *= 2;
   return ocl_local_size(ocl_device_get(c->device), kid, want);
@@ -280,7 +281,7 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   g.scale = (float)ocl_scalar_f(c, 2, g.E > 0 ? 1.0 / sqrt((double)g.E) : 1.0);
   size_t rows = (size_t)(g.B * g.H * g.L);
   if (rows == 0) return RAL_OK;
-  size_t local = ocl_local_size(ocl_device_get(c->device), OCL_K_sdpa_fwd, 64);
+  size_t local = ocl_device_get(c->device)->cpu ? 1 : ocl_local_size(ocl_device_get(c->device), OCL_K_sdpa_fwd, 64);
   size_t global = (rows + local - 1) / local * local;
   ocl_arg args[8] = {ocl_mem(o),  ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask == 1 ? mk : q),
                      ocl_mem(has_mask == 2 ? mk : q), OCL_VAL(g)};

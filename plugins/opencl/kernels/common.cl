@@ -158,3 +158,43 @@ inline void index_fault(__global int* err, int site, long v, long dim, long size
     err[5] = (int)(size >> 32);
   }
 }
+
+/* CPU-shaped launches (ocl_cpu_chunks): work-item i covers the linear positions
+ * [i * chunk, min((i + 1) * chunk, n)), walked as runs along the innermost dim, so the N-d
+ * index is decoded once per work-item instead of once per element. */
+inline void geom_start(const ocl_geom* g, long i, long* c, long* e, int nt) {
+  for (int k = 0; k < nt; k++) e[k] = g->off[k];
+  for (int d = g->ndim - 1; d >= 0; d--) {
+    c[d] = i % g->size[d];
+    i /= g->size[d];
+    for (int k = 0; k < nt; k++) e[k] += c[d] * g->st[k][d];
+  }
+}
+
+/* Advance c/e by `len` positions along the innermost dim, carrying into outer dims. */
+inline void geom_advance(const ocl_geom* g, long len, long* c, long* e, int nt) {
+  int d = g->ndim - 1;
+  c[d] += len;
+  for (int k = 0; k < nt; k++) e[k] += len * g->st[k][d];
+  while (d > 0 && c[d] >= g->size[d]) {
+    for (int k = 0; k < nt; k++) e[k] += g->st[k][d - 1] - c[d] * g->st[k][d];
+    c[d] = 0;
+    c[--d]++;
+  }
+}
+
+/* Walk the chunk of this work-item: BODY sees j (0..run) and element offsets e[k] + j * s[k]. */
+#define GEOM_CHUNK_WALK(g, chunk, NT, BODY)                                    \
+  {                                                                            \
+    long i0 = get_global_id(0) * (chunk), i1 = min(i0 + (chunk), (g).n);       \
+    long c[OCL_MAXR], e[4], s[4];                                              \
+    int last = (g).ndim - 1;                                                   \
+    for (int k = 0; k < (NT); k++) s[k] = (g).st[k][last];                     \
+    if (i0 < i1) geom_start(&(g), i0, c, e, (NT));                             \
+    for (long i = i0; i < i1;) {                                               \
+      long run = min((g).size[last] - c[last], i1 - i);                        \
+      for (long j = 0; j < run; j++) BODY                                      \
+      i += run;                                                                \
+      if (i < i1) geom_advance(&(g), run, c, e, (NT));                         \
+    }                                                                          \
+  }
