@@ -29,9 +29,11 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 #define OCL_CL_KERNELS(X)                                                                  \
   X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                          \
   X(ew, ew_anyc) X(ew, ew_f32c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
-  X(reduce, reduce_any)                                                                    \
+  X(reduce, reduce_any) X(reduce, reduce_sum_c)                                                                    \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
-  X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd)                               \
+  X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd) X(nn, sdpa_fwd_c) \
+  X(nn, layer_norm_fwd_c) X(nn, layer_norm_bwd_input_c) X(nn, layer_norm_bwd_params_c) X(nn, softmax_fwd_c) \
+  X(nn, softmax_bwd_c)                               \
   X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_packc) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \

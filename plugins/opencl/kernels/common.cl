@@ -124,6 +124,24 @@ inline float cs_val(float2 a) {
   return (as_uint(a.x) & 0x7f800000u) == 0x7f800000u ? a.x : a.x + a.y;
 }
 
+/* cs_add on 16 lanes at once (each lane its own compensated sum). */
+inline void cs_add16(float16* hi, float16* lo, float16 v) {
+  float16 t = *hi + v;
+  float16 e = select((v - t) + *hi, (*hi - t) + v, isgreaterequal(fabs(*hi), fabs(v)));
+  *hi = t;
+  *lo += e;
+}
+
+/* The 16 lanes of (hi, lo) merged into one compensated sum (lane order). */
+inline float2 cs_lanes16(float16 hi, float16 lo) {
+  float h[16], l[16];
+  vstore16(hi, 0, h);
+  vstore16(lo, 0, l);
+  float2 r = (float2)(h[0], l[0]);
+  for (int k = 1; k < 16; k++) r = cs_merge(r, (float2)(h[k], l[k]));
+  return r;
+}
+
 /* Element offsets of operands 0..nt-1 at linear position i of an ocl_geom. */
 inline void geom_offsets(const ocl_geom* g, long i, long* e, int nt) {
   for (int k = 0; k < nt; k++) e[k] = g->off[k];
