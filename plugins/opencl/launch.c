@@ -53,6 +53,12 @@ size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
   return l;
 }
 
+size_t ocl_flat_local(const ral_kernel_call* c, int kid) {
+  ocl_device* d = ocl_device_get(c->device);
+  if (!d || !d->cpu) return 64;
+  return ocl_local_size(d, kid, 1024);
+}
+
 ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
                               pthread_mutex_t* lock, int nargs, const ocl_arg* args,
                               cl_uint dims, const size_t* global, const size_t* local) {

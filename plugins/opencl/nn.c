@@ -228,7 +228,7 @@ ral_status ocl_nll_loss_backward(const ral_kernel_call* c) {
   const ral_tensor* bufs[5] = {ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 2), ocl_absent(w) ? ocl_in(c, 0) : w, ocl_in(c, 4)};
   ocl_arg args[6];
   bind_rows(&g, bufs, 5, args);
-  size_t local = 64, global = (size_t)(g.rows * g.len);
+  size_t local = ocl_flat_local(c, OCL_K_nll_bwd), global = (size_t)(g.rows * g.len);
   return ocl_enqueue(c, OCL_K_nll_bwd, 6, args, 1, &global, &local);
 }
 

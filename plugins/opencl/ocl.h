@@ -144,6 +144,9 @@ void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk
  *  fails with RAL_ERROR_INVALID_ARGUMENT before anything is queued. */
 ral_status ocl_enqueue_chunked(const ral_kernel_call* c, int kid, int nargs, ocl_arg* args, int64_t n,
                                int64_t min_chunk);
+/*! Work-group size of a one-element-per-work-item launch: 64, or on a CPU runtime up to
+ *  1024 (each work-group is a scheduling step there; its work-items become one loop). */
+size_t ocl_flat_local(const ral_kernel_call* c, int kid);
 /*! Largest power-of-two work-group <= want that a kernel accepts on the device. */
 size_t ocl_local_size(ocl_device* d, int kid, size_t want);
 
