@@ -192,6 +192,11 @@ static ral_status jit_run(int slot, const ral_kernel_call* c) {
   int64_t n = nt ? ocl_numel(&c->tensors[0]) : 1;
   args[na++] = OCL_VAL(n);
   size_t global = (size_t)(n > 0 ? n : 1), local = 64;
+  if (d->cpu) { /* each work-group is a scheduling step on a CPU runtime: make them wide */
+    size_t cap = 0;
+    if (CL.clGetKernelWorkGroupInfo(k, d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof cap, &cap, NULL) == CL_SUCCESS)
+      while (local * 2 <= 1024 && local * 2 <= cap && local * 2 <= d->max_wg) local *= 2;
+  }
   return ocl_enqueue_kernel(c, d, k, &m->lock, na, args, 1, &global, &local);
 }
 

@@ -67,7 +67,9 @@ __kernel void gemm_packc(__global float* dst, __global const float* src, ocl_pac
   __global float* d = dst + r0 * g.V;
   for (long r = r0; r < r1; r++) {
     long o0 = p * g.V, base = g.off + b * g.s_b + k * g.s_k;
-    if (o0 + g.V <= g.outer) {
+    if (o0 + g.V <= g.outer && g.s_o == 1 && g.V == 16) {
+      vstore16(vload16(0, src + base + o0), 0, d); /* a row of B (or of A transposed) */
+    } else if (o0 + g.V <= g.outer) {
       for (int j = 0; j < g.V; j++) d[j] = src[base + (o0 + j) * g.s_o];
     } else {
       for (int j = 0; j < g.V; j++) d[j] = o0 + j < g.outer ? src[base + (o0 + j) * g.s_o] : 0.0f;
