@@ -120,6 +120,16 @@ def test_strided_and_broadcast_elementwise(shape):
     col = torch.randn(*shape[:-1], 1, generator=g)
     got = (at.to(DEV) * row.to(DEV) + col.to(DEV)).cpu()
     torch.testing.assert_close(got, at * row + col, **EW)
+    ops = (  # a[..., ::2] is not dense: a contiguous output over a strided input
+        lambda a, r, c: a - c,
+        lambda a, r, c: a / (r.abs() + 0.5),
+        lambda a, r, c: torch.exp(a[..., ::2]),
+        lambda a, r, c: a[..., ::2] * 2.5,
+        lambda a, r, c: a[..., ::2] + 1.5,
+        lambda a, r, c: torch.tanh(a[..., ::2]),
+    )
+    for fn in ops:
+        torch.testing.assert_close(fn(at.to(DEV), row.to(DEV), col.to(DEV)).cpu(), fn(at, row, col), **EW)
     cmp = (at.to(DEV) > col.to(DEV)).cpu()
     assert torch.equal(cmp, at > col)
     ints = torch.randint(-50, 50, shape, generator=g)

@@ -347,9 +347,47 @@ __kernel void ew_f32c(__global float* out, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geo
   }
 }
 
+/* All-float32 strided operands: typed loads, the op switch outside the walk. */
+#define EWA_LOOP(OP)                                                                   \
+  GEOM_CHUNK_WALK(g, chunk, nt, {                                                      \
+    float x = pa[e[1] + j * s[1]];                                                     \
+    float y = g.nin > 1 ? pb[e[2] + j * s[2]] : 0.0f;                                  \
+    float z = g.nin > 2 ? pc[e[3] + j * s[3]] : 0.0f;                                  \
+    po[e[0] + j * s[0]] = OP(float);                                                   \
+  })                                                                                   \
+  break;
+
 /* Any dtypes and strides, a chunk per work-item (the CPU form of ew_any). */
 __kernel void ew_anyc(gbuf p0, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g, long chunk) {
   int nt = 1 + g.nin;
+  int f32 = g.cfl && g.nin >= 1 && g.dt[0] == DT_F32 && g.dt[1] == DT_F32 && (g.nin < 2 || g.dt[2] == DT_F32) &&
+            (g.nin < 3 || g.dt[3] == DT_F32);
+  if (f32) {
+    __global float* po = (__global float*)p0;
+    __global const float* pa = (__global const float*)p1;
+    __global const float* pb = (__global const float*)p2;
+    __global const float* pc = (__global const float*)p3;
+    float f0 = g.lf[0], f1 = g.lf[1];
+    int op = g.op;
+    switch (op) {
+      case EW_ADD: EWA_LOOP(EWV_ADD)
+      case EW_SUB: EWA_LOOP(EWV_SUB)
+      case EW_MUL: EWA_LOOP(EWV_MUL)
+      case EW_DIV: EWA_LOOP(EWV_DIV)
+      case EW_COPY: EWA_LOOP(EWV_COPY)
+      case EW_MULS: EWA_LOOP(EWV_MULS)
+      case EW_ADDS: EWA_LOOP(EWV_ADDS)
+      case EW_EXP: EWA_LOOP(EWV_EXP)
+      default:
+        GEOM_CHUNK_WALK(g, chunk, nt, {
+          float x = pa[e[1] + j * s[1]];
+          float y = g.nin > 1 ? pb[e[2] + j * s[2]] : 0.0f;
+          float z = g.nin > 2 ? pc[e[3] + j * s[3]] : 0.0f;
+          po[e[0] + j * s[0]] = ew_f(op, x, y, z, &g);
+        })
+    }
+    return;
+  }
   if (g.cfl) {
     GEOM_CHUNK_WALK(g, chunk, nt, {
       float a = g.nin > 0 ? ld_f(p1, e[1] + j * s[1], g.dt[1]) : 0.0f;
