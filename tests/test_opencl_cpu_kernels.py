@@ -212,6 +212,14 @@ def test_softmax_forward_and_backward(fn, shape, dim):
     torch.testing.assert_close(res[1][1], res[0][1], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(4, 4, 128, 128), (3, 7, 5), (2, 5, 9), (1, 1)], ids=str)
+def test_tril_and_triu(shape):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(12))
+    for k in (-10, -2, 0, 1, 3, 10):
+        assert torch.equal(torch.tril(x.to(DEV), k).cpu(), torch.tril(x, k)), k
+        assert torch.equal(torch.triu(x.to(DEV), k).cpu(), torch.triu(x, k)), k
+
+
 def test_safe_softmax_of_a_fully_masked_row_is_zero():
     x = torch.tensor([[float("-inf")] * 20, [0.0] * 20])
     got = torch.ops.aten._safe_softmax(x.to(DEV), -1).cpu()

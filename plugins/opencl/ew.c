@@ -84,7 +84,7 @@ ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const*
   ocl_arg args[6];
   for (int k = 0; k < 4; k++) args[k] = ocl_mem(use[k < nt ? k : 0]);
   args[4] = OCL_VAL(g);
-  if (ocl_device_get(c->device)->cpu) {
+  if (ocl_on_cpu(c)) {
     /* ew_f32c: float32 out and inputs, each contiguous or one broadcast element (of any
      * dtype: a wrapped Python scalar). */
     int fastc = ts[0]->dtype == RAL_DTYPE_FLOAT32 && g.ndim == 1 && g.st[0][0] == 1;
@@ -103,7 +103,7 @@ static ral_status copy_launch(const ral_kernel_call* c, int kid, int kid_cpu, co
                               const ral_tensor* src, const ocl_geom* g) {
   ocl_arg args[4] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(*g)};
   size_t global = (size_t)g->n, local = 64;
-  if (ocl_device_get(c->device)->cpu) return ocl_enqueue_chunked(c, kid_cpu, 3, args, g->n, 4096);
+  if (ocl_on_cpu(c)) return ocl_enqueue_chunked(c, kid_cpu, 3, args, g->n, 4096);
   return ocl_enqueue(c, kid, 3, args, 1, &global, &local);
 }
 

@@ -201,6 +201,12 @@ static ral_status tri_run(const ral_kernel_call* c, int upper) {
   g.li[1] = in->sizes[in->ndim - 1];
   g.li[2] = ocl_scalar_i(c, 0, 0);
   g.op = upper;
+  if (ocl_on_cpu(c) && in->dtype == RAL_DTYPE_FLOAT32 && out->dtype == RAL_DTYPE_FLOAT32 &&
+      out->data != in->data && g.n > 0) {
+    ocl_arg args[4] = {ocl_mem(out), ocl_mem(in), OCL_VAL(g)};
+    int64_t cols = g.li[1] > 0 ? g.li[1] : 1;
+    return ocl_enqueue_chunked(c, OCL_K_tri_c, 3, args, g.n / cols, (4096 + cols - 1) / cols);
+  }
   return launch_geom(c, OCL_K_tri_k, ts, 2, &g);
 }
 /* tril(self, diagonal) */

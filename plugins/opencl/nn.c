@@ -30,7 +30,7 @@ static void bind_rows(ocl_rows* g, const ral_tensor* const* bufs, int n, ocl_arg
 
 /* Work-group size for rows of `len` elements. */
 static size_t row_local(const ral_kernel_call* c, int kid, int64_t len) {
-  if (ocl_device_get(c->device)->cpu) return 1;
+  if (ocl_on_cpu(c)) return 1;
   size_t want = 1;
   while (want < (size_t)len && want < OCL_MAX_LOCAL) want *= 2;
   return ocl_local_size(ocl_device_get(c->device), kid, want);
@@ -66,7 +66,7 @@ static ral_status softmax_fwd(const ral_kernel_call* c, int op) {
   g.off[0] = ocl_elem_off(ocl_out(c, 0));
   g.off[1] = ocl_elem_off(ocl_in(c, 0));
   ocl_arg args[4] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), OCL_VAL(g)};
-  if (ocl_device_get(c->device)->cpu && g.inner == 1)
+  if (ocl_on_cpu(c) && g.inner == 1)
     return ocl_enqueue_chunked(c, OCL_K_softmax_fwd_c, 3, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_softmax_fwd, g.len), global = (size_t)g.rows * local;
   return ocl_enqueue(c, OCL_K_softmax_fwd, 3, args, 1, &global, &local);
@@ -89,7 +89,7 @@ static ral_status softmax_bwd(const ral_kernel_call* c, int op) {
   g.op = op;
   for (int i = 0; i < 3; i++) g.off[i] = ocl_elem_off(&c->tensors[i]);
   ocl_arg args[5] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), ocl_mem(ocl_in(c, 1)), OCL_VAL(g)};
-  if (ocl_device_get(c->device)->cpu && g.inner == 1)
+  if (ocl_on_cpu(c) && g.inner == 1)
     return ocl_enqueue_chunked(c, OCL_K_softmax_bwd_c, 4, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_softmax_bwd, g.len), global = (size_t)g.rows * local;
   return ocl_enqueue(c, OCL_K_softmax_bwd, 4, args, 1, &global, &local);
@@ -133,7 +133,7 @@ ral_status ocl_layer_norm(const ral_kernel_call* c) {
     if (ocl_absent(bufs[i])) bufs[i] = bufs[0];
   ocl_arg args[8];
   bind_rows(&g, bufs, 6, args);
-  if (ocl_device_get(c->device)->cpu)
+  if (ocl_on_cpu(c))
     return ocl_enqueue_chunked(c, OCL_K_layer_norm_fwd_c, 7, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_layer_norm_fwd, g.len), global = (size_t)g.rows * local;
   return ocl_enqueue(c, OCL_K_layer_norm_fwd, 7, args, 1, &global, &local);
@@ -160,7 +160,7 @@ ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
     ocl_arg args[8];
     bind_rows(&gi, bufs, 6, args);
     size_t local = row_local(c, OCL_K_layer_norm_bwd_input, g.len), global = (size_t)g.rows * local;
-    st = ocl_device_get(c->device)->cpu
+    st = ocl_on_cpu(c)
              ? ocl_enqueue_chunked(c, OCL_K_layer_norm_bwd_input_c, 7, args, g.rows, rows_per_item(g.len))
              : ocl_enqueue(c, OCL_K_layer_norm_bwd_input, 7, args, 1, &global, &local);
     if (st != RAL_OK) return st;
@@ -174,7 +174,7 @@ ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
   ocl_arg args[7];
   bind_rows(&gp, bufs, 6, args);
   size_t local = 64, global = (size_t)g.len;
-  if (ocl_device_get(c->device)->cpu && g.len % 16 == 0) { /* 16 columns per work-item */
+  if (ocl_on_cpu(c) && g.len % 16 == 0) { /* 16 columns per work-item */
     local = 1;
     global = (size_t)(g.len / 16);
     return ocl_enqueue(c, OCL_K_layer_norm_bwd_params_c, 7, args, 1, &global, &local);
@@ -306,6 +306,7 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   size_t rows = (size_t)(g.B * g.H * g.L);
   if (rows == 0) return RAL_OK;
   ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
   ocl_arg args[9] = {ocl_mem(o),  ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask == 1 ? mk : q),
                      ocl_mem(has_mask == 2 ? mk : q), OCL_VAL(g)};
   if (d->cpu && sdpa_vector_ok(&g, q, k, v, o)) {

@@ -36,7 +36,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(nn, softmax_bwd_c)                               \
   X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_packc) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
-  X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \
+  X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
@@ -136,6 +136,11 @@ int ocl_profile_on(void);
 void ocl_profile_add(cl_event ev, cl_kernel k, cl_uint dims, const size_t* g, const size_t* l);
 /*! Wait for the remembered kernels and append their timings to the profile file. */
 void ocl_profile_flush(void);
+/*! Whether the call's device is an OpenCL CPU device (PoCL): kernels shaped for it. */
+static inline int ocl_on_cpu(const ral_kernel_call* c) {
+  ocl_device* d = ocl_device_get(c->device);
+  return d && d->cpu;
+}
 /*! CPU shape of an n-element launch (d->cpu): work-items of `*chunk` consecutive
  *  elements, few enough that the runtime schedules a few dozen work-groups of size 1. */
 void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk);

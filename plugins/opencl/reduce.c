@@ -81,6 +81,7 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
   }
   if (g.n_out == 0) return RAL_OK;
   ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
   merge_reduced_dims(&g);
   /* A CPU runtime: sums and means with enough outputs to share out run as chunks of
    * outputs per work-item (reduce_sum_c); few outputs keep the tree over one work-group. */
