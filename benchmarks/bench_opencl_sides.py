@@ -3,7 +3,9 @@ fresh process, sides alternating over several rounds; prints per-round ratios an
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_opencl_sides.py --rounds 3
 One side alone: ... bench_opencl_sides.py --side opencl --case mm1024   (prints seconds)
-Also reports kernel launches per GPT-2 forward on the OpenCL and host devices."""
+Also reports kernel launches per GPT-2 forward on the OpenCL and host devices.
+Where the time goes, kernel by kernel (OpenCL profiling events, one run after warm-up):
+  ... bench_opencl_sides.py --profile --case gpt2_fwd   (--fuse for torch_fl.fuse() regions)"""
 
 from __future__ import annotations
 
@@ -29,11 +31,13 @@ def _device(side: str) -> str:
     return by_name[side]
 
 
-def _timed(fn, sync, repeats: int) -> float:
+def _timed(fn, sync, repeats: int, after_warmup=None) -> float:
     fn()
     sync()
     fn()
     sync()
+    if after_warmup:
+        after_warmup()
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -43,7 +47,7 @@ def _timed(fn, sync, repeats: int) -> float:
     return statistics.median(ts)
 
 
-def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> float:
+def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False, after_warmup=None) -> float:
     """Median seconds of one case on one side, in this process (`fuse`: GPT-2 cases inside
     `torch_fl.fuse()` regions)."""
     import contextlib
@@ -62,7 +66,7 @@ def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> floa
     torch.manual_seed(0)
     if case == "mm1024":
         a, b = torch.randn(1024, 1024).to(dev), torch.randn(1024, 1024).to(dev)
-        return _timed(lambda: a @ b, sync, repeats)
+        return _timed(lambda: a @ b, sync, repeats, after_warmup)
     if case == "linear1024":
         lin, x = torch.nn.Linear(1024, 1024).to(dev), torch.randn(2048, 1024).to(dev)
 
@@ -70,7 +74,7 @@ def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> floa
             with torch.no_grad():
                 lin(x)
 
-        return _timed(fwd, sync, repeats)
+        return _timed(fwd, sync, repeats, after_warmup)
     from bench_user import _ids, gpt2
 
     model = gpt2().to(dev)
@@ -83,7 +87,7 @@ def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> floa
             with torch.no_grad(), region():
                 model(input_ids=ids)
 
-        return _timed(fwd, sync, repeats)
+        return _timed(fwd, sync, repeats, after_warmup)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def step():
@@ -92,7 +96,7 @@ def run_side(side: str, case: str, repeats: int = 5, fuse: bool = False) -> floa
             model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
 
-    return _timed(step, sync, repeats)
+    return _timed(step, sync, repeats, after_warmup)
 
 
 def launches_per_forward(side: str, fuse: bool = False) -> int:
@@ -123,6 +127,32 @@ def launches_per_forward(side: str, fuse: bool = False) -> int:
     return lib.rt_launch_count(idx) - before
 
 
+def profile_case(case: str, fuse: bool = False, top: int = 30) -> str:
+    """Per-kernel table of one run of `case` on the OpenCL device (after two warm-up runs),
+    from TORCH_FL_OPENCL_PROFILE; call before anything has launched an OpenCL kernel."""
+    import collections
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="ocl_prof_"), "kernels.tsv")
+    os.environ["TORCH_FL_OPENCL_PROFILE"] = path  # read by the plugin at its first launch
+    done = [0]
+
+    def mark():  # kernels of the two warm-up runs are in the file by now (each synchronized)
+        done[0] = sum(1 for _ in open(path)) if os.path.exists(path) else 0
+
+    t = run_side("opencl", case, repeats=1, fuse=fuse, after_warmup=mark)
+    rows = [line.rstrip("\n").split("\t") for line in open(path)][done[0] :]
+    agg: dict[tuple[str, str, str], list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    for name, glob, loc, _queued, run, _start in rows:
+        agg[(name, glob, loc)][0] += 1
+        agg[(name, glob, loc)][1] += float(run)
+    total = sum(v[1] for v in agg.values())
+    out = [f"{case}: {t * 1e3:.1f} ms wall, {len(rows)} kernels, {total / 1e3:.1f} ms in kernels"]
+    for (name, glob, loc), (n, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:top]:
+        out.append(f"{us / 1e3:9.2f} ms {n:4d}x {us / n:9.1f} us  {name:24s} global {glob} local {loc}")
+    return "\n".join(out)
+
+
 def _spawn(args: list[str]) -> str:
     env = dict(os.environ)
     if args[:2] == ["--side", "cpu"]:
@@ -138,10 +168,14 @@ def main() -> None:
     ap.add_argument("--side", choices=("cpu", "opencl", "host"))
     ap.add_argument("--case", choices=CASES)
     ap.add_argument("--launches", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="per-kernel OpenCL timings of one run of --case")
     ap.add_argument("--fuse", action="store_true", help="GPT-2 inside torch_fl.fuse() (with --launches, or --side)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=",".join(CASES))
     a = ap.parse_args()
+    if a.profile:
+        print(profile_case(a.case or "gpt2_fwd", a.fuse))
+        return
     if a.launches and a.side:
         print(launches_per_forward(a.side, a.fuse))
         return

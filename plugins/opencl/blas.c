@@ -113,7 +113,8 @@ static ral_status pack(const ral_kernel_call* c, cl_mem* dst, const ral_tensor* 
   if (!*dst) return ocl_fail(c, ocl_cl_fail(err, "clCreateBuffer (gemm panel)"), "%s", ocl_last_error());
   ral_tensor t = *src;
   t.data = *dst;
-  ocl_arg args[3] = {ocl_mem(&t), ocl_mem(src), OCL_VAL(p)};
+  ocl_arg args[4] = {ocl_mem(&t), ocl_mem(src), OCL_VAL(p)};
+  if (d->cpu) return ocl_enqueue_chunked(c, OCL_K_gemm_packc, 3, args, batch * p.P * K, 4096 / V);
   size_t local = 64, global = (n + local - 1) / local * local;
   return ocl_enqueue(c, OCL_K_gemm_pack, 3, args, 1, &global, &local);
 }

@@ -192,6 +192,14 @@ static ral_status jit_run(int slot, const ral_kernel_call* c) {
   int64_t n = nt ? ocl_numel(&c->tensors[0]) : 1;
   args[na++] = OCL_VAL(n);
   size_t global = (size_t)(n > 0 ? n : 1), local = 64;
+  if (d->cpu) { /* each work-group is a scheduling step on a CPU runtime: make them wide */
+    size_t cap = 0, reqd[3] = {0, 0, 0};
+    /* ...unless the kernel declares reqd_work_group_size: it keeps the documented 64. */
+    CL.clGetKernelWorkGroupInfo(k, d->id, CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof reqd, reqd, NULL);
+    if (reqd[0] == 0 &&
+        CL.clGetKernelWorkGroupInfo(k, d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof cap, &cap, NULL) == CL_SUCCESS)
+      while (local * 2 <= 1024 && local * 2 <= cap && local * 2 <= d->max_wg) local *= 2;
+  }
   return ocl_enqueue_kernel(c, d, k, &m->lock, na, args, 1, &global, &local);
 }
 

@@ -81,13 +81,30 @@ ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const*
     g.lf[i] = f ? (float)f[i] : 0.0f;
     g.li[i] = li ? li[i] : 0;
   }
-  int fast = all_f32 && g.ndim == 1;
-  for (int k = 0; k < nt && fast; k++) fast = g.st[k][0] == 1;
-  ocl_arg args[5];
+  ocl_arg args[6];
   for (int k = 0; k < 4; k++) args[k] = ocl_mem(use[k < nt ? k : 0]);
   args[4] = OCL_VAL(g);
+  if (ocl_on_cpu(c)) {
+    /* ew_f32c: float32 out and inputs, each contiguous or one broadcast element (of any
+     * dtype: a wrapped Python scalar). */
+    int fastc = ts[0]->dtype == RAL_DTYPE_FLOAT32 && g.ndim == 1 && g.st[0][0] == 1;
+    for (int k = 1; k < nt && fastc; k++)
+      fastc = g.st[k][0] == 0 || (g.st[k][0] == 1 && ts[k]->dtype == RAL_DTYPE_FLOAT32);
+    return ocl_enqueue_chunked(c, fastc ? OCL_K_ew_f32c : OCL_K_ew_anyc, 5, args, g.n, 4096);
+  }
+  int fast = all_f32 && g.ndim == 1;
+  for (int k = 0; k < nt && fast; k++) fast = g.st[k][0] == 1;
   size_t global = (size_t)g.n, local = 64;
   return ocl_enqueue(c, fast ? OCL_K_ew_f32 : OCL_K_ew_any, 5, args, 1, &global, &local);
+}
+
+/* A copy kernel over g: `kid` one element per work-item, or `kid_cpu` in chunks on a CPU. */
+static ral_status copy_launch(const ral_kernel_call* c, int kid, int kid_cpu, const ral_tensor* dst,
+                              const ral_tensor* src, const ocl_geom* g) {
+  ocl_arg args[4] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(*g)};
+  size_t global = (size_t)g->n, local = 64;
+  if (ocl_on_cpu(c)) return ocl_enqueue_chunked(c, kid_cpu, 3, args, g->n, 4096);
+  return ocl_enqueue(c, kid, 3, args, 1, &global, &local);
 }
 
 /* Same-dtype copy between two descriptors of one shape. */
@@ -104,9 +121,7 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   ocl_geom g;
   ocl_geom_init(&g, ts, 2);
   g.flags = (int32_t)es;
-  ocl_arg args[3] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(g)};
-  size_t global = (size_t)g.n, local = 64;
-  return ocl_enqueue(c, OCL_K_copy_bytes, 3, args, 1, &global, &local);
+  return copy_launch(c, OCL_K_copy_bytes, OCL_K_copy_bytesc, dst, src, &g);
 }
 
 /* A cast: the manifest matches copy_ on its destination's dtype only, so the source may be
@@ -124,9 +139,7 @@ static ral_status copy_cast(const ral_kernel_call* c, const ral_tensor* dst, con
   ocl_geom_init(&g, ts, 2);
   if (g.n == 0) return RAL_OK;
   g.cfl = ocl_dtype_is_float(dst->dtype) || ocl_dtype_is_float(src->dtype);
-  ocl_arg args[3] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(g)};
-  size_t global = (size_t)g.n, local = 64;
-  return ocl_enqueue(c, OCL_K_copy_cast, 3, args, 1, &global, &local);
+  return copy_launch(c, OCL_K_copy_cast, OCL_K_copy_castc, dst, src, &g);
 }
 
 ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src) {

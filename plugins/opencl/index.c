@@ -31,7 +31,7 @@ static ral_status launch_geom_ex(const ral_kernel_call* c, int kid, const ral_te
   for (int i = 0; i < nb; i++) args[i] = ocl_mem(bufs[i]);
   args[nb] = OCL_VAL(*g);
   if (checked) args[nb + 1] = ocl_stream_err_arg(c);
-  size_t global = (size_t)g->n, local = 64;
+  size_t global = (size_t)g->n, local = ocl_flat_local(c, kid);
   ral_status st = ocl_enqueue(c, kid, nb + 1 + checked, args, 1, &global, &local);
   if (st == RAL_OK && checked) ocl_stream_arm(c);
   return st;
@@ -68,7 +68,7 @@ ral_status ocl_embedding(const ral_kernel_call* c) {
   g.li1 = w->sizes[0];
   if (g.rows * g.len == 0) return RAL_OK;
   ocl_arg args[5] = {ocl_mem(out), ocl_mem(w), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
-  size_t global = (size_t)(g.rows * g.len), local = 64;
+  size_t global = (size_t)(g.rows * g.len), local = ocl_flat_local(c, OCL_K_embedding_fwd);
   st = ocl_enqueue(c, OCL_K_embedding_fwd, 5, args, 1, &global, &local);
   if (st == RAL_OK) ocl_stream_arm(c);
   return st;
@@ -201,6 +201,12 @@ static ral_status tri_run(const ral_kernel_call* c, int upper) {
   g.li[1] = in->sizes[in->ndim - 1];
   g.li[2] = ocl_scalar_i(c, 0, 0);
   g.op = upper;
+  if (ocl_on_cpu(c) && in->dtype == RAL_DTYPE_FLOAT32 && out->dtype == RAL_DTYPE_FLOAT32 &&
+      out->data != in->data && g.n > 0) {
+    ocl_arg args[4] = {ocl_mem(out), ocl_mem(in), OCL_VAL(g)};
+    int64_t cols = g.li[1] > 0 ? g.li[1] : 1;
+    return ocl_enqueue_chunked(c, OCL_K_tri_c, 3, args, g.n / cols, (4096 + cols - 1) / cols);
+  }
   return launch_geom(c, OCL_K_tri_k, ts, 2, &g);
 }
 /* tril(self, diagonal) */

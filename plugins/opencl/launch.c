@@ -11,6 +11,35 @@
  * within 32-bit counts so every OpenCL implementation's size_t/queue limits hold. */
 #define OCL_MAX_WORK_ITEMS ((size_t)1 << 32)
 
+/* Each work-group is a scheduling step of a few microseconds on PoCL: aim for about 64 of
+ * them (load balance over the runtime's threads) but never less than min_chunk units (a
+ * few thousand elements) each. */
+void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk) {
+  int64_t ch = (n + 63) / 64;
+  if (ch < min_chunk) ch = min_chunk;
+  ch = (ch + 15) / 16 * 16;
+  *chunk = ch;
+  *global = (size_t)((n + ch - 1) / ch);
+  if (*global == 0) *global = 1;
+}
+
+ral_status ocl_enqueue_chunked(const ral_kernel_call* c, int kid, int nargs, ocl_arg* args, int64_t n,
+                               int64_t min_chunk) {
+  ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  /* The same bound as one element per work-item, so a launch fails alike on every device. */
+  if ((uint64_t)n > OCL_MAX_WORK_ITEMS)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT,
+                    "launch of %lld elements exceeds the limits of %s (%zu work-items per launch); "
+                    "nothing was queued",
+                    (long long)n, d->name, OCL_MAX_WORK_ITEMS);
+  int64_t chunk;
+  size_t global, local = 1;
+  ocl_cpu_chunks(n, min_chunk, &global, &chunk);
+  args[nargs] = OCL_VAL(chunk);
+  return ocl_enqueue(c, kid, nargs + 1, args, 1, &global, &local);
+}
+
 size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
   cl_kernel k;
   if (!d->kernels[kid] && ocl_kernel_get(d, kid, &k) != RAL_OK) return 1; /* enqueue reports it */
@@ -22,6 +51,12 @@ size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
    * work-groups of exactly 2; 4 costs nothing (idle items skip the loop). */
   if (l == 2 && cap >= 4) l = 4;
   return l;
+}
+
+size_t ocl_flat_local(const ral_kernel_call* c, int kid) {
+  ocl_device* d = ocl_device_get(c->device);
+  if (!d || !d->cpu) return 64;
+  return ocl_local_size(d, kid, 1024);
 }
 
 ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
@@ -46,7 +81,10 @@ ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel
   pthread_mutex_lock(lock);
   cl_int err = CL_SUCCESS;
   for (int i = 0; i < nargs && err == CL_SUCCESS; i++) err = CL.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
-  if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, NULL);
+  cl_event ev = NULL;
+  int prof = ocl_profile_on();
+  if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, prof ? &ev : NULL);
+  if (ev) ocl_profile_add(ev, k, dims, g, local);
   pthread_mutex_unlock(lock);
   if (err == CL_SUCCESS) {
     ocl_stream_counted(c->stream);

@@ -30,10 +30,14 @@ static void bind_rows(ocl_rows* g, const ral_tensor* const* bufs, int n, ocl_arg
 
 /* Work-group size for rows of `len` elements. */
 static size_t row_local(const ral_kernel_call* c, int kid, int64_t len) {
+  if (ocl_on_cpu(c)) return 1;
   size_t want = 1;
   while (want < (size_t)len && want < OCL_MAX_LOCAL) want *= 2;
   return ocl_local_size(ocl_device_get(c->device), kid, want);
 }
+
+/* Rows per work-item of a CPU-shaped row kernel: a few thousand elements each at least. */
+static int64_t rows_per_item(int64_t len) { return len >= 4096 ? 1 : (4096 + len - 1) / (len > 0 ? len : 1); }
 
 /* rows/len/inner of a reduction along `dim` of t. */
 static ral_status rows_along(const ral_kernel_call* c, const ral_tensor* t, int64_t dim, ocl_rows* g) {
@@ -61,8 +65,10 @@ static ral_status softmax_fwd(const ral_kernel_call* c, int op) {
   g.op = op;
   g.off[0] = ocl_elem_off(ocl_out(c, 0));
   g.off[1] = ocl_elem_off(ocl_in(c, 0));
+  ocl_arg args[4] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), OCL_VAL(g)};
+  if (ocl_on_cpu(c) && g.inner == 1)
+    return ocl_enqueue_chunked(c, OCL_K_softmax_fwd_c, 3, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_softmax_fwd, g.len), global = (size_t)g.rows * local;
-  ocl_arg args[3] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), OCL_VAL(g)};
   return ocl_enqueue(c, OCL_K_softmax_fwd, 3, args, 1, &global, &local);
 }
 
@@ -82,8 +88,10 @@ static ral_status softmax_bwd(const ral_kernel_call* c, int op) {
   if (g.rows == 0 || g.len == 0) return RAL_OK;
   g.op = op;
   for (int i = 0; i < 3; i++) g.off[i] = ocl_elem_off(&c->tensors[i]);
+  ocl_arg args[5] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), ocl_mem(ocl_in(c, 1)), OCL_VAL(g)};
+  if (ocl_on_cpu(c) && g.inner == 1)
+    return ocl_enqueue_chunked(c, OCL_K_softmax_bwd_c, 4, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_softmax_bwd, g.len), global = (size_t)g.rows * local;
-  ocl_arg args[4] = {ocl_mem(ocl_out(c, 0)), ocl_mem(ocl_in(c, 0)), ocl_mem(ocl_in(c, 1)), OCL_VAL(g)};
   return ocl_enqueue(c, OCL_K_softmax_bwd, 4, args, 1, &global, &local);
 }
 
@@ -123,8 +131,10 @@ ral_status ocl_layer_norm(const ral_kernel_call* c) {
   const ral_tensor* bufs[6] = {ocl_out(c, 0), ocl_out(c, 1), ocl_out(c, 2), ocl_in(c, 0), ocl_in(c, 1), ocl_in(c, 2)};
   for (int i = 4; i < 6; i++)
     if (ocl_absent(bufs[i])) bufs[i] = bufs[0];
-  ocl_arg args[7];
+  ocl_arg args[8];
   bind_rows(&g, bufs, 6, args);
+  if (ocl_on_cpu(c))
+    return ocl_enqueue_chunked(c, OCL_K_layer_norm_fwd_c, 7, args, g.rows, rows_per_item(g.len));
   size_t local = row_local(c, OCL_K_layer_norm_fwd, g.len), global = (size_t)g.rows * local;
   return ocl_enqueue(c, OCL_K_layer_norm_fwd, 7, args, 1, &global, &local);
 }
@@ -147,10 +157,12 @@ ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
     ocl_rows gi = g;
     gi.flags = ocl_absent(w) ? 0 : 1;
     const ral_tensor* bufs[6] = {ocl_out(c, 0), go, x, mean, rstd, ocl_absent(w) ? go : w};
-    ocl_arg args[7];
+    ocl_arg args[8];
     bind_rows(&gi, bufs, 6, args);
     size_t local = row_local(c, OCL_K_layer_norm_bwd_input, g.len), global = (size_t)g.rows * local;
-    st = ocl_enqueue(c, OCL_K_layer_norm_bwd_input, 7, args, 1, &global, &local);
+    st = ocl_on_cpu(c)
+             ? ocl_enqueue_chunked(c, OCL_K_layer_norm_bwd_input_c, 7, args, g.rows, rows_per_item(g.len))
+             : ocl_enqueue(c, OCL_K_layer_norm_bwd_input, 7, args, 1, &global, &local);
     if (st != RAL_OK) return st;
   }
   if (!want[1] && !want[2]) return RAL_OK;
@@ -162,6 +174,11 @@ ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
   ocl_arg args[7];
   bind_rows(&gp, bufs, 6, args);
   size_t local = 64, global = (size_t)g.len;
+  if (ocl_on_cpu(c) && g.len % 16 == 0) { /* 16 columns per work-item */
+    local = 1;
+    global = (size_t)(g.len / 16);
+    return ocl_enqueue(c, OCL_K_layer_norm_bwd_params_c, 7, args, 1, &global, &local);
+  }
   return ocl_enqueue(c, OCL_K_layer_norm_bwd_params, 7, args, 1, &global, &local);
 }
 
@@ -211,7 +228,7 @@ ral_status ocl_nll_loss_backward(const ral_kernel_call* c) {
   const ral_tensor* bufs[5] = {ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 2), ocl_absent(w) ? ocl_in(c, 0) : w, ocl_in(c, 4)};
   ocl_arg args[6];
   bind_rows(&g, bufs, 5, args);
-  size_t local = 64, global = (size_t)(g.rows * g.len);
+  size_t local = ocl_flat_local(c, OCL_K_nll_bwd), global = (size_t)(g.rows * g.len);
   return ocl_enqueue(c, OCL_K_nll_bwd, 6, args, 1, &global, &local);
 }
 
@@ -233,6 +250,14 @@ static int bcast_strides4(const ral_tensor* t, const int64_t want[4], g_i64 st[4
       return 0;
   }
   return 1;
+}
+
+/* sdpa_fwd_c's shape: head sizes a multiple of 16 up to 128, unit stride along them, and
+ * 16-float-aligned row starts are not needed (vload16 takes any float alignment). */
+static int sdpa_vector_ok(const ocl_sdpa* g, const ral_tensor* q, const ral_tensor* k, const ral_tensor* v,
+                          const ral_tensor* o) {
+  if (g->E % 16 || g->Ev % 16 || g->E == 0 || g->Ev == 0 || g->E > 128 || g->Ev > 128) return 0;
+  return q->strides[3] == 1 && k->strides[3] == 1 && v->strides[3] == 1 && o->strides[3] == 1;
 }
 
 /* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
@@ -280,9 +305,20 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   g.scale = (float)ocl_scalar_f(c, 2, g.E > 0 ? 1.0 / sqrt((double)g.E) : 1.0);
   size_t rows = (size_t)(g.B * g.H * g.L);
   if (rows == 0) return RAL_OK;
-  size_t local = ocl_local_size(ocl_device_get(c->device), OCL_K_sdpa_fwd, 64);
-  size_t global = (rows + local - 1) / local * local;
-  ocl_arg args[8] = {ocl_mem(o),  ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask == 1 ? mk : q),
+  ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  ocl_arg args[9] = {ocl_mem(o),  ocl_mem(ls), ocl_mem(q), ocl_mem(k), ocl_mem(v), ocl_mem(has_mask == 1 ? mk : q),
                      ocl_mem(has_mask == 2 ? mk : q), OCL_VAL(g)};
+  if (d->cpu && sdpa_vector_ok(&g, q, k, v, o)) {
+    /* About 128 work-items of consecutive query rows of one head (K and V stay in cache). */
+    int64_t rows_per = (int64_t)rows / 128;
+    if (rows_per < 1) rows_per = 1;
+    if (rows_per > g.L) rows_per = g.L;
+    size_t global = (size_t)(g.B * g.H * ((g.L + rows_per - 1) / rows_per)), local = 1;
+    args[8] = OCL_VAL(rows_per);
+    return ocl_enqueue(c, OCL_K_sdpa_fwd_c, 9, args, 1, &global, &local);
+  }
+  size_t local = d->cpu ? 1 : ocl_local_size(d, OCL_K_sdpa_fwd, 64);
+  size_t global = (rows + local - 1) / local * local;
   return ocl_enqueue(c, OCL_K_sdpa_fwd, 8, args, 1, &global, &local);
 }

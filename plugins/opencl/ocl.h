@@ -27,13 +27,16 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 
 /* Every __kernel of the built-in programs, with the family that defines it. */
 #define OCL_CL_KERNELS(X)                                                                  \
-  X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                                          \
-  X(reduce, reduce_any)                                                                    \
+  X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                          \
+  X(ew, ew_anyc) X(ew, ew_f32c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
+  X(reduce, reduce_any) X(reduce, reduce_sum_c)                                                                    \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
-  X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd)                               \
-  X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
+  X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd) X(nn, sdpa_fwd_c) \
+  X(nn, layer_norm_fwd_c) X(nn, layer_norm_bwd_input_c) X(nn, layer_norm_bwd_params_c) X(nn, softmax_fwd_c) \
+  X(nn, softmax_bwd_c)                               \
+  X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_packc) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
-  X(index, scatter_k) X(index, tri_k) X(index, pad_k) X(index, slice_bwd_k)                \
+  X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
@@ -44,7 +47,7 @@ typedef struct {
   cl_device_id id;
   cl_context ctx;
   char name[128], vendor[64], driver[64], platform_name[128], type[32];
-  int fp16, fp64;
+  int fp16, fp64, cpu;
   cl_ulong max_alloc, global_mem;
   size_t max_wg;
   cl_uint addr_bits, vec_f32;
@@ -127,6 +130,28 @@ ral_status ocl_enqueue(const ral_kernel_call* c, int kid, int nargs, const ocl_a
 ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
                               pthread_mutex_t* lock, int nargs, const ocl_arg* args,
                               cl_uint dims, const size_t* global, const size_t* local);
+/*! Kernel timing for tuning (profile.c): on when TORCH_FL_OPENCL_PROFILE names a file. */
+int ocl_profile_on(void);
+/*! Remember a queued kernel's event (takes the reference) for the next flush. */
+void ocl_profile_add(cl_event ev, cl_kernel k, cl_uint dims, const size_t* g, const size_t* l);
+/*! Wait for the remembered kernels and append their timings to the profile file. */
+void ocl_profile_flush(void);
+/*! Whether the call's device is an OpenCL CPU device (PoCL): kernels shaped for it. */
+static inline int ocl_on_cpu(const ral_kernel_call* c) {
+  ocl_device* d = ocl_device_get(c->device);
+  return d && d->cpu;
+}
+/*! CPU shape of an n-element launch (d->cpu): work-items of `*chunk` consecutive
+ *  elements, few enough that the runtime schedules a few dozen work-groups of size 1. */
+void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk);
+/*! Enqueue a CPU-shaped kernel over n elements: args[nargs] (room for it is the caller's)
+ *  becomes the chunk length (>= min_chunk units), work-groups of one work-item; n above the per-launch limit
+ *  fails with RAL_ERROR_INVALID_ARGUMENT before anything is queued. */
+ral_status ocl_enqueue_chunked(const ral_kernel_call* c, int kid, int nargs, ocl_arg* args, int64_t n,
+                               int64_t min_chunk);
+/*! Work-group size of a one-element-per-work-item launch: 64, or on a CPU runtime up to
+ *  1024 (each work-group is a scheduling step there; its work-items become one loop). */
+size_t ocl_flat_local(const ral_kernel_call* c, int kid);
 /*! Largest power-of-two work-group <= want that a kernel accepts on the device. */
 size_t ocl_local_size(ocl_device* d, int kid, size_t want);
 

@@ -48,6 +48,9 @@ static int probe_device(ocl_device* d) {
   CL.clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL);
   snprintf(d->type, sizeof d->type, "%s",
            type & CL_DEVICE_TYPE_GPU ? "gpu" : type & CL_DEVICE_TYPE_CPU ? "cpu" : "accelerator");
+  /* A CPU runtime (PoCL) runs a work-group as a loop on one core: its kernels get few
+   * work-groups of long sequential runs instead of one element per work-item (ocl_cpu_*). */
+  d->cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
   CL.clGetDeviceInfo(d->id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof d->max_alloc, &d->max_alloc, NULL);
   CL.clGetDeviceInfo(d->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof d->global_mem, &d->global_mem, NULL);
   CL.clGetDeviceInfo(d->id, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d->max_wg, &d->max_wg, NULL);

@@ -92,6 +92,7 @@ ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
   int armed = atomic_exchange(&stream->armed, 0);
   cl_int err = CL.clFinish(stream->q);
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  ocl_profile_flush();
   return armed ? read_fault(stream) : RAL_OK;
 }
 

@@ -12,6 +12,25 @@ typedef struct {
   int n_out;     /* 1, or 2 for (values, indices) */
 } reduce_spec;
 
+/* Fold reduced dims that are one walk in memory (stride[d] == stride[d+1] * size[d+1]) and
+ * drop size-1 ones: the linear index over the reduced dims (arg-reductions' answer) and
+ * the visiting order stay the same. */
+static void merge_reduced_dims(ocl_rgeom* g) {
+  int n = 0;
+  for (int d = 0; d < g->rndim; d++) {
+    if (g->rsize[d] == 1 && g->rndim > 1) continue;
+    if (n > 0 && g->rst[n - 1] == g->rst[d] * g->rsize[d]) {
+      g->rsize[n - 1] *= g->rsize[d];
+      g->rst[n - 1] = g->rst[d];
+      continue;
+    }
+    g->rsize[n] = g->rsize[d];
+    g->rst[n++] = g->rst[d];
+  }
+  if (n == 0 && g->rndim > 0) n = 1, g->rsize[0] = 1, g->rst[0] = 0;
+  g->rndim = n;
+}
+
 static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, double correction) {
   ral_status st = ocl_check_arity(c, rs->n_out, 1, 0);
   if (st != RAL_OK) return st;
@@ -62,6 +81,16 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
   }
   if (g.n_out == 0) return RAL_OK;
   ocl_device* d = ocl_device_get(c->device);
+  if (!d) return RAL_ERROR_INVALID_ARGUMENT;
+  merge_reduced_dims(&g);
+  /* A CPU runtime: sums and means with enough outputs to share out run as chunks of
+   * outputs per work-item (reduce_sum_c); few outputs keep the tree over one work-group. */
+  if (d->cpu && (g.op == RD_SUM || g.op == RD_MEAN) && g.cfl && g.rndim <= 1 && g.n_out >= 16) {
+    ocl_arg args[4] = {ocl_mem(out), ocl_mem(in), OCL_VAL(g)};
+    int64_t min_chunk = (4096 + g.n_red - 1) / g.n_red; /* outputs per work-item */
+    if (min_chunk < 16 && g.n_out >= 256) min_chunk = 16;
+    return ocl_enqueue_chunked(c, OCL_K_reduce_sum_c, 3, args, g.n_out, min_chunk < 1 ? 1 : min_chunk);
+  }
   size_t want = 1;
   while (want < (size_t)g.n_red && want < OCL_MAX_LOCAL) want *= 2;
   /* Short reductions run in one work-item, in index order: the order PyTorch's CPU

@@ -57,6 +57,31 @@ __kernel void gemm_pack(__global float* dst, __global const float* src, ocl_pack
   dst[i] = o < g.outer ? src[g.off + b * g.s_b + o * g.s_o + k * g.s_k] : 0.0f;
 }
 
+/* CPU form of gemm_pack: work-item i packs panel rows (b, p, k) [i * chunk, (i + 1) * chunk)
+ * of V values each, decoding (b, p, k) once and then stepping k (and p, b) in order. */
+__kernel void gemm_packc(__global float* dst, __global const float* src, ocl_pack g, long chunk) {
+  long rows = g.batch * g.P * g.K;
+  long r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  if (r0 >= r1) return;
+  long k = r0 % g.K, bp = r0 / g.K, p = bp % g.P, b = bp / g.P;
+  __global float* d = dst + r0 * g.V;
+  for (long r = r0; r < r1; r++) {
+    long o0 = p * g.V, base = g.off + b * g.s_b + k * g.s_k;
+    if (o0 + g.V <= g.outer && g.s_o == 1 && g.V == 16) {
+      vstore16(vload16(0, src + base + o0), 0, d); /* a row of B (or of A transposed) */
+    } else if (o0 + g.V <= g.outer) {
+      for (int j = 0; j < g.V; j++) d[j] = src[base + (o0 + j) * g.s_o];
+    } else {
+      for (int j = 0; j < g.V; j++) d[j] = o0 + j < g.outer ? src[base + (o0 + j) * g.s_o] : 0.0f;
+    }
+    d += g.V;
+    if (++k == g.K) {
+      k = 0;
+      if (++p == g.P) p = 0, b++;
+    }
+  }
+}
+
 #define GEMM_REG(NAME, TM, VN, VT, VLOAD, VSTORE)                                             \
   __kernel void NAME(__global float* C, __global const float* Ap, __global const float* Bp,   \
                      __global const float* I, ocl_mmgeom g) {                                  \

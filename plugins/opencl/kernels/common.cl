@@ -124,6 +124,24 @@ inline float cs_val(float2 a) {
   return (as_uint(a.x) & 0x7f800000u) == 0x7f800000u ? a.x : a.x + a.y;
 }
 
+/* cs_add on 16 lanes at once (each lane its own compensated sum). */
+inline void cs_add16(float16* hi, float16* lo, float16 v) {
+  float16 t = *hi + v;
+  float16 e = select((v - t) + *hi, (*hi - t) + v, isgreaterequal(fabs(*hi), fabs(v)));
+  *hi = t;
+  *lo += e;
+}
+
+/* The 16 lanes of (hi, lo) merged into one compensated sum (lane order). */
+inline float2 cs_lanes16(float16 hi, float16 lo) {
+  float h[16], l[16];
+  vstore16(hi, 0, h);
+  vstore16(lo, 0, l);
+  float2 r = (float2)(h[0], l[0]);
+  for (int k = 1; k < 16; k++) r = cs_merge(r, (float2)(h[k], l[k]));
+  return r;
+}
+
 /* Element offsets of operands 0..nt-1 at linear position i of an ocl_geom. */
 inline void geom_offsets(const ocl_geom* g, long i, long* e, int nt) {
   for (int k = 0; k < nt; k++) e[k] = g->off[k];
@@ -158,3 +176,43 @@ inline void index_fault(__global int* err, int site, long v, long dim, long size
     err[5] = (int)(size >> 32);
   }
 }
+
+/* CPU-shaped launches (ocl_cpu_chunks): work-item i covers the linear positions
+ * [i * chunk, min((i + 1) * chunk, n)), walked as runs along the innermost dim, so the N-d
+ * index is decoded once per work-item instead of once per element. */
+inline void geom_start(const ocl_geom* g, long i, long* c, long* e, int nt) {
+  for (int k = 0; k < nt; k++) e[k] = g->off[k];
+  for (int d = g->ndim - 1; d >= 0; d--) {
+    c[d] = i % g->size[d];
+    i /= g->size[d];
+    for (int k = 0; k < nt; k++) e[k] += c[d] * g->st[k][d];
+  }
+}
+
+/* Advance c/e by `len` positions along the innermost dim, carrying into outer dims. */
+inline void geom_advance(const ocl_geom* g, long len, long* c, long* e, int nt) {
+  int d = g->ndim - 1;
+  c[d] += len;
+  for (int k = 0; k < nt; k++) e[k] += len * g->st[k][d];
+  while (d > 0 && c[d] >= g->size[d]) {
+    for (int k = 0; k < nt; k++) e[k] += g->st[k][d - 1] - c[d] * g->st[k][d];
+    c[d] = 0;
+    c[--d]++;
+  }
+}
+
+/* Walk the chunk of this work-item: BODY sees j (0..run) and element offsets e[k] + j * s[k]. */
+#define GEOM_CHUNK_WALK(g, chunk, NT, BODY)                                    \
+  {                                                                            \
+    long i0 = get_global_id(0) * (chunk), i1 = min(i0 + (chunk), (g).n);       \
+    long c[OCL_MAXR], e[4], s[4];                                              \
+    int last = (g).ndim - 1;                                                   \
+    for (int k = 0; k < (NT); k++) s[k] = (g).st[k][last];                     \
+    if (i0 < i1) geom_start(&(g), i0, c, e, (NT));                             \
+    for (long i = i0; i < i1;) {                                               \
+      long run = min((g).size[last] - c[last], i1 - i);                        \
+      for (long j = 0; j < run; j++) BODY                                      \
+      i += run;                                                                \
+      if (i < i1) geom_advance(&(g), run, c, e, (NT));                         \
+    }                                                                          \
+  }

@@ -222,3 +222,214 @@ __kernel void copy_cast(gbuf dst, gcbuf src, ocl_geom g) {
   if (g.cfl) st_f(dst, e[0], dd, ld_f(src, e[1], ds));
   else st_i(dst, e[0], dd, ld_i(src, e[1], ds));
 }
+
+/* ---------------------------------------------------------------- CPU-shaped variants
+ * On a CPU runtime a work-group is a loop on one core and every work-group costs a
+ * scheduling step, so one element per work-item (above) spends most of its time in the
+ * runtime. These take a chunk of elements per work-item (local size 1, ocl_cpu_chunks)
+ * and keep the op switch outside the loops, so each loop is straight-line code. */
+
+/* Every operand float32; the output and each input contiguous (stride 1), or an input
+ * broadcast from one element (stride 0, any dtype: a wrapped Python scalar). Ops with a
+ * vector form run 16 lanes at a time; the rest go element by element through ew_f. */
+#define EWC_LDV(p, sv, bc, i) ((bc) ? (float16)(sv) : vload16(0, (p) + (i)))
+#define EWC_LOOP(OP)                                                                       \
+  {                                                                                        \
+    long i = i0;                                                                           \
+    for (; i + 16 <= i1; i += 16) {                                                        \
+      float16 x = EWC_LDV(pa, sa, ba, i), y = EWC_LDV(pb, sb, bb, i), z = EWC_LDV(pc, sc, bc, i); \
+      vstore16(OP(float16), 0, po + i);                                                    \
+    }                                                                                      \
+    for (; i < i1; i++) {                                                                  \
+      float x = ba ? sa : pa[i], y = bb ? sb : pb[i], z = bc ? sc : pc[i];                 \
+      po[i] = OP(float);                                                                   \
+    }                                                                                      \
+  }                                                                                        \
+  break;
+/* Type-generic bodies (T = float or float16) over x, y, z and the scalars f0, f1; each is
+ * the same formula as the op's case in ew_f. */
+#define EWV_COPY(T) (x)
+#define EWV_FILL(T) ((T)(f0))
+#define EWV_ADD(T) (x + f0 * y)
+#define EWV_SUB(T) (x - f0 * y)
+#define EWV_MUL(T) (x * y)
+#define EWV_DIV(T) (x / y)
+#define EWV_ADDS(T) (x + f0)
+#define EWV_MULS(T) (x * f0)
+#define EWV_DIVS(T) (x / f0)
+#define EWV_RSUBS(T) (f0 - f1 * x)
+#define EWV_POWS(T)                                                                          \
+  (f0 == 2.0f ? x * x : f0 == 1.0f ? x : f0 == 0.5f ? sqrt(x) : f0 == -1.0f ? 1.0f / x \
+   : f0 == 3.0f ? x * x * x : pow(x, (T)(f0)))
+#define EWV_NEG(T) (-x)
+#define EWV_SQRT(T) (sqrt(x))
+#define EWV_RSQRT(T) (rsqrt(x))
+#define EWV_EXP(T) (exp(x))
+#define EWV_LOG(T) (log(x))
+#define EWV_TANH(T) (tanh(x))
+#define EWV_SIGMOID(T) (1.0f / (1.0f + exp(-x)))
+#define EWV_RECIP(T) (1.0f / x)
+#define EWV_ERF(T) (erf(x))
+#define EWV_SILU(T) (x / (1.0f + exp(-x)))
+#define EWV_GELU(T)                                                                          \
+  (gl ? 0.5f * x * (1.0f + tanh(GELU_K0 * (x + GELU_K1 * x * x * x)))                        \
+      : 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)))
+#define EWV_GELU_BW(T) (GELU_BW_##T(x, y, gl))
+#define GELU_BW_float(g, x, approx) gelu_bw(g, x, approx)
+#define EWV_RELU(T) (select(x, (T)(0.0f), x < (T)(0.0f)))
+#define EWV_TANH_BW(T) (x * (1.0f - y * y))
+#define EWV_SIGMOID_BW(T) (x * (1.0f - y) * y)
+#define EWV_THRESH_BW(T) (select(x, (T)(0.0f), y <= (T)(f0)))
+#define EWV_ADDCDIV(T) (x + f0 * (y / z))
+#define EWV_ADDCMUL(T) (x + f0 * y * z)
+/* gelu_bw on 16 lanes: the same formulas. */
+inline float16 GELU_BW_float16(float16 g, float16 x, int approx) {
+  if (approx) {
+    float16 x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = tanh(inner);
+    float16 left = 0.5f * x, right = 1.0f + t;
+    float16 dright = left * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
+    return g * (0.5f * right + dright);
+  }
+  float16 cdf = 0.5f * (1.0f + erf(x * M_SQRT1_2_F));
+  float16 pdf = exp(-0.5f * x * x) * 0.3989422804014327f;
+  return g * (cdf + x * pdf);
+}
+
+__kernel void ew_f32c(__global float* out, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g, long chunk) {
+  long i0 = get_global_id(0) * chunk, i1 = min(i0 + chunk, g.n);
+  if (i0 >= i1) return;
+  __global float* po = out + g.off[0];
+  __global const float* pa = (__global const float*)p1 + g.off[1];
+  __global const float* pb = (__global const float*)p2 + g.off[2];
+  __global const float* pc = (__global const float*)p3 + g.off[3];
+  /* Absent operands read as a broadcast zero (never from memory). */
+  int ba = g.nin < 1 || g.st[1][0] == 0, bb = g.nin < 2 || g.st[2][0] == 0, bc = g.nin < 3 || g.st[3][0] == 0;
+  float sa = g.nin >= 1 && ba ? ld_f(p1, g.off[1], g.dt[1]) : 0.0f;
+  float sb = g.nin >= 2 && bb ? ld_f(p2, g.off[2], g.dt[2]) : 0.0f;
+  float sc = g.nin >= 3 && bc ? ld_f(p3, g.off[3], g.dt[3]) : 0.0f;
+  float f0 = g.lf[0], f1 = g.lf[1];
+  int gl = g.li[0] != 0, op = g.op;
+  switch (op) {
+    case EW_COPY: EWC_LOOP(EWV_COPY)
+    case EW_FILL: EWC_LOOP(EWV_FILL)
+    case EW_ADD: EWC_LOOP(EWV_ADD)
+    case EW_SUB: EWC_LOOP(EWV_SUB)
+    case EW_MUL: EWC_LOOP(EWV_MUL)
+    case EW_DIV: EWC_LOOP(EWV_DIV)
+    case EW_ADDS: EWC_LOOP(EWV_ADDS)
+    case EW_MULS: EWC_LOOP(EWV_MULS)
+    case EW_DIVS: EWC_LOOP(EWV_DIVS)
+    case EW_RSUBS: EWC_LOOP(EWV_RSUBS)
+    case EW_POWS: EWC_LOOP(EWV_POWS)
+    case EW_NEG: EWC_LOOP(EWV_NEG)
+    case EW_SQRT: EWC_LOOP(EWV_SQRT)
+    case EW_RSQRT: EWC_LOOP(EWV_RSQRT)
+    case EW_EXP: EWC_LOOP(EWV_EXP)
+    case EW_LOG: EWC_LOOP(EWV_LOG)
+    case EW_TANH: EWC_LOOP(EWV_TANH)
+    case EW_SIGMOID: EWC_LOOP(EWV_SIGMOID)
+    case EW_RECIP: EWC_LOOP(EWV_RECIP)
+    case EW_ERF: EWC_LOOP(EWV_ERF)
+    case EW_SILU: EWC_LOOP(EWV_SILU)
+    case EW_GELU: EWC_LOOP(EWV_GELU)
+    case EW_RELU: EWC_LOOP(EWV_RELU)
+    case EW_TANH_BW: EWC_LOOP(EWV_TANH_BW)
+    case EW_SIGMOID_BW: EWC_LOOP(EWV_SIGMOID_BW)
+    case EW_THRESH_BW: EWC_LOOP(EWV_THRESH_BW)
+    case EW_ADDCDIV: EWC_LOOP(EWV_ADDCDIV)
+    case EW_ADDCMUL: EWC_LOOP(EWV_ADDCMUL)
+    case EW_GELU_BW: EWC_LOOP(EWV_GELU_BW)
+    default:
+      for (long i = i0; i < i1; i++) {
+        float x = ba ? sa : pa[i], y = bb ? sb : pb[i], z = bc ? sc : pc[i];
+        po[i] = ew_f(op, x, y, z, &g);
+      }
+  }
+}
+
+/* All-float32 strided operands: typed loads, the op switch outside the walk. */
+#define EWA_LOOP(OP)                                                                   \
+  GEOM_CHUNK_WALK(g, chunk, nt, {                                                      \
+    float x = pa[e[1] + j * s[1]];                                                     \
+    float y = g.nin > 1 ? pb[e[2] + j * s[2]] : 0.0f;                                  \
+    float z = g.nin > 2 ? pc[e[3] + j * s[3]] : 0.0f;                                  \
+    po[e[0] + j * s[0]] = OP(float);                                                   \
+  })                                                                                   \
+  break;
+
+/* Any dtypes and strides, a chunk per work-item (the CPU form of ew_any). */
+__kernel void ew_anyc(gbuf p0, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g, long chunk) {
+  int nt = 1 + g.nin;
+  int f32 = g.cfl && g.nin >= 1 && g.dt[0] == DT_F32 && g.dt[1] == DT_F32 && (g.nin < 2 || g.dt[2] == DT_F32) &&
+            (g.nin < 3 || g.dt[3] == DT_F32);
+  if (f32) {
+    __global float* po = (__global float*)p0;
+    __global const float* pa = (__global const float*)p1;
+    __global const float* pb = (__global const float*)p2;
+    __global const float* pc = (__global const float*)p3;
+    float f0 = g.lf[0], f1 = g.lf[1];
+    int op = g.op;
+    switch (op) {
+      case EW_ADD: EWA_LOOP(EWV_ADD)
+      case EW_SUB: EWA_LOOP(EWV_SUB)
+      case EW_MUL: EWA_LOOP(EWV_MUL)
+      case EW_DIV: EWA_LOOP(EWV_DIV)
+      case EW_COPY: EWA_LOOP(EWV_COPY)
+      case EW_MULS: EWA_LOOP(EWV_MULS)
+      case EW_ADDS: EWA_LOOP(EWV_ADDS)
+      case EW_EXP: EWA_LOOP(EWV_EXP)
+      default:
+        GEOM_CHUNK_WALK(g, chunk, nt, {
+          float x = pa[e[1] + j * s[1]];
+          float y = g.nin > 1 ? pb[e[2] + j * s[2]] : 0.0f;
+          float z = g.nin > 2 ? pc[e[3] + j * s[3]] : 0.0f;
+          po[e[0] + j * s[0]] = ew_f(op, x, y, z, &g);
+        })
+    }
+    return;
+  }
+  if (g.cfl) {
+    GEOM_CHUNK_WALK(g, chunk, nt, {
+      float a = g.nin > 0 ? ld_f(p1, e[1] + j * s[1], g.dt[1]) : 0.0f;
+      float b = g.nin > 1 ? ld_f(p2, e[2] + j * s[2], g.dt[2]) : 0.0f;
+      float cc = g.nin > 2 ? ld_f(p3, e[3] + j * s[3], g.dt[3]) : 0.0f;
+      st_f(p0, e[0] + j * s[0], g.dt[0], ew_f(g.op, a, b, cc, &g));
+    })
+  } else {
+    GEOM_CHUNK_WALK(g, chunk, nt, {
+      long a = g.nin > 0 ? ld_i(p1, e[1] + j * s[1], g.dt[1]) : 0;
+      long b = g.nin > 1 ? ld_i(p2, e[2] + j * s[2], g.dt[2]) : 0;
+      long cc = g.nin > 2 ? ld_i(p3, e[3] + j * s[3], g.dt[3]) : 0;
+      st_i(p0, e[0] + j * s[0], g.dt[0], ew_i(g.op, a, b, cc, &g));
+    })
+  }
+}
+
+/* Same-dtype strided copy, a chunk per work-item (the CPU form of copy_bytes). */
+#define COPYC_CASE(T)                                                                        \
+  GEOM_CHUNK_WALK(g, chunk, 2, { ((__global T*)dst)[e[0] + j * s[0]] = ((__global const T*)src)[e[1] + j * s[1]]; }) \
+  break;
+__kernel void copy_bytesc(gbuf dst, gcbuf src, ocl_geom g, long chunk) {
+  switch (g.flags) {
+    case 8: COPYC_CASE(long)
+    case 4: COPYC_CASE(int)
+    case 2: COPYC_CASE(short)
+    default: COPYC_CASE(char)
+  }
+}
+
+/* Cross-dtype copy, a chunk per work-item (the CPU form of copy_cast). */
+__kernel void copy_castc(gbuf dst, gcbuf src, ocl_geom g, long chunk) {
+  int dd = g.dt[0], ds = g.dt[1];
+#ifdef OCL_HAS_FP64
+  if (dd == DT_F64 || ds == DT_F64) {
+    GEOM_CHUNK_WALK(g, chunk, 2, { st_d(dst, e[0] + j * s[0], dd, ld_d(src, e[1] + j * s[1], ds)); })
+    return;
+  }
+#endif
+  if (g.cfl) {
+    GEOM_CHUNK_WALK(g, chunk, 2, { st_f(dst, e[0] + j * s[0], dd, ld_f(src, e[1] + j * s[1], ds)); })
+  } else {
+    GEOM_CHUNK_WALK(g, chunk, 2, { st_i(dst, e[0] + j * s[0], dd, ld_i(src, e[1] + j * s[1], ds)); })
+  }
+}

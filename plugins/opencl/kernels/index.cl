@@ -183,3 +183,20 @@ __kernel void slice_bwd_k(gbuf out, gcbuf grad, ocl_geom g) {
   else
     put_value(out, eo, &g);
 }
+
+/* CPU form of tri_k for float32: a chunk of rows per work-item (li[0] rows x li[1] columns
+ * per matrix); a row is a straight copy up to (or from) its diagonal and zeros elsewhere. */
+__kernel void tri_c(__global float* out, __global const float* in, ocl_geom g, long chunk) {
+  long R = g.li[0], C = g.li[1], rows = g.n / (C > 0 ? C : 1);
+  long r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long row = r % R;
+    __global float* o = out + g.off[0] + r * C;
+    __global const float* x = in + g.off[1] + r * C;
+    /* kept columns: tril j <= row + k; triu j >= row + k */
+    long lo = g.op == 0 ? 0 : clamp(row + g.li[2], 0L, C), hi = g.op == 0 ? clamp(row + g.li[2] + 1, 0L, C) : C;
+    for (long j = 0; j < lo; j++) o[j] = 0.0f;
+    for (long j = lo; j < hi; j++) o[j] = x[j];
+    for (long j = hi; j < C; j++) o[j] = 0.0f;
+  }
+}

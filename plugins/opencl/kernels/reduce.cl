@@ -137,3 +137,44 @@ __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
   barrier(CLK_LOCAL_MEM_FENCE);
   if (lid == 0) st_i(out, obase, g.dt_out, ll[0]);
 }
+
+/* ---------------------------------------------------------------- CPU-shaped sums
+ * sum / mean in float over one (merged) reduced dim, a chunk of outputs per work-item,
+ * each summed in index order with compensation. When the outputs are adjacent in the
+ * input (a bias gradient: columns of [rows, N]), 16 outputs advance together as one
+ * vector per reduced step, so the walk is sequential in memory. */
+__kernel void reduce_sum_c(gbuf out, gcbuf in, ocl_rgeom g, long chunk) {
+  long o0 = get_global_id(0) * chunk, o1 = min(o0 + chunk, g.n_out);
+  if (o0 >= o1) return;
+  float div = g.op == RD_MEAN ? (float)g.n_red : 1.0f;
+  long rs = g.rndim ? g.rst[0] : 0;
+  long o = o0;
+  if (g.ondim == 1 && g.ost_in[0] == 1 && g.dt_in == DT_F32) {
+    __global const float* p = (__global const float*)in + g.off_in;
+    for (; o + 16 <= o1; o += 16) {
+      float16 hi = (float16)(0.0f), lo = (float16)(0.0f);
+      for (long j = 0; j < g.n_red; j++) cs_add16(&hi, &lo, vload16(0, p + o + j * rs));
+      float16 r = select(hi + lo, hi, (as_int16(hi) & 0x7f800000) == 0x7f800000) / div;
+      float t[16];
+      vstore16(r, 0, t);
+      for (int l = 0; l < 16; l++) st_f(out, g.off_out + (o + l) * g.ost_out[0], g.dt_out, t[l]);
+    }
+  }
+  for (; o < o1; o++) {
+    long base = g.off_in, obase = g.off_out, rest = o;
+    for (int d = g.ondim - 1; d >= 0; d--) {
+      long c = rest % g.osize[d];
+      rest /= g.osize[d];
+      base += c * g.ost_in[d];
+      obase += c * g.ost_out[d];
+    }
+    float2 cs = (float2)(0.0f, 0.0f);
+    if (g.dt_in == DT_F32) {
+      __global const float* p = (__global const float*)in + base;
+      for (long j = 0; j < g.n_red; j++) cs = cs_add(cs, p[j * rs]);
+    } else {
+      for (long j = 0; j < g.n_red; j++) cs = cs_add(cs, ld_f(in, base + j * rs, g.dt_in));
+    }
+    st_f(out, obase, g.dt_out, cs_val(cs) / div);
+  }
+}
