@@ -12,7 +12,7 @@ from torch_fl.dispatch import router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
-from torch_fl.tensor.views import view_op
+from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
@@ -165,11 +165,30 @@ def route(func, args, kwargs):
     return _route(func, sch, args, kwargs)
 
 
+def _fast_put(fkey, entry) -> None:
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    _FAST[fkey] = entry
+
+
+def _view_call(func):
+    def call(args, kwargs, full):
+        return view_op(func, args, kwargs)
+
+    return call
+
+
 def _route(func, sch, args, kwargs, fkey=None):
     if sch.is_view:
         if sch.composite_implicit:
             return func.decompose(*args, **kwargs)
-        return view_op(func, args, kwargs)
+        specs = view_specs(func, args, kwargs)
+        if fkey is not None:
+            # Within one argument signature the result geometry is fixed when the base's
+            # strides are (exact_view_call says when); otherwise the view cache decides.
+            call = exact_view_call(func, args[0], specs) or _view_call(func)
+            _fast_put(fkey, (func, call, ()))
+        return make_views(args[0], specs)
     full = sch.normalize(args, kwargs)
     dev, key = signature(sch, full)
     if dev < 0:
@@ -179,9 +198,7 @@ def _route(func, sch, args, kwargs, fkey=None):
         if run is None:
             run = router.decide(sch, args, kwargs, full, dev, key)
         if fkey is not None:
-            if len(_FAST) >= _FAST_MAX:
-                _FAST.clear()
-            _FAST[fkey] = (func, getattr(run, "call", None) or run.run, tuple(full[len(args) :]))
+            _fast_put(fkey, (func, getattr(run, "call", None) or run.run, tuple(full[len(args) :])))
         return run.run(args, kwargs, full)
     t0 = time.perf_counter()  # observed: first-call routing cost is part of the op's time
     if run is None:
