@@ -624,7 +624,11 @@ class ral_mode(TorchFunctionMode):
             kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
-        if kind == _COMPUTE and not _open_steps[0]:
+        if not _open_steps[0] and (
+            kind == _COMPUTE or ((kind == _VIEW or kind == _INPLACE) and args and type(args[0]) is RalTensor)
+        ):
+            # A view or in-place op on a device tensor is served as a computing op is (the
+            # general path below does the same for it); on a CPU tensor it stays CPU state.
             out = self._compute_cached(func, args, kwargs)
             if out is not _MISS:
                 return out
