@@ -609,19 +609,31 @@ def _specialize(run, fast):
     `_run_fast` walks the plan's slot tables with loops and attribute lookups on every
     call: ~2-3 us of a 16-float add. Here every slot index, size and constant is baked into
     generated source (compiled once per plan), so a call is a handful of stores and one
-    rt_launch. Another thread than the plan's owner, or a plan with scalar-operand uploads
-    or a generator, takes the general `_run_fast` (correct, slower).
+    rt_launch. Each thread patches its own copy of the packed arrays (autograd runs backward
+    ops on its device thread, and the forward's plans are shared with it). A plan with
+    scalar-operand uploads or a generator keeps the general `_run_fast`.
     """
     global _SPECIALIZED
     if fast.prep_slots or fast.gen_slot >= 0:
         return run.run
+    template, floats = fast.template, fast.floats
+
+    def thread_state():
+        # (packed array, float array, rt_malloc result cell) of the calling thread
+        if len(per_thread) >= 64:  # idents of finished threads: drop them all
+            per_thread.clear()
+        state = per_thread[get_ident()] = (
+            ffi.new("int64_t[]", template),
+            ffi.new("double[]", floats) if floats else ffi.NULL,
+            ffi.new("uint64_t*"),
+        )
+        return state
+
+    per_thread = {fast.owner: (fast.arr, fast.farr, ffi.new("uint64_t*"))}
     env = {
         "_ident": get_ident,
-        "_owner": fast.owner,
-        "_general": run._run_fast,
-        "_fast": fast,
-        "_arr": fast.arr,
-        "_farr": fast.farr,
+        "_per_thread": per_thread,
+        "_thread_state": thread_state,
         "_tls": _STREAM_TLS,
         "_current": current,
         "_launch": rt_launch,
@@ -631,7 +643,6 @@ def _specialize(run, fast):
         "_raise": raise_status,
         "_plugin": run.plugin,
         "_op": run.sch.name,
-        "_cell": ffi.new("uint64_t*"),  # rt_malloc's result; only the owner thread runs this
         "_malloc": lib.rt_malloc,
         "_check": check,
         "_Buffer": Buffer,
@@ -644,9 +655,10 @@ def _specialize(run, fast):
     dev = int(run.dev)
     lines = [
         "def call(args, kwargs, full):",
-        "    if _ident() != _owner:",
-        "        return _general(_fast, full)",
-        "    arr = _arr",
+        "    state = _per_thread.get(_ident())",
+        "    if state is None:",
+        "        state = _thread_state()",
+        "    arr, farr, cell = state",
         "    ids = _tls.ids",
         f"    stream = ids[{dev}] if len(ids) > {dev} else _current({dev})",
     ]
@@ -657,10 +669,10 @@ def _specialize(run, fast):
         for k, (idx, shape, stride, dtype, nb, sig) in enumerate(fast.outs):
             env[f"_s{k}"], env[f"_st{k}"], env[f"_d{k}"], env[f"_g{k}"] = shape, stride, dtype, sig
             lines += [
-                f"    status = _malloc({dev}, {int(nb)}, stream, _cell)",
+                f"    status = _malloc({dev}, {int(nb)}, stream, cell)",
                 "    if status:",
                 "        _check(status)",
-                f"    b{k} = _Buffer({dev}, _cell[0], {int(nb)})",
+                f"    b{k} = _Buffer({dev}, cell[0], {int(nb)})",
                 "    if _aobs:",
                 "        for obs in _aobs:",
                 f"            obs('alloc', b{k})",
@@ -677,7 +689,7 @@ def _specialize(run, fast):
     for idx, pos in fast.int_slots:
         lines.append(f"    arr[{idx}] = full[{int(pos)}]")
     for fi, pos in fast.float_slots:
-        lines.append(f"    _farr[{fi}] = full[{int(pos)}]")
+        lines.append(f"    farr[{fi}] = full[{int(pos)}]")
     if run.fresh:  # wrap before the launch, as _run_fast does: a failed launch frees them
         for k in outs:
             lines += [
@@ -687,7 +699,7 @@ def _specialize(run, fast):
                 f"    r{k}._sig = _g{k}",
             ]
         outs = [f"r{k}" for k in outs]
-    lines.append(f"    status = _launch({dev}, stream, _handle, arr, {fast.n}, _farr, _strings, _name)")
+    lines.append(f"    status = _launch({dev}, stream, _handle, arr, {fast.n}, farr, _strings, _name)")
     lines.append("    if status:")
     lines.append("        _raise(status, plugin=_plugin, op=_op)")
     if run.single:
