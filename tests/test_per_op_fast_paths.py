@@ -234,3 +234,16 @@ def test_ral_mode_cached_operands_follow_cpu_mutations(dev):
             (w * b).sum().backward()
         assert w.grad.device.type == "cpu"
         torch.testing.assert_close(w.grad, b, rtol=0, atol=0)
+
+
+def test_random_ops_on_the_fast_path_advance_and_reseed(dev):
+    # The generator slot of a cached plan takes a fresh Philox offset per call.
+    x = torch.empty(1000, device=dev)
+    torch.manual_seed(1)
+    r1, r2 = x.normal_().clone(), x.normal_().clone()
+    torch.manual_seed(1)
+    r3, r4 = x.normal_().clone(), x.normal_().clone()
+    assert not torch.equal(r1.cpu(), r2.cpu())
+    assert_close(r3, r1.cpu(), rtol=0, atol=0)
+    assert_close(r4, r2.cpu(), rtol=0, atol=0)
+    assert abs(r1.cpu().mean().item()) < 0.2 and abs(r1.cpu().std().item() - 1) < 0.2

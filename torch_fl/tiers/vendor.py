@@ -610,12 +610,9 @@ def _specialize(run, fast):
     call: ~2-3 us of a 16-float add. Here every slot index, size and constant is baked into
     generated source (compiled once per plan), so a call is a handful of stores and one
     rt_launch. Each thread patches its own copy of the packed arrays (autograd runs backward
-    ops on its device thread, and the forward's plans are shared with it). A plan with
-    scalar-operand uploads or a generator keeps the general `_run_fast`.
+    ops on its device thread, and the forward's plans are shared with it).
     """
     global _SPECIALIZED
-    if fast.prep_slots or fast.gen_slot >= 0:
-        return run.run
     template, floats = fast.template, fast.floats
 
     def thread_state():
@@ -686,8 +683,18 @@ def _specialize(run, fast):
         lines.append(f"    t = {ref}")
         lines.append(f"    arr[{idx}] = t._buf.ptr")
         lines.append(f"    arr[{idx + 1}] = t.storage_offset() * {int(isz)}")
+    for k, (idx, pos, prep) in enumerate(fast.prep_slots):
+        # a scalar operand: its cached 0-dim device tensor, kept alive until the launch
+        env[f"_prep{k}"] = prep
+        lines.append(f"    k{k} = _prep{k}(full[{int(pos)}])")
+        lines.append(f"    arr[{idx}] = k{k}._buf.ptr")
+        lines.append(f"    arr[{idx + 1}] = k{k}.storage_offset() * k{k}.dtype.itemsize")
     for idx, pos in fast.int_slots:
         lines.append(f"    arr[{idx}] = full[{int(pos)}]")
+    if fast.gen_slot >= 0:
+        env["_philox"] = rng.next_philox
+        g = fast.gen_slot
+        lines.append(f"    arr[{g}], arr[{g + 1}] = _philox({dev}, {int(run.numel)})")
     for fi, pos in fast.float_slots:
         lines.append(f"    farr[{fi}] = full[{int(pos)}]")
     if run.fresh:  # wrap before the launch, as _run_fast does: a failed launch frees them
