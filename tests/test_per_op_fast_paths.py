@@ -247,3 +247,32 @@ def test_random_ops_on_the_fast_path_advance_and_reseed(dev):
     assert_close(r3, r1.cpu(), rtol=0, atol=0)
     assert_close(r4, r2.cpu(), rtol=0, atol=0)
     assert abs(r1.cpu().mean().item()) < 0.2 and abs(r1.cpu().std().item() - 1) < 0.2
+
+
+def test_bool_arguments_key_apart_from_ints(dev):
+    x = torch.randn(4, 5)
+    xd = x.to(dev)
+    for _ in range(2):
+        for keep in (True, False):
+            got = torch.ops.aten.sum.dim_IntList(xd, [1], keep)
+            want = torch.ops.aten.sum.dim_IntList(x, [1], keep)
+            assert got.shape == want.shape
+            assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_ral_mode_cached_lists_and_tensor_keywords(dev):
+    torch.manual_seed(0)
+    a, b = torch.randn(3, 4), torch.randn(2, 4)
+    w, bias = torch.randn(4), torch.randn(4)
+    want_cat = torch.cat([a, b])
+    want_ln = torch.nn.functional.layer_norm(a, (4,), weight=w, bias=bias, eps=1e-5)
+    for _ in range(3):  # first call uploads, later calls hit the cache
+        with torch_fl.ral_mode(dev):
+            got_cat = torch.cat([a, b])
+            got_ln = torch.nn.functional.layer_norm(a, (4,), weight=w, bias=bias, eps=1e-5)
+        assert_close(got_cat, want_cat, rtol=0, atol=0)
+        assert_close(got_ln, want_ln, rtol=1e-5, atol=1e-5)
+    b.add_(1.0)  # a list operand changed on CPU: uploaded anew
+    with torch_fl.ral_mode(dev):
+        got_cat = torch.cat([a, b])
+    assert_close(got_cat, torch.cat([a, b]), rtol=0, atol=0)

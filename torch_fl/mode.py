@@ -270,6 +270,28 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
+def _cached_twin(a, dev: int, uploaded: list):
+    """The cached device twin of tensor a when it is a current hit that needs no
+    differentiable upload (recorded in `uploaded` for the write-back check), else _MISS."""
+    if type(a) is RalTensor:
+        return a
+    # Only CPU strided tensors without a functorch wrapper ever get an entry, and the weak
+    # ref's identity check rules out a reused id: a hit is one of them.
+    e = _CACHE.get(id(a))
+    if (
+        e is None
+        or e[0]() is not a
+        or e[3] != dev
+        or e[1] != a._version
+        or e[2] != a.data_ptr()
+        or (a.requires_grad and _grad_enabled())
+    ):
+        return _MISS
+    twin = e[4]
+    uploaded.append((a, twin, _version_of(twin)))
+    return twin
+
+
 def _same_layout_base(t: torch.Tensor, base: torch.Tensor) -> bool:
     """Whether base's device twin (a contiguous copy) has t's storage layout: t can be
     made from it by as_strided with t's own sizes, strides and offset."""
@@ -565,50 +587,53 @@ class ral_mode(TorchFunctionMode):
     def _compute_cached(self, func, args, kwargs):
         """A computing op whose CPU operands are all current upload-cache hits (the steady
         state of a loop): the general path below, minus its per-operand walks. Returns
-        _MISS for anything else (an upload, a tensor list, a tensor keyword, a tensor that
-        needs a differentiable upload, running statistics), which the general path serves."""
+        _MISS for anything else (an upload, a nested list, a tensor that needs a
+        differentiable upload, running statistics), which the general path serves."""
         if func in _RUNNING_STATS:
             return _MISS
-        for v in kwargs.values():
-            tv = type(v)
-            if tv is list or tv is tuple or isinstance(v, torch.Tensor):
-                return _MISS
         dev = self.index
+        uploaded = []
         dev_args = None
-        uploaded = None
         for i, a in enumerate(args):
             ta = type(a)
             if ta is RalTensor:
                 continue
             if ta is list or ta is tuple:
-                for x in a:
-                    if isinstance(x, torch.Tensor):
-                        return _MISS
+                if not any(isinstance(x, torch.Tensor) for x in a):
+                    continue
+                mapped = [_cached_twin(x, dev, uploaded) if isinstance(x, torch.Tensor) else x for x in a]
+                if any(x is _MISS for x in mapped):
+                    return _MISS
+                twin = ta(mapped)
+            elif isinstance(a, torch.Tensor):
+                twin = _cached_twin(a, dev, uploaded)
+                if twin is _MISS:
+                    return _MISS
+            else:
                 continue
-            if not isinstance(a, torch.Tensor):
-                continue
-            # Only CPU strided tensors without a functorch wrapper ever get an entry, and
-            # the weak ref's identity check rules out a reused id: a hit is one of them.
-            e = _CACHE.get(id(a))
-            if (
-                e is None
-                or e[0]() is not a
-                or e[3] != dev
-                or e[1] != a._version
-                or e[2] != a.data_ptr()
-                or (a.requires_grad and _grad_enabled())
-            ):
-                return _MISS
-            twin = e[4]
             if dev_args is None:
                 dev_args = list(args)
-                uploaded = []
             dev_args[i] = twin
-            uploaded.append((a, twin, _version_of(twin)))
-        if dev_args is None:
+        dev_kwargs = kwargs
+        for k, v in kwargs.items():
+            tv = type(v)
+            if tv is RalTensor:
+                continue
+            if tv is list or tv is tuple:
+                if any(isinstance(x, torch.Tensor) for x in v):
+                    return _MISS
+                continue
+            if isinstance(v, torch.Tensor):
+                twin = _cached_twin(v, dev, uploaded)
+                if twin is _MISS:
+                    return _MISS
+                if dev_kwargs is kwargs:
+                    dev_kwargs = dict(kwargs)
+                dev_kwargs[k] = twin
+        if not uploaded:
             return func(*args, **kwargs)  # all operands already on a device: nothing to move
         stats["cache_hits"] += len(uploaded)
-        out = func(*dev_args, **kwargs)
+        out = func(*(args if dev_args is None else dev_args), **dev_kwargs)
         for t, twin, version in uploaded:
             if _version_of(twin) != version:
                 _write_back(t, twin)

@@ -103,7 +103,7 @@ def _info(func):
 
 def _fast_key(func, args):
     """The positional fast-cache key of a call, or None when some argument has no cheap key
-    (a CPU tensor, a tensor list, a bool, a nested value)."""
+    (a CPU tensor, a tensor list, a nested value, an unlisted type)."""
     key = [id(func)]
     seen = False
     for a in args:
@@ -114,8 +114,8 @@ def _fast_key(func, args):
                 sig = a._sig = (a._dev, tuple(a.shape), a.dtype, True if a.is_contiguous() else a.stride())
             key.append(sig)
             seen = True
-        elif ta is int or ta is float:
-            key.append(ta)  # 1 and 1.0 hash alike but promote differently
+        elif ta is int or ta is float or ta is bool:
+            key.append(ta)  # 1, 1.0 and True hash alike but mean different things
             key.append(a)
         elif a is None:
             key.append(None)
