@@ -198,7 +198,7 @@ def _route(func, sch, args, kwargs, fkey=None):
         if run is None:
             run = router.decide(sch, args, kwargs, full, dev, key)
         if fkey is not None:
-            _fast_put(fkey, (func, getattr(run, "call", None) or run.run, tuple(full[len(args) :])))
+            _fast_put(fkey, (func, getattr(run, "fast_call", None) or run.run, tuple(full[len(args) :])))
         return run.run(args, kwargs, full)
     t0 = time.perf_counter()  # observed: first-call routing cost is part of the op's time
     if run is None:

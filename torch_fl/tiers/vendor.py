@@ -220,7 +220,7 @@ class VendorRun:
         "kernel",
         "single",
         "fast",
-        "call",
+        "fast_call",
     )
 
     def __init__(self, sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin):
@@ -239,7 +239,7 @@ class VendorRun:
         self.kernel = entry.kernel
         self.single = sch.n_returns == 1
         self.fast = None
-        self.call = self.run  # replaced by the plan's straight-line function (_specialize)
+        self.fast_call = self.run  # the plan's straight-line function once built (_specialize)
 
     def run(self, args, kwargs, full):
         """Execute the kernel for this call."""
@@ -596,7 +596,7 @@ def build(sch, args, kwargs, full, dev):
         return EmptyRun(run)
     run.fast = _compile_fast(run, full)
     if run.fast is not None:
-        run.call = _specialize(run, run.fast)
+        run.fast_call = _specialize(run, run.fast)
     return run
 
 
