@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 from common import Result, interleaved
+from models import gpt2, gpt2_ids
 
 import torch_fl
 
@@ -68,18 +69,12 @@ def linear_1024(ocl, host) -> list[Result]:
 
 def gpt2_forward(ocl, host) -> list[Result]:
     """GPT2LMHeadModel (4 layers, 256 wide), random init, forward of batch 4x128."""
-    import transformers as T
-
-    cfg = T.GPT2Config(
-        n_layer=4, n_embd=256, n_head=4, n_positions=128, vocab_size=1000, bos_token_id=0, eos_token_id=0
-    )
-    torch.manual_seed(0)
-    model = T.GPT2LMHeadModel(cfg).eval()
-    ids = torch.randint(0, 1000, (4, 128))
+    model = gpt2().eval()
+    ids = gpt2_ids()
     fns = {}
     for name, dev in (("cpu", "cpu"), ("opencl", ocl), ("host", host)):
         if dev:
-            m = T.GPT2LMHeadModel(cfg).eval().to(dev)
+            m = gpt2().eval().to(dev)
             m.load_state_dict(model.state_dict())
             i = ids.to(dev)
 

@@ -8,15 +8,11 @@ from pathlib import Path
 
 import torch
 from common import Result, interleaved
+from models import gpt2, gpt2_ids
 
 import torch_fl
 from torch_fl.device import memory, sync
 from torch_fl.dispatch import entry as dispatch
-
-GPT2_SHAPE = dict(
-    n_layer=4, n_embd=256, n_head=4, n_positions=128, vocab_size=1024, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
-)
-BATCH, SEQ = 4, 128
 
 
 def _hooks_empty() -> bool:
@@ -84,11 +80,8 @@ def trace_per_op(dev: str) -> list[Result]:
 
 def trace_gpt2(dev: str) -> list[Result]:
     """Tracing on: GPT-2-shaped forward (4 layers, 256 wide, batch 4x128); target <= 1.15x."""
-    from transformers import GPT2Config, GPT2Model
-
-    torch.manual_seed(0)
-    model = GPT2Model(GPT2Config(**GPT2_SHAPE)).eval().to(dev)
-    ids = torch.randint(0, GPT2_SHAPE["vocab_size"], (BATCH, SEQ)).to(dev)
+    model = gpt2(head=False).eval().to(dev)
+    ids = gpt2_ids().to(dev)
     tmp = Path(tempfile.mkdtemp())
 
     def forward():

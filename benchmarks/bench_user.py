@@ -7,10 +7,13 @@ process); "to" runs the model moved with `.to(dev)`; "mode" runs CPU tensors und
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 from common import Result
+from models import gpt2
+from models import gpt2_ids as _ids
 from procs import alternate, median_ratio
 
 DEV = os.environ.get("BENCH_DEVICE", "ral:0")
@@ -23,28 +26,6 @@ def _ral():
 
 
 # ---------------------------------------------------------------- GPT-2-shaped model
-def gpt2(seed: int = 0) -> torch.nn.Module:
-    """The benchmark model: GPT-2 with 4 layers, 256 wide, random init, dropout off."""
-    import transformers
-
-    torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(
-        n_layer=4,
-        n_embd=256,
-        n_head=4,
-        vocab_size=2048,
-        n_positions=256,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    return transformers.GPT2LMHeadModel(cfg)
-
-
-def _ids():
-    return torch.randint(0, 2048, (4, 128), generator=torch.Generator().manual_seed(1))
-
-
 def _forward(style: str):
     model, ids = gpt2().eval(), _ids()
     if style == "cpu":
@@ -112,17 +93,12 @@ def _latency(style: str):
     if style == "to":
         _ral()
         lin, x = lin.to(DEV), x.to(DEV)
-    ctx = _ral().ral_mode(DEV) if style == "mode" else None
+    ctx = _ral().ral_mode(DEV) if style == "mode" else contextlib.nullcontext()
 
     def fn():
-        with torch.no_grad():
-            if ctx is None:
-                for _ in range(n):
-                    lin(x).sum().item()
-            else:
-                with ctx:
-                    for _ in range(n):
-                        lin(x).sum().item()
+        with torch.no_grad(), ctx:
+            for _ in range(n):
+                lin(x).sum().item()
 
     return fn, n
 
@@ -151,6 +127,25 @@ def _add16(style: str):
                     torch.add(a, b)
 
         return fn_empty, n
+    if style == "empty_subclass":
+        # The floor of any wrapper-subclass backend (DESIGN.md's RalTensor): PyTorch's entry
+        # into __torch_dispatch__ plus one new output wrapper, and nothing else.
+        class Floor(torch.Tensor):
+            @staticmethod
+            def __new__(cls, like):
+                return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype)
+
+            @classmethod
+            def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+                return Floor(args[0])
+
+        fa, fb = Floor(a), Floor(b)
+
+        def fn_floor():
+            for _ in range(n):
+                torch.add(fa, fb)
+
+        return fn_floor, n
     fl = _ral()
     if style == "to":
         a, b = a.to(DEV), b.to(DEV)
@@ -227,7 +222,7 @@ SIDES = {
     "gpt2_forward": _sides(_forward, ["cpu", "to", "mode"]),
     "gpt2_train": _sides(_train, ["cpu", "to", "mode"]),
     "latency": _sides(_latency, ["cpu", "to", "mode"]),
-    "add16": _sides(_add16, ["eager", "empty_mode", "to", "mode"]),
+    "add16": _sides(_add16, ["eager", "empty_mode", "empty_subclass", "to", "mode"]),
     "linear": _sides(_linear, ["cpu", "to", "mode"]),
     "large_add": _sides(_large_add, ["cpu", "to", "mode"]),
 }
@@ -241,7 +236,7 @@ SPEC = {
     "linear": ("Linear(1024,1024) batch 2048", "cpu", {"to": 1.00, "mode": 1.00}, 5, "ms"),
     "large_add": ("4096^2 add", "cpu", {"to": 0.30, "mode": 0.30}, 7, "ms"),
 }
-STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode"}
+STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode", "empty_subclass": "empty wrapper subclass"}
 SCALE = {"ms": 1e3, "us": 1e6}
 
 
@@ -258,9 +253,11 @@ def run_case(name: str, dev: str, rounds: int) -> list[Result]:
         if s == base:
             continue
         note = f"{med[s] * k:.1f} {unit} vs {med[base] * k:.1f} {unit}, {rounds} rounds"
-        if name == "add16" and s in ("to", "mode"):
+        if name == "add16" and s == "to":
+            note += f"; empty-subclass floor {med['empty_subclass'] * k:.1f} {unit}"
+        if name == "add16" and s == "mode":
             note += f"; empty-mode floor {med['empty_mode'] * k:.1f} {unit}"
-        subject = "cpu" if s == "empty_mode" else dev
+        subject = "cpu" if s in ("empty_mode", "empty_subclass") else dev
         row = Result(f"{title} [{STYLE[s]}]", subject, med[s], f"{base} (own process)", med[base], targets.get(s))
         row.note, row.rounds_ratio = note, median_ratio(times, s, base)
         rows.append(row)

@@ -281,8 +281,11 @@ def test_bool_ops():
 
 # ---------------------------------------------------------------- fast math sweep
 def _dense_sweep():
-    """Every 97th float32 bit pattern plus specials: ~44M values, both signs, denormals."""
-    bits = torch.arange(0, 2**32, 97, dtype=torch.int64)
+    """Every 251st float32 bit pattern plus specials: ~17M values, both signs, denormals.
+
+    A prime stride visits every residue of the mantissa's low bits; 251 rather than a denser
+    stride keeps the five sweeps to seconds in CI."""
+    bits = torch.arange(0, 2**32, 251, dtype=torch.int64)
     x = (bits - 2**31).to(torch.int32).view(torch.float32)  # covers negative patterns too
     special = torch.tensor(
         [

@@ -534,20 +534,22 @@ def test_disk_cache_across_processes(dev, tmp_path):
     assert r.returncode == 0, r.stderr
     assert _cache_files(str(tmp_path), plugin) == files
     assert {f: os.stat(f).st_mtime_ns for f in files} == stamps
-    # A corrupt (truncated, as after a crash or a full disk) entry is detected and rebuilt.
-    for f in (f for f in files if not f.endswith(".tmp")):
-        os.truncate(f, os.path.getsize(f) // 2)
+    # A corrupt (truncated, as after a crash or a full disk) entry is detected and rebuilt
+    # whole. (Reuse of a whole entry was proven just above, so no fifth process checks the
+    # rebuilt one again: each process costs seconds of start-up in CI.)
+    whole = {f: os.path.getsize(f) for f in files if not f.endswith(".tmp")}
+    for f, size in whole.items():
+        os.truncate(f, size // 2)
     r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
     assert r.returncode == 0, r.stderr
-    rebuilt = {f: (os.path.getsize(f), os.stat(f).st_mtime_ns) for f in _cache_files(str(tmp_path), plugin)}
-    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
-    assert r.returncode == 0, r.stderr
-    assert {f: (os.path.getsize(f), os.stat(f).st_mtime_ns) for f in _cache_files(str(tmp_path), plugin)} == rebuilt, (
-        "the rebuilt entry was not reused"
-    )
+    # (A rebuilt OpenCL binary need not match the old one byte for byte, so no size equality.)
+    assert all(os.path.getsize(f) > size // 2 for f, size in whole.items()), "a truncated entry was kept"
+    assert all(os.stat(f).st_mtime_ns != stamps[f] for f in whole), "a truncated entry was not rewritten"
 
 
-@pytest.mark.parametrize("dev", DEVS)
+# The OpenCL plugin keeps jit kernels and its own programs in one cache (program_cache.c);
+# its unwritable-directory case is test_opencl_plugin's disk-cache test, not repeated here.
+@pytest.mark.parametrize("dev", [d for d in DEVS if d.id == "host"])
 def test_unwritable_cache_dir_still_works(dev, tmp_path):
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("a file where the cache directory would be")  # even root cannot mkdir under it

@@ -81,6 +81,21 @@ def test_sdpa_matches_cpu(dev, shape, strided, causal):
 
 
 @pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_long_sequences_and_column_strides(dev, causal):
+    """Several query and key blocks of the kernels (L=70, S=600 > one 256-key block), columns
+    that are not unit-stride, and a float mask; the fused kernel serves it (one launch)."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 2, 24, 70, generator=g).transpose(-1, -2)  # [1, 2, 70, 24], column stride 70
+    k = torch.randn(1, 2, 600, 24, generator=g)
+    v = torch.randn(1, 2, 24, 600, generator=g).transpose(-1, -2)  # [1, 2, 600, 24], column stride 600
+    mask = None if causal else torch.randn(70, 600, generator=g)
+    _check(dev, q, k, v, mask, is_causal=causal)
+    leaves = [torch.empty_strided(t.shape, t.stride(), device=dev).copy_(t) for t in (q, k, v)]
+    assert fused_choice(*leaves, None if mask is None else mask.to(dev), 0.0, causal, False)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
 @pytest.mark.parametrize("L,S", [(3, 8), (8, 3)])
 def test_causal_when_query_and_key_lengths_differ(dev, L, S):
     _check(dev, *_qkv(2, 2, L, S, 16, False), is_causal=True)

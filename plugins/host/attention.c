@@ -1,67 +1,136 @@
 /*
  * attention.c -- fused attention forward (`_scaled_dot_product_flash_attention_for_cpu`):
- * out = softmax(scale * q k^T + mask, causal) v and its log-sum-exp, one query row per
- * task with an online softmax, so the [L, S] scores never exist. The same algorithm and
- * conventions as the OpenCL plugin's sdpa_fwd: any strides, a float (added) or bool (False =
- * not attended) mask broadcast to [B, H, L, S], causal top-left aligned, a row with no
- * visible key gives zeros and lse 0.
+ * out = softmax(scale * q k^T + mask, causal) v and its log-sum-exp, the flash-attention way:
+ * one task per (batch, head, block of SDPA_BQ queries); keys in blocks of SDPA_BK; each block's
+ * scores are one GEMM, the online softmax rescales the running sums, and the probabilities
+ * times the value block is a second GEMM (OpenBLAS, one thread per task). The [L, S] scores
+ * never exist: a task holds SDPA_BQ x SDPA_BK of them.
+ *
+ * Same conventions as the OpenCL plugin's sdpa_fwd: any strides (a last dimension that is not
+ * unit-stride is copied once per task), a float (added) or bool (False = not attended) mask
+ * broadcast to [B, H, L, S], causal top-left aligned, a row with no visible key gives zeros
+ * and lse 0, NaN scores propagate.
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "fastmath.h"
 #include "host.h"
 #include "pool.h"
 
-#define SDPA_MAXE 256
+#define SDPA_BQ 32  /* queries per task: a causal tile wastes little above the diagonal */
+#define SDPA_BK 256 /* keys per block: the score tile (32 x 256 floats) stays in L1/L2 */
 
 typedef struct {
-  int64_t B, H, L, S, E, Ev;
+  int64_t B, H, L, S, E, Ev, nqb;
   int64_t sq[4], sk[4], sv[4], sm[4], so[4], sl[3];
   const float *q, *k, *v, *mf;
   const uint8_t* mb;
   float *out, *lse;
-  int causal, has_mask;
+  int causal, has_mask, failed;
   float scale;
 } sdpa_args;
 
-static void sdpa_rows(int64_t begin, int64_t end, void* ctx) {
-  const sdpa_args* g = ctx;
-  float qr[SDPA_MAXE], acc[SDPA_MAXE];
-  for (int64_t r = begin; r < end; r++) {
-    int64_t i = r % g->L, bh = r / g->L, h = bh % g->H, b = bh / g->H;
-    const float* qi = g->q + b * g->sq[0] + h * g->sq[1] + i * g->sq[2];
-    const float* kb = g->k + b * g->sk[0] + h * g->sk[1];
-    const float* vb = g->v + b * g->sv[0] + h * g->sv[1];
-    int64_t moff = b * g->sm[0] + h * g->sm[1] + i * g->sm[2];
-    for (int64_t e = 0; e < g->E; e++) qr[e] = qi[e * g->sq[3]];
-    for (int64_t e = 0; e < g->Ev; e++) acc[e] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    int64_t jend = g->causal ? (i + 1 < g->S ? i + 1 : g->S) : g->S;
-    for (int64_t j = 0; j < jend; j++) {
-      if (g->has_mask == 2 && !g->mb[moff + j * g->sm[3]]) continue;
-      const float* kj = kb + j * g->sk[2];
-      float s = 0.0f;
-      for (int64_t e = 0; e < g->E; e++) s += qr[e] * kj[e * g->sk[3]];
-      s *= g->scale;
-      if (g->has_mask == 1) s += g->mf[moff + j * g->sm[3]];
-      if (s == -INFINITY) continue; /* adds nothing (and exp(-inf + inf) would be NaN) */
-      if (s > m) {
-        float corr = expf(m - s);
-        l *= corr;
-        for (int64_t e = 0; e < g->Ev; e++) acc[e] *= corr;
-        m = s;
-      }
-      float p = expf(s - m); /* NaN scores propagate */
-      l += p;
-      const float* vj = vb + j * g->sv[2];
-      for (int64_t e = 0; e < g->Ev; e++) acc[e] += p * vj[e * g->sv[3]];
-    }
-    float* oi = g->out + b * g->so[0] + h * g->so[1] + i * g->so[2];
-    float inv = l == 0.0f ? 0.0f : 1.0f / l;
-    for (int64_t e = 0; e < g->Ev; e++) oi[e * g->so[3]] = acc[e] * inv;
-    g->lse[b * g->sl[0] + h * g->sl[1] + i * g->sl[2]] = l == 0.0f ? 0.0f : m + logf(l);
+/* A [rows, cols] float matrix at p with row stride sr and column stride sc, as row-major
+ * with unit columns: p itself when sc == 1, else a copy into buf. */
+static const float* unit_rows(const float* p, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float* buf,
+                              int64_t* ld) {
+  if (sc == 1 && sr >= cols) {
+    *ld = sr;
+    return p;
   }
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t e = 0; e < cols; e++) buf[i * cols + e] = p[i * sr + e * sc];
+  *ld = cols;
+  return buf;
+}
+
+/* Masks one row of a score tile (keys j0 .. j0+nk of query i), folds it into the running max
+ * m / sum l / accumulator acc, and leaves the probabilities in the row. */
+static void softmax_tile_row(const sdpa_args* g, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t nk,
+                             float* row, float* m, float* l, float* acc) {
+  if (g->has_mask) {
+    int64_t moff = b * g->sm[0] + h * g->sm[1] + i * g->sm[2] + j0 * g->sm[3];
+    if (g->has_mask == 1)
+      for (int64_t j = 0; j < nk; j++) row[j] += g->mf[moff + j * g->sm[3]];
+    else
+      for (int64_t j = 0; j < nk; j++)
+        if (!g->mb[moff + j * g->sm[3]]) row[j] = -INFINITY;
+  }
+  if (g->causal)
+    for (int64_t j = i - j0 + 1 > 0 ? i - j0 + 1 : 0; j < nk; j++) row[j] = -INFINITY;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < nk; j++) mx = row[j] > mx ? row[j] : mx; /* NaN is skipped here... */
+  float mnew = mx > *m ? mx : *m;
+  if (mnew == -INFINITY) { /* nothing visible yet: the tile adds nothing */
+    memset(row, 0, (size_t)nk * sizeof(float));
+    return;
+  }
+  float corr = host_expf(*m - mnew), sum = 0.0f;
+  for (int64_t j = 0; j < nk; j++) {
+    float p = host_expf(row[j] - mnew); /* ...and propagates here */
+    row[j] = p;
+    sum += p;
+  }
+  *l = *l * corr + sum;
+  if (corr != 1.0f)
+    for (int64_t e = 0; e < g->Ev; e++) acc[e] *= corr;
+  *m = mnew;
+}
+
+static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, float* ml, float* qbuf,
+                      float* kbuf, float* vbuf) {
+  int64_t qb = t % g->nqb, bh = t / g->nqb, h = bh % g->H, b = bh / g->H;
+  int64_t i0 = qb * SDPA_BQ, nq = g->L - i0 < SDPA_BQ ? g->L - i0 : SDPA_BQ;
+  int64_t jmax = g->causal ? (i0 + nq < g->S ? i0 + nq : g->S) : g->S;
+  int64_t ldq, ldk, ldv;
+  const float* qp = unit_rows(g->q + b * g->sq[0] + h * g->sq[1] + i0 * g->sq[2], nq, g->E, g->sq[2], g->sq[3],
+                              qbuf, &ldq);
+  const float* kp = unit_rows(g->k + b * g->sk[0] + h * g->sk[1], jmax, g->E, g->sk[2], g->sk[3], kbuf, &ldk);
+  const float* vp = unit_rows(g->v + b * g->sv[0] + h * g->sv[1], jmax, g->Ev, g->sv[2], g->sv[3], vbuf, &ldv);
+  float *m = ml, *l = ml + SDPA_BQ;
+  for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
+  memset(acc, 0, (size_t)(nq * g->Ev) * sizeof(float));
+  for (int64_t j0 = 0; j0 < jmax; j0 += SDPA_BK) {
+    int64_t nk = jmax - j0 < SDPA_BK ? jmax - j0 : SDPA_BK;
+    if (g->E > 0)
+      host_sgemm(0, 1, (int)nq, (int)nk, (int)g->E, g->scale, qp, (int)ldq, kp + j0 * ldk, (int)ldk, 0.0f, tile,
+                 SDPA_BK);
+    else
+      for (int64_t r = 0; r < nq; r++) memset(tile + r * SDPA_BK, 0, (size_t)nk * sizeof(float));
+    for (int64_t r = 0; r < nq; r++)
+      softmax_tile_row(g, b, h, i0 + r, j0, nk, tile + r * SDPA_BK, m + r, l + r, acc + r * g->Ev);
+    if (g->Ev > 0)
+      host_sgemm(0, 0, (int)nq, (int)g->Ev, (int)nk, 1.0f, tile, SDPA_BK, vp + j0 * ldv, (int)ldv, 1.0f, acc,
+                 (int)g->Ev);
+  }
+  for (int64_t r = 0; r < nq; r++) {
+    int64_t i = i0 + r;
+    float* oi = g->out + b * g->so[0] + h * g->so[1] + i * g->so[2];
+    float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    for (int64_t e = 0; e < g->Ev; e++) oi[e * g->so[3]] = acc[r * g->Ev + e] * inv;
+    g->lse[b * g->sl[0] + h * g->sl[1] + i * g->sl[2]] = l[r] == 0.0f ? 0.0f : m[r] + logf(l[r]);
+  }
+}
+
+static void sdpa_tasks(int64_t begin, int64_t end, void* ctx) {
+  sdpa_args* g = ctx;
+  /* scratch for this range: score tile, accumulator, running max and sum, and copies of
+   * operands whose last dimension is not unit-stride */
+  size_t tile = SDPA_BQ * SDPA_BK, acc = (size_t)(SDPA_BQ * g->Ev), ml = 2 * SDPA_BQ;
+  size_t qn = g->sq[3] == 1 ? 0 : (size_t)(SDPA_BQ * g->E), kn = g->sk[3] == 1 ? 0 : (size_t)(g->S * g->E);
+  size_t vn = g->sv[3] == 1 ? 0 : (size_t)(g->S * g->Ev);
+  float* buf = malloc((tile + acc + ml + qn + kn + vn) * sizeof(float));
+  if (!buf) {
+    __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t t = begin; t < end; t++)
+    sdpa_task(g, t, buf, buf + tile, buf + tile + acc, buf + tile + acc + ml, buf + tile + acc + ml + qn,
+              buf + tile + acc + ml + qn + kn);
+  free(buf);
 }
 
 /* Element strides of t as [B, H, rows, cols], right-aligned, size-1/missing dims broadcast. */
@@ -110,8 +179,6 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
       k->sizes[3] != g.E || v->sizes[2] != g.S || o->sizes[0] != g.B || o->sizes[1] != g.H ||
       o->sizes[2] != g.L || o->sizes[3] != g.Ev || ls->sizes[0] != g.B || ls->sizes[1] != g.H || ls->sizes[2] != g.L)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention shapes disagree (query, key, value, heads)");
-  if (g.E > SDPA_MAXE || g.Ev > SDPA_MAXE)
-    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention head size > %d", SDPA_MAXE);
   for (int d = 0; d < 4; d++) {
     g.sq[d] = q->strides[d], g.sk[d] = k->strides[d], g.sv[d] = v->strides[d], g.so[d] = o->strides[d];
     if (d < 3) g.sl[d] = ls->strides[d];
@@ -126,7 +193,9 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   g.causal = host_scalar_int(c, 1, 0) != 0;
   double sc;
   g.scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g.E > 0 ? (float)(1.0 / sqrt((double)g.E)) : 1.0f);
-  int64_t rows = g.B * g.H * g.L;
-  if (rows > 0) host_parallel_for(rows, 8, sdpa_rows, &g);
+  g.nqb = (g.L + SDPA_BQ - 1) / SDPA_BQ;
+  int64_t tasks = g.B * g.H * g.nqb;
+  if (tasks > 0) host_parallel_for(tasks, 1, sdpa_tasks, &g);
+  if (g.failed) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "no memory for the attention scratch");
   return RAL_OK;
 }

@@ -62,6 +62,25 @@ int host_blas_load(void) {
   return 1;
 }
 
+/* Row-major C = alpha * op(A) op(B) + beta * C for other kernels of this plugin (attention.c),
+ * on the calling thread. Without OpenBLAS (the plugin then reports matmuls as failing) a
+ * plain loop keeps those kernels correct. */
+void host_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c, int ldc) {
+  if (p_sgemm) {
+    p_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+            alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      float s = 0.0f;
+      for (int e = 0; e < k; e++)
+        s += (trans_a ? a[e * lda + i] : a[i * lda + e]) * (trans_b ? b[j * ldb + e] : b[e * ldb + j]);
+      c[i * ldc + j] = alpha * s + (beta == 0.0f ? 0.0f : beta * c[i * ldc + j]);
+    }
+}
+
 /* A batch of matrices: element (b, i, j) at p + (b*bs + i*sr + j*sc) elements. */
 typedef struct {
   char* p;

@@ -31,12 +31,11 @@ HOST_FM_INLINE float host_fm_copysign(float mag, float sgn) {
   return host_bits_f((host_f_bits(mag) & 0x7fffffffu) | (host_f_bits(sgn) & 0x80000000u));
 }
 
-/* e^x. 2^n is applied as two factors so results in the denormal range and just below
- * overflow need no special case. */
-HOST_FM_INLINE float host_expf(float x) {
-  float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;
-  float n = host_fm_rint(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
+/* The one e^t kernel the functions below share: t = n ln2 + r (ln2 split in two for an
+ * exact product), e^r by a degree-7 polynomial on |r| <= ln2/2. Returns e^r; *n gets n. */
+HOST_FM_INLINE float host_fm_exp_reduced(float t, float* n_out) {
+  float n = host_fm_rint(t * 1.44269504088896341f);
+  float r = t - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -45,8 +44,22 @@ HOST_FM_INLINE float host_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
+  *n_out = n;
+  return p;
+}
+
+/* p * 2^n as two factors, so results in the denormal range and just below overflow need no
+ * special case. */
+HOST_FM_INLINE float host_fm_scale2(float p, float n) {
   int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  float y = p * host_bits_f((uint32_t)(n1 + 127) << 23) * host_bits_f((uint32_t)(n2 + 127) << 23);
+  return p * host_bits_f((uint32_t)(n1 + 127) << 23) * host_bits_f((uint32_t)(n2 + 127) << 23);
+}
+
+/* e^x. */
+HOST_FM_INLINE float host_expf(float x) {
+  float xc = x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x, n;
+  float p = host_fm_exp_reduced(xc, &n); /* own statement: argument order is unspecified */
+  float y = host_fm_scale2(p, n);
   y = x > 88.72283935546875f ? __builtin_inff() : y;
   y = x < -103.97208f ? 0.0f : y;
   return x != x ? x : y;
@@ -82,16 +95,7 @@ HOST_FM_INLINE float host_logf(float x) {
 
 /* e^t for t in [-87, 88] only: one 2^n factor, no range selects (callers clamp first). */
 HOST_FM_INLINE float host_fm_exp_mid(float t) {
-  float n = host_fm_rint(t * 1.44269504088896341f);
-  float r = t - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  float n, p = host_fm_exp_reduced(t, &n);
   return p * host_bits_f((uint32_t)((int32_t)n + 127) << 23);
 }
 
@@ -138,19 +142,9 @@ HOST_FM_INLINE float host_erff(float x) {
 /* e^t for t <= 0 (NaN excepted): 2^n applied as two factors so denormal results keep their
  * accuracy; below -104 the result is 0. No overflow or NaN selects (sigmoid's only use). */
 HOST_FM_INLINE float host_fm_exp_neg(float t) {
-  float xc = t < -104.0f ? -104.0f : t;
-  float n = host_fm_rint(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;
-  return p * host_bits_f((uint32_t)(n1 + 127) << 23) * host_bits_f((uint32_t)(n2 + 127) << 23);
+  float xc = t < -104.0f ? -104.0f : t, n;
+  float p = host_fm_exp_reduced(xc, &n);
+  return host_fm_scale2(p, n);
 }
 
 /* Through e^-|x| so a tiny result for very negative x keeps its relative accuracy

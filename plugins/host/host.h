@@ -29,6 +29,10 @@
 
 /*! Loads OpenBLAS with a kernel set matching this CPU (blas.c); 0 when it cannot. */
 int host_blas_load(void);
+/*! Row-major float GEMM on the calling thread (blas.c): C = alpha op(A) op(B) + beta C, op
+ *  transposing when trans_a / trans_b is set; lda, ldb, ldc are row strides in elements. */
+void host_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                const float* b, int ldb, float beta, float* c, int ldc);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

@@ -25,6 +25,8 @@ class _Recorder(FuseMode):
     """A fusion region that also keeps each launched group's plan, and notes whether every
     op of the partition was deferred (only then can the plans stand for the partition)."""
 
+    bake_scalars = True  # a graph's scalars are constants: literals fold in the C compiler
+
     def __init__(self):
         super().__init__()
         self.plans = []
@@ -133,9 +135,28 @@ def _supported(node) -> bool:
     return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _fusible(node.target)
 
 
+_IDENTITY = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)
+
+
+def drop_detaches(gm: torch.fx.GraphModule) -> None:
+    """Bypass detach/alias nodes that feed only other nodes.
+
+    AOT autograd's graphs run without autograd, so `detach` (it marks tensors that
+    tanh/sigmoid backward save) is an identity there; left in, it splits a pointwise chain
+    into several kernels. A detach that is a graph output stays: its aliasing is part of
+    the graph's contract with AOT's runtime wrappers."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target in _IDENTITY and all(u.op != "output" for u in node.users):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+
+
 def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Group fusible pointwise nodes into submodules that run as fusion regions."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+    drop_detaches(gm)
     from torch.fx.passes.operator_support import OperatorSupport
 
     class _Support(OperatorSupport):
@@ -162,8 +183,13 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs):
 def ral_backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: AOT autograd, fw/bw graphs partitioned into fused pointwise regions."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler)(gm, example_inputs)
+    # The min-cut partitioner (inductor's) saves fewer activations: the backward recomputes
+    # cheap pointwise values inside its fused kernels instead of the forward writing them out.
+    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, partition_fn=min_cut_rematerialization_partition)(
+        gm, example_inputs
+    )
 
 
 def register() -> None:

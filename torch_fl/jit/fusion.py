@@ -23,7 +23,7 @@ from torch_fl._native import ffi
 from torch_fl.device.sync import SYNC_OBSERVERS
 from torch_fl.dispatch import entry as _dispatch_mod
 from torch_fl.dispatch.entry import dispatch
-from torch_fl.jit.expr import cast, var
+from torch_fl.jit.expr import cast, lift, var
 from torch_fl.jit.kernel_cache import compile_kernel
 from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
 from torch_fl.jit.spec import PointwiseSpec
@@ -36,8 +36,10 @@ from torch_fl.tiers import launch as L
 from torch_fl.tiers.packing import expand_strides, scalar_words
 from torch_fl.tiers.vendor import to_meta
 
-# A group flushes before it would pass this many tensors (OpenCL argument limits).
+# A group flushes before it would pass this many tensors: OpenCL kernels take their
+# arguments one by one (argument limits); the host's C kernels get one descriptor array.
 MAX_TENSORS = 12
+MAX_TENSORS_HOST = 256
 # Fused kernels launched so far (tests and benchmarks read it).
 STATS = {"groups": 0, "fused_ops": 0, "eager_fallbacks": 0}
 
@@ -67,6 +69,11 @@ class _Group:
 
 
 _META: dict = {}
+# Ops whose scalars are baked into the source even in eager regions: pow's exponent picks the
+# kernel's form (x*x*x for 3). As a run-time value, a kernel with several outputs evaluated
+# the select chain per element, and its pow() fallback on negative bases left libmvec's vector
+# path: GPT-2's gelu_new ran 15x slower than unfused. Programs use few distinct exponents.
+_BAKED_OPS = frozenset({torch.ops.aten.pow.Tensor_Scalar})
 
 
 def _meta_out(func, args, kwargs, key):
@@ -79,6 +86,11 @@ def _meta_out(func, args, kwargs, key):
 
 class FuseMode(TorchDispatchMode):
     """The dispatch mode of a fusion region (see the module docstring)."""
+
+    # Scalars become literals in the source instead of run-time arguments. The compile
+    # backend sets it: a graph's scalars are constants, and a literal lets the C compiler fold
+    # them and templates pick a form (pow's exponent) when generating, not per element.
+    bake_scalars = False
 
     def __init__(self):
         super().__init__()
@@ -161,7 +173,8 @@ class FuseMode(TorchDispatchMode):
         if g is None:
             g = self.group = _Group(dev, shape, target)
         new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
-        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > MAX_TENSORS:
+        limit = MAX_TENSORS_HOST if g.target.lang == "c" else MAX_TENSORS
+        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > limit:
             self.flush()
             return self._defer(func, args, kwargs)
         del pending
@@ -196,6 +209,9 @@ class FuseMode(TorchDispatchMode):
                     leaf = var(f"a{li}", v.dtype)
                 leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
+                if (self.bake_scalars or func in _BAKED_OPS) and type(v) in (bool, int, float):
+                    leaves.append(lift(float(v) if tag == "f" else int(v), ct))
+                    continue
                 j = len(g.scalars)
                 g.scalars.append((v, ct, tag))
                 scal_added += 1

@@ -383,6 +383,11 @@ def _pow(k, a, b):
     # the same way: matches its results (pow(-inf, 0.5) is +inf, sqrt(-inf) NaN) and avoids
     # pow(), which is slow on a CPU OpenCL runtime (GPT-2's gelu_new ran 2x slower fused).
     one = lift(1, a.dt)
+    if b.op == "lit":  # a baked exponent (compile backend): choose the form now
+        forms = {2: lambda: a * a, 3: lambda: a * a * a, 0.5: lambda: call("sqrt", a)}
+        forms |= {-0.5: lambda: one / call("sqrt", a), -1: lambda: one / a, -2: lambda: one / (a * a)}
+        form = forms.get(b.args[0])
+        return form() if form is not None else p
     r = where(b.eq(-2), one / (a * a), p)
     r = where(b.eq(-1), one / a, r)
     r = where(b.eq(-0.5), one / call("sqrt", a), r)
