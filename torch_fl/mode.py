@@ -270,6 +270,28 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
+def _cached_twin(a, dev: int, uploaded: list):
+    """The cached device twin of tensor a when it is a current hit that needs no
+    differentiable upload (recorded in `uploaded` for the write-back check), else _MISS."""
+    if type(a) is RalTensor:
+        return a
+    # Only CPU strided tensors without a functorch wrapper ever get an entry, and the weak
+    # ref's identity check rules out a reused id: a hit is one of them.
+    e = _CACHE.get(id(a))
+    if (
+        e is None
+        or e[0]() is not a
+        or e[3] != dev
+        or e[1] != a._version
+        or e[2] != a.data_ptr()
+        or (a.requires_grad and _grad_enabled())
+    ):
+        return _MISS
+    twin = e[4]
+    uploaded.append((a, twin, _version_of(twin)))
+    return twin
+
+
 def _same_layout_base(t: torch.Tensor, base: torch.Tensor) -> bool:
     """Whether base's device twin (a contiguous copy) has t's storage layout: t can be
     made from it by as_strided with t's own sizes, strides and offset."""
@@ -383,6 +405,15 @@ def _has_ral_tensor(args, kwargs) -> bool:
 # and its state share a device. Global optimizer hooks push/pop a flag per step.
 _steps = threading.local()
 _hooks_installed = False
+# Optimizer steps open in any thread (pushed, not yet popped). While none is, no thread can
+# be in a CPU step, and the per-op check skips the thread-local lookup.
+_open_steps = [0]
+_steps_lock = threading.Lock()
+
+
+def _count_steps(delta: int) -> None:
+    with _steps_lock:
+        _open_steps[0] += delta
 
 
 def _cpu_params(opt) -> bool:
@@ -394,12 +425,14 @@ def _step_pre(opt, args, kwargs):
     if stack is None:
         stack = _steps.stack = []
     stack.append(_cpu_params(opt))
+    _count_steps(1)
 
 
 def _step_post(opt, args, kwargs):
     stack = getattr(_steps, "stack", None)
     if stack:
         stack.pop()
+        _count_steps(-1)
 
 
 def _in_cpu_step() -> bool:
@@ -460,6 +493,8 @@ def _install_checkpoint_support() -> None:
 
 
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_grad_enabled = torch.is_grad_enabled
+_MISS = object()  # _compute_cached: not served, take the general path
 
 
 def _map(v, fn):
@@ -512,6 +547,7 @@ class ral_mode(TorchFunctionMode):
     def __exit__(self, *exc):
         # a step that raised never ran its post hook: do not let its flag outlive the block
         if getattr(_steps, "stack", None):
+            _count_steps(-len(_steps.stack))
             _steps.stack.clear()
         return super().__exit__(*exc)
 
@@ -548,6 +584,61 @@ class ral_mode(TorchFunctionMode):
         out = to_device(result.detach(), self.index)
         return out.requires_grad_(True) if requires_grad else out
 
+    def _compute_cached(self, func, args, kwargs):
+        """A computing op whose CPU operands are all current upload-cache hits (the steady
+        state of a loop): the general path below, minus its per-operand walks. Returns
+        _MISS for anything else (an upload, a nested list, a tensor that needs a
+        differentiable upload, running statistics), which the general path serves."""
+        if func in _RUNNING_STATS:
+            return _MISS
+        dev = self.index
+        uploaded = []
+        dev_args = None
+        for i, a in enumerate(args):
+            ta = type(a)
+            if ta is RalTensor:
+                continue
+            if ta is list or ta is tuple:
+                if not any(isinstance(x, torch.Tensor) for x in a):
+                    continue
+                mapped = [_cached_twin(x, dev, uploaded) if isinstance(x, torch.Tensor) else x for x in a]
+                if any(x is _MISS for x in mapped):
+                    return _MISS
+                twin = ta(mapped)
+            elif isinstance(a, torch.Tensor):
+                twin = _cached_twin(a, dev, uploaded)
+                if twin is _MISS:
+                    return _MISS
+            else:
+                continue
+            if dev_args is None:
+                dev_args = list(args)
+            dev_args[i] = twin
+        dev_kwargs = kwargs
+        for k, v in kwargs.items():
+            tv = type(v)
+            if tv is RalTensor:
+                continue
+            if tv is list or tv is tuple:
+                if any(isinstance(x, torch.Tensor) for x in v):
+                    return _MISS
+                continue
+            if isinstance(v, torch.Tensor):
+                twin = _cached_twin(v, dev, uploaded)
+                if twin is _MISS:
+                    return _MISS
+                if dev_kwargs is kwargs:
+                    dev_kwargs = dict(kwargs)
+                dev_kwargs[k] = twin
+        if not uploaded:
+            return func(*args, **kwargs)  # all operands already on a device: nothing to move
+        stats["cache_hits"] += len(uploaded)
+        out = func(*(args if dev_args is None else dev_args), **dev_kwargs)
+        for t, twin, version in uploaded:
+            if _version_of(twin) != version:
+                _write_back(t, twin)
+        return out
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
             with _mirror_cpu_amp():
@@ -558,6 +649,14 @@ class ral_mode(TorchFunctionMode):
             kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if not _open_steps[0] and (
+            kind == _COMPUTE or ((kind == _VIEW or kind == _INPLACE) and args and type(args[0]) is RalTensor)
+        ):
+            # A view or in-place op on a device tensor is served as a computing op is (the
+            # general path below does the same for it); on a CPU tensor it stays CPU state.
+            out = self._compute_cached(func, args, kwargs)
+            if out is not _MISS:
+                return out
         if _in_cpu_step():  # an optimizer step over CPU parameters: plain CPU PyTorch
             return _on_cpu(kind, func, args, kwargs)
         if kind == _INIT:

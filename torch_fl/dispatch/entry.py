@@ -12,7 +12,7 @@ from torch_fl.dispatch import router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
-from torch_fl.tensor.views import view_op
+from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
@@ -21,6 +21,16 @@ _DECISIONS = router.DECISIONS
 # reused) costs one C-level lookup per op instead of three Python hash calls.
 _BY_ID: dict = {}
 ON_REGISTER.append(_BY_ID.clear)  # a special handler registered later must be seen
+# Positional fast cache: (id(func), per-argument keys...) -> (func, run callable, default tail).
+# Most calls pass only positional RalTensors and plain values; their key is built straight
+# from the arguments (a RalTensor's cached `_sig`, a value's type and value), which skips
+# the schema walk of normalize + signature. Every value of the call is in the key, so it is
+# at least as specific as the router's key and maps to the same run. Derived from
+# DECISIONS: cleared with it (router._Decisions) and when a special handler is registered.
+_FAST: dict = {}
+_FAST_MAX = 8192
+ON_REGISTER.append(_FAST.clear)
+router.DECISIONS.on_clear.append(_FAST.clear)
 # Observers (coverage, trace): callables (op_name, tier, dev, t0, t1, args). Empty = no cost.
 OBSERVERS: list = []
 
@@ -91,8 +101,50 @@ def _info(func):
     return info
 
 
+def _fast_key(func, args):
+    """The positional fast-cache key of a call, or None when some argument has no cheap key
+    (a CPU tensor, a tensor list, a nested value, an unlisted type)."""
+    key = [id(func)]
+    seen = False
+    for a in args:
+        ta = type(a)
+        if ta is RalTensor:
+            sig = a._sig
+            if sig is None:  # as signature() computes it
+                sig = a._sig = (a._dev, tuple(a.shape), a.dtype, True if a.is_contiguous() else a.stride())
+            key.append(sig)
+            seen = True
+        elif ta is int or ta is float or ta is bool:
+            key.append(ta)  # 1, 1.0 and True hash alike but mean different things
+            key.append(a)
+        elif a is None:
+            key.append(None)
+        elif ta is list:
+            for x in a:
+                if type(x) is not int:
+                    return None
+            key.append(list)
+            key.append(tuple(a))
+        elif ta is torch.dtype or ta is torch.memory_format or ta is torch.layout:
+            key.append(a)
+        else:
+            return None
+    return tuple(key) if seen else None
+
+
 def dispatch(func, args, kwargs):
     """Run one aten op whose arguments include RalTensors."""
+    if not kwargs and not OBSERVERS:
+        fkey = _fast_key(func, args)
+        if fkey is not None:
+            hit = _FAST.get(fkey)
+            if hit is not None and hit[0] is func:
+                return hit[1](args, kwargs, [*args, *hit[2]])
+            return _dispatch_slow(func, args, kwargs, fkey)
+    return _dispatch_slow(func, args, kwargs, None)
+
+
+def _dispatch_slow(func, args, kwargs, fkey):
     info = _BY_ID.get(id(func))
     if info is None or info[0] is not func:
         info = _info(func)
@@ -102,7 +154,7 @@ def dispatch(func, args, kwargs):
         if out is not ROUTE:
             return out
         return route(func, args, kwargs)
-    return _route(func, info[2], args, kwargs)
+    return _route(func, info[2], args, kwargs, fkey)
 
 
 def route(func, args, kwargs):
@@ -113,11 +165,30 @@ def route(func, args, kwargs):
     return _route(func, sch, args, kwargs)
 
 
-def _route(func, sch, args, kwargs):
+def _fast_put(fkey, entry) -> None:
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    _FAST[fkey] = entry
+
+
+def _view_call(func):
+    def call(args, kwargs, full):
+        return view_op(func, args, kwargs)
+
+    return call
+
+
+def _route(func, sch, args, kwargs, fkey=None):
     if sch.is_view:
         if sch.composite_implicit:
             return func.decompose(*args, **kwargs)
-        return view_op(func, args, kwargs)
+        specs = view_specs(func, args, kwargs)
+        if fkey is not None:
+            # Within one argument signature the result geometry is fixed when the base's
+            # strides are (exact_view_call says when); otherwise the view cache decides.
+            call = exact_view_call(func, args[0], specs) or _view_call(func)
+            _fast_put(fkey, (func, call, ()))
+        return make_views(args[0], specs)
     full = sch.normalize(args, kwargs)
     dev, key = signature(sch, full)
     if dev < 0:
@@ -126,6 +197,8 @@ def _route(func, sch, args, kwargs):
     if not OBSERVERS:
         if run is None:
             run = router.decide(sch, args, kwargs, full, dev, key)
+        if fkey is not None:
+            _fast_put(fkey, (func, getattr(run, "fast_call", None) or run.run, tuple(full[len(args) :])))
         return run.run(args, kwargs, full)
     t0 = time.perf_counter()  # observed: first-call routing cost is part of the op's time
     if run is None:

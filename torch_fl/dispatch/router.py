@@ -23,8 +23,43 @@ from torch_fl.tiers.protocol import Declined
 TIERS = ("vendor", "decomp", "jit", "cpu")
 
 _lock = threading.Lock()
+
+
+class _Decisions(dict):
+    """The decision cache; clearing it also clears every cache derived from it (the
+    dispatcher's positional fast cache in dispatch/entry.py), whoever clears it."""
+
+    __slots__ = ()
+    on_clear: list = []
+
+    def clear(self):
+        """Forget every decision and every cache built on them."""
+        super().clear()
+        for fn in self.on_clear:
+            fn()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        for fn in self.on_clear:
+            fn()
+
+    def popitem(self):
+        """dict.popitem, then the derived caches are cleared."""
+        out = super().popitem()
+        for fn in self.on_clear:
+            fn()
+        return out
+
+    def pop(self, *args):
+        """dict.pop, then the derived caches are cleared."""
+        out = super().pop(*args)
+        for fn in self.on_clear:
+            fn()
+        return out
+
+
 # (func, signature) -> run object. Cleared on manifest reload and override changes.
-DECISIONS: dict = {}
+DECISIONS: dict = _Decisions()
 # Why the vendor tier was skipped, per (op name, device): shown by coverage tools.
 VENDOR_MISS: dict = {}
 # tier name -> builder (tiers/protocol.py). The jit package registers "jit" when imported.

@@ -66,7 +66,7 @@ def _copy_(func, args, kwargs):
 
 @special(aten._local_scalar_dense.default)
 def _local_scalar_dense(func, args, kwargs):
-    return host_copy.to_cpu(args[0]).item()
+    return host_copy.item(args[0])
 
 
 @special(aten.lift_fresh.default)

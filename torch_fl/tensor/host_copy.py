@@ -70,6 +70,35 @@ def to_cpu(t, dtype: torch.dtype | None = None) -> torch.Tensor:
     return out if dtype is None or dtype == out.dtype else out.to(dtype)
 
 
+# dtype -> C pointer type an element can be read through (Python's own number types).
+_ITEM_CTYPES = {
+    torch.float32: "float*",
+    torch.float64: "double*",
+    torch.int64: "int64_t*",
+    torch.int32: "int32_t*",
+    torch.int16: "int16_t*",
+    torch.int8: "int8_t*",
+    torch.uint8: "uint8_t*",
+    torch.bool: "uint8_t*",
+}
+
+
+def item(t):
+    """t.item() (`aten::_local_scalar_dense`): the one element copied into a C cell and read
+    as a Python number, without a CPU tensor (dtypes without a C type go through one)."""
+    ctype = _ITEM_CTYPES.get(t.dtype)
+    if ctype is None or t.numel() != 1:
+        return to_cpu(t).item()  # also raises CPU's error for a tensor of != 1 elements
+    dev = t._dev
+    isz = t.dtype.itemsize
+    cell = ffi.new("uint64_t*")  # 8 aligned bytes
+    stream = current(dev)
+    check(lib.rt_copy_d2h(dev, stream, cell, t._buf.ptr, t.storage_offset() * isz, isz, 0))
+    synchronize_stream(dev, stream, "copy to host")
+    v = ffi.cast(ctype, cell)[0]
+    return bool(v) if t.dtype is torch.bool else v
+
+
 def copy_to_host_async(t) -> tuple[torch.Tensor, tuple[int, int]]:
     """A new CPU tensor that t's values are being copied into on the current stream, and
     that (device, stream): its contents are valid only after the stream is synchronized,

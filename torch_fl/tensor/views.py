@@ -8,7 +8,7 @@ from torch_fl.tensor.op_schema import schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 
 _aten = torch.ops.aten
-# (func, in shape, in stride, dtype, other args) -> [(shape, stride, offset delta, dtype), ...]
+# (id(func), in shape, in stride, dtype, other args) -> (func, ([(shape, stride, offset delta, dtype), ...], is_seq))
 _VIEW_CACHE: dict = {}
 
 
@@ -43,37 +43,85 @@ def _meta_of(t: RalTensor) -> torch.Tensor:
 
 def view_op(func, args, kwargs):
     """Run a view op by computing the result metadata; no kernel, memory is shared."""
+    return make_views(args[0], view_specs(func, args, kwargs))
+
+
+def view_specs(func, args, kwargs):
+    """([(shape, stride, offset delta, dtype), ...], is_seq) of a view op's results, cached."""
     base = args[0]
     try:
+        # id(func): OpOverload.__hash__ is a Python function; the entry keeps func for an
+        # identity check (the id of a dead overload may be reused).
         key = (
-            func,
+            id(func),
             base.shape,
             base.stride(),
             base.dtype,
-            _key_args(args[1:]),
+            _key_args(args[1:]) if len(args) > 1 else (),
             tuple(sorted((k, _hashable(v)) for k, v in kwargs.items())) if kwargs else (),
         )
     except TypeError:
         key = None
-    specs = _VIEW_CACHE.get(key) if key is not None else None
-    if specs is None:
+    hit = _VIEW_CACHE.get(key) if key is not None else None
+    if hit is not None and hit[0] is func:
+        specs = hit[1]
+    else:
         meta_args = [_meta_of(a) if isinstance(a, RalTensor) else a for a in args]
         res = func(*meta_args, **kwargs)
         outs = res if isinstance(res, (list, tuple)) else (res,)
         specs = [(tuple(o.shape), tuple(o.stride()), o.storage_offset(), o.dtype) for o in outs]
         specs = (specs, isinstance(res, (list, tuple)))
         if key is not None:
-            _VIEW_CACHE[key] = specs
+            _VIEW_CACHE[key] = (func, specs)
+    return specs
+
+
+def make_views(base, specs):
+    """The view tensors over base's buffer that view_specs described."""
     items, is_seq = specs
     off0 = base.storage_offset()
     buf = base._buf
     itemsize = base.dtype.itemsize
+    if not is_seq:
+        shape, stride, off, dtype = items[0]
+        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        return wrap(buf, shape, stride, offset, dtype)
     made = []
     for shape, stride, off, dtype in items:
         # A dtype-changing view rescales the element offset.
         offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
         made.append(wrap(buf, shape, stride, offset, dtype))
-    return made if is_seq else made[0]
+    return made
+
+
+def exact_view_call(func, base, specs):
+    """A function (args, kwargs, full) -> view for calls whose base has base's exact
+    geometry, or None. The dispatcher caches it per argument signature: the signature holds
+    the strides of a strided tensor, and a contiguous one's strides are determined by its
+    shape unless some dim has size <= 1 (whose stride is free), so such bases are refused."""
+    items, is_seq = specs
+    if is_seq or func is _aten.as_strided.default:
+        return None
+    if base.is_contiguous() and any(n <= 1 for n in base.shape):
+        return None
+    shape, stride, off, dtype = items[0]
+    if dtype.itemsize != base.dtype.itemsize:
+        return None
+    dev = base._dev
+    device = base.device
+    make = torch.Tensor._make_wrapper_subclass
+
+    def call(args, kwargs, full):
+        b = args[0]
+        t = make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
+        t._buf = b._buf
+        t._dev = dev
+        return t
+
+    return call
+
+
+_STRIDED = torch.strided
 
 
 def as_strided(func, args, kwargs):
