@@ -152,11 +152,66 @@ def drop_detaches(gm: torch.fx.GraphModule) -> None:
     gm.graph.lint()
 
 
+_FOLD_MAX_BYTES = 64 << 20  # a folded constant stays resident for the graph's lifetime
+FOLD = True  # tests switch it off to show what folding changes
+
+
+def _foldable(node) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    if node.target._schema.is_mutable or torch.Tag.nondeterministic_seeded in node.target.tags:
+        return False
+    return True
+
+
+def fold_constants(gm: torch.fx.GraphModule) -> int:
+    """Evaluate once the nodes that depend on no graph input, keep the results as attributes.
+
+    GPT-2's attention mask (arange, cumsum, 4 index.Tensor, comparisons, where) depends only
+    on shapes: unfolded it runs every step, and index/cumsum take the cpu tier, each a stream
+    sync. Graphs are specialised on shapes, so the values are fixed. Random and mutating ops,
+    results over 64 MiB and values the graph returns are left in place. Returns how many
+    nodes were replaced by constants."""
+    const, values = set(), {}
+    for node in gm.graph.nodes:
+        if not _foldable(node) or not all(a in const for a in node.all_input_nodes):
+            continue
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: values[a])
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily(), torch.no_grad():
+            out = node.target(*args, **kwargs)
+        if not isinstance(out, torch.Tensor) or out.numel() * out.element_size() > _FOLD_MAX_BYTES:
+            continue
+        const.add(node)
+        values[node] = out
+    folded = 0
+    for node in list(gm.graph.nodes):
+        if node not in const or all(u in const for u in node.users):
+            continue
+        if any(u.op == "output" for u in node.users):
+            continue  # the caller may mutate what the graph returns
+        name = f"_folded_{folded}"
+        gm.register_buffer(name, values[node], persistent=False)
+        with gm.graph.inserting_before(node):
+            attr = gm.graph.get_attr(name)
+        attr.meta = dict(node.meta)
+        node.replace_all_uses_with(attr)
+        folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
+    return folded
+
+
 def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Group fusible pointwise nodes into submodules that run as fusion regions."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
     drop_detaches(gm)
+    if FOLD:
+        fold_constants(gm)
     from torch.fx.passes.operator_support import OperatorSupport
 
     class _Support(OperatorSupport):
