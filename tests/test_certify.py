@@ -68,6 +68,10 @@ def test_template_plugin_is_certified_from_outside_the_package(tmp_path):
     assert entries["run"] == 2  # add and mul, float32, one rank each with --samples 1
 
 
+# The certify tool itself is proven in CI on the template (from outside the package) and on
+# a faulty plugin; certifying the two built-in plugins (~25 s) runs with -m slow, since op_db,
+# module_db and optim_db already check their kernels in CI.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["host", "opencl"])
 def test_builtin_plugin_is_certified(tmp_path, name):
     proc, cert, md = _certify(_builtin(name), tmp_path / "cert")
