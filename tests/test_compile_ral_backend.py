@@ -40,6 +40,23 @@ def sources(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def graphs(monkeypatch):
+    """Every partitioned graph the ral backend produces while the test runs."""
+    from torch_fl.jit import compile_backend
+
+    seen = []
+    real = compile_backend.partition
+
+    def spy(gm):
+        out = real(gm)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(compile_backend, "partition", spy)
+    return seen
+
+
 @pytest.mark.parametrize("exponent", [2, 3.0, 0.5, -0.5, -1, -2.0, 1.7])
 def test_pow_exponent_baked_matches_cpu(exponent, sources):
     """The exponent is a graph constant: the kernel gets the special form (x*x*x for 3), not
@@ -86,21 +103,10 @@ def _chain(x, w):
     return h * torch.tanh(h) - torch.exp(-h * h) * 0.25 + h.abs() * 0.1
 
 
-def test_chain_fwd_and_bwd_are_one_region_each(monkeypatch):
+def test_chain_fwd_and_bwd_are_one_region_each(graphs):
     """The benchmark MLP's activation chain: one fused region in the forward graph and one in
     the backward (the detach nodes AOT puts on tanh/sigmoid outputs no longer split it, and a
     host group is not capped at OpenCL's 12 tensors); gradients match CPU."""
-    from torch_fl.jit import compile_backend
-
-    graphs = []
-    real = compile_backend.partition
-
-    def spy(gm):
-        out = real(gm)
-        graphs.append(out)
-        return out
-
-    monkeypatch.setattr(compile_backend, "partition", spy)
     torch.manual_seed(0)
     x, w = torch.randn(16, 24), torch.randn(24, 32) / 5
     wr = w.to(DEVICE).requires_grad_()
@@ -149,22 +155,12 @@ def _masked(x):
     return torch.where(mask, x, -1.0).softmax(-1)
 
 
-def test_shape_only_mask_is_folded(monkeypatch):
+def test_shape_only_mask_is_folded(graphs, monkeypatch):
     """The mask depends on no input: it is computed once at compile time, so the compiled graph
     runs no index/cumsum (cpu tier, a stream sync each) and no sync at all per call; results
     still follow the input on later calls."""
     from torch_fl.device import sync
-    from torch_fl.jit import compile_backend
 
-    graphs = []
-    real = compile_backend.partition
-
-    def spy(gm):
-        out = real(gm)
-        graphs.append(out)
-        return out
-
-    monkeypatch.setattr(compile_backend, "partition", spy)
     f = torch.compile(_masked, backend="ral")
     torch.manual_seed(0)
     f(torch.randn(2, 6, 6).to(DEVICE))
