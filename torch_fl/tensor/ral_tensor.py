@@ -245,9 +245,14 @@ def meta_like(t: torch.Tensor) -> torch.Tensor:
 FIRST_TRACE_HOOKS: list = []
 
 
-def _fake_on_ral(inner, meta, outer_size, outer_stride):
+def first_trace() -> None:
+    """A tracer meets ral tensors: run the FIRST_TRACE_HOOKS that have not run yet."""
     while FIRST_TRACE_HOOKS:
         FIRST_TRACE_HOOKS.pop()()
+
+
+def _fake_on_ral(inner, meta, outer_size, outer_stride):
+    first_trace()
     # Tracing (Dynamo, AOT) fakeifies our meta inner tensor: hand back a FakeTensor that
     # reports the ral device, so the traced program is an ordinary device program and the
     # compiled graph later runs on real RalTensors through the dispatcher.
