@@ -7,6 +7,8 @@ A TorchFunctionMode (above autograd, so uploads are differentiable):
     differentiable upload whose backward brings the gradient back to CPU;
   - ops that mutate a CPU tensor (optimizer steps, `x += y` on a CPU tensor) run on CPU,
     downloading any device operands, so CPU state stays where the user put it.
+Under torch.compile Dynamo traces the mode: the same rules then go into the graph as ops
+(`.to()` for the moves; see ral_mode._traced), since the runtime's native calls are not traceable.
 """
 
 from __future__ import annotations
