@@ -7,6 +7,8 @@ A TorchFunctionMode (above autograd, so uploads are differentiable):
     differentiable upload whose backward brings the gradient back to CPU;
   - ops that mutate a CPU tensor (optimizer steps, `x += y` on a CPU tensor) run on CPU,
     downloading any device operands, so CPU state stays where the user put it.
+Under torch.compile Dynamo traces the mode: the same rules then go into the graph as ops
+(`.to()` for the moves; see ral_mode._traced), since the runtime's native calls are not traceable.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from torch_fl.device.amp import mirror_cpu_autocast as _mirror_cpu_amp
 from torch_fl.device.index import parse_device
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
-from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.import_hooks import when_imported
+from torch_fl.tensor.ral_tensor import RalTensor, first_trace
 from torch_fl.tensor.transfer import to_device
 
 _PASSTHROUGH_NAMES = {
@@ -53,6 +56,7 @@ _PASSTHROUGH_NAMES = {
     "tolist",
     "item",
     "to",
+    "_to_copy.default",  # aten's `to`: a compiled graph's uploads, already on their device
     "type",
     "type_as",
     "__repr__",
@@ -177,7 +181,7 @@ _VIEW_NAMES = {
     "conj",
     "contiguous",
 }
-_PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _RNG_INPLACE, _RNG, _DROPOUT = range(9)
+_PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _SWAP, _RNG_INPLACE, _RNG, _DROPOUT = range(10)
 _KINDS: dict = {}
 
 # Upload cache: id(cpu tensor) -> (weak ref to it, version, data_ptr, device, device copy).
@@ -230,6 +234,8 @@ def _kind(func) -> int:
             k = _DROPOUT
         elif func in _FACTORIES:
             k = _FACTORY
+        elif func is torch._has_compatible_shallow_copy_type:
+            k = _SWAP
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
             k = _PASS
         elif func is torch.autograd.grad or func is torch.autograd.backward:
@@ -505,6 +511,60 @@ def _map(v, fn):
     return v
 
 
+def _down_traced(t):
+    return t.to("cpu") if t.device.type != "cpu" else t
+
+
+def _is_cpu_traced(a) -> bool:
+    # Under a tracer a device tensor is a fake tensor on ral, not a RalTensor: ask the device.
+    return isinstance(a, torch.Tensor) and a.device.type == "cpu"
+
+
+def _is_ral(a) -> bool:
+    return type(a) is RalTensor
+
+
+def _is_device_tensor(a) -> bool:
+    return isinstance(a, torch.Tensor) and a.device.type == "ral"
+
+
+def _owns_cpu_traced(a) -> bool:
+    if type(a) is list or type(a) is tuple:
+        return any(_is_cpu_traced(x) for x in a)
+    return _is_cpu_traced(a)
+
+
+def _has_device_tensor(args, kwargs) -> bool:
+    for v in (*args, *kwargs.values()):
+        if _is_device_tensor(v):
+            return True
+        if (type(v) is list or type(v) is tuple) and _has_device_tensor(v, {}):
+            return True
+    return False
+
+
+def _static_kind(func) -> int:
+    """_kind(func), which Dynamo takes as a constant (marked below)."""
+    # Dynamo runs this for real while it traces the mode, which may be before it meets any
+    # RalTensor (a CPU model whose uploads are graph ops): the compile-time extensions
+    # (inductor's code generator for "ral") must be in place by then.
+    first_trace()
+    return _kind(func)
+
+
+def _mark_static_kind() -> None:
+    # The kind of a function is a fact about the function: Dynamo calls the classifier and
+    # keeps its answer instead of tracing it, which would guard on every key of _KINDS and
+    # recompile whenever eager code classifies a new function. Marked when torch._dynamo is
+    # imported (never earlier: that import takes seconds).
+    torch.compiler.assume_constant_result(_static_kind)
+
+
+when_imported("torch._dynamo", _mark_static_kind)
+
+_compiling = torch.compiler.is_compiling
+
+
 def _down(t):
     return to_cpu(t) if type(t) is RalTensor else t
 
@@ -551,17 +611,40 @@ class ral_mode(TorchFunctionMode):
             _steps.stack.clear()
         return super().__exit__(*exc)
 
-    def _cpu_rng(self, kind, func, args, kwargs):
-        """Run a random op on CPU (PyTorch's generator and algorithm), then place the result."""
+    def _init(self, func, args, kwargs, on_device):
+        """torch.nn.init.* (fills a tensor in place). Under rng="cpu" on a device tensor it runs
+        on a CPU twin (CPU's generator and algorithm, so CPU's values), copied into the tensor."""
+        target = _arg(args, kwargs, 0, "tensor")
+        if self.rng == "cpu" and on_device(target) and func.__name__.endswith("_"):
+            host = torch.empty(target.shape, dtype=target.dtype, device="cpu")
+            func(host, *args[1:], **{k: v for k, v in kwargs.items() if k != "tensor"})
+            with torch.no_grad():
+                target.copy_(host)
+            return target
+        return func(*args, **kwargs)
 
-        def down(t):
-            return to_cpu(t) if type(t) is RalTensor else t
+    def _cpu_rng(self, kind, func, args, kwargs, traced=False):
+        """Run a random op on CPU (PyTorch's generator and algorithm), then place the result.
+        `traced`: under a tracer, with `.to()` graph ops for the moves (see _traced)."""
+        if traced:
+            down, on_device = _down_traced, _is_device_tensor
+
+            def up(t):
+                return t.to(self.device)
+        else:
+            on_device = _is_ral
+
+            def down(t):
+                return to_cpu(t) if type(t) is RalTensor else t
+
+            def up(t):  # a fresh CPU result: nothing to cache
+                return to_device(t, self.index)
 
         if kind == _RNG_INPLACE:
             target = args[0]
-            if type(target) is not RalTensor:
+            if not on_device(target):
                 return func(*args, **kwargs)
-            host = torch.empty(target.shape, dtype=target.dtype)
+            host = torch.empty(target.shape, dtype=target.dtype, device="cpu")
             getattr(host, func.__name__)(*_map(list(args[1:]), down), **{k: _map(v, down) for k, v in kwargs.items()})
             target.copy_(host)
             return target
@@ -570,18 +653,18 @@ class ral_mode(TorchFunctionMode):
             p = _arg(args, kwargs, 1, "p", 0.5)
             training = _arg(args, kwargs, 2, "training", True)
             inplace = _arg(args, kwargs, 3, "inplace", False)
-            if type(x) is not RalTensor or not training or p == 0 or p == 1 or inplace:
+            if not on_device(x) or not training or p == 0 or p == 1 or inplace:
                 return func(*args, **kwargs)
             # CPU's own recipe (aten _dropout_impl): a Bernoulli(1-p) mask scaled by 1/(1-p).
-            noise = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).div_(1 - p)
-            return x * upload(noise, self.index)
+            noise = torch.empty(x.shape, dtype=x.dtype, device="cpu").bernoulli_(1 - p).div_(1 - p)
+            return x * up(noise)
         device = kwargs.get("device")
         if device is not None and torch.device(device).type not in ("ral", "privateuseone"):
             return func(*args, **kwargs)
         cpu_kwargs = {k: _map(v, down) for k, v in kwargs.items() if k != "device"}
         result = func(*_map(list(args), down), **cpu_kwargs)
         requires_grad = kwargs.get("requires_grad", False)
-        out = to_device(result.detach(), self.index)
+        out = up(result.detach())
         return out.requires_grad_(True) if requires_grad else out
 
     def _compute_cached(self, func, args, kwargs):
@@ -639,7 +722,61 @@ class ral_mode(TorchFunctionMode):
                 _write_back(t, twin)
         return out
 
+    def _traced(self, func, args, kwargs):
+        """The rules of __torch_function__ below in ops a tracer can record (torch.compile
+        inlines this mode): uploads and downloads are `.to()` graph ops (differentiable, not
+        cached: the compiled graph reads its CPU inputs afresh on every call) instead of the
+        runtime's native calls, which Dynamo cannot trace."""
+        kind = _static_kind(func)
+        if kind == _PASS or kind == _SWAP:
+            return func(*args, **kwargs)
+        if kind == _INIT:
+            return self._init(func, args, kwargs, _is_device_tensor)
+        if kind >= _RNG_INPLACE:
+            if self.rng == "cpu":
+                return self._cpu_rng(kind, func, args, kwargs, traced=True)
+            if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
+                kind = _FACTORY
+        if kind == _FACTORY:
+            if kwargs.get("device") is None:
+                kwargs = dict(kwargs, device=self.device)
+            return func(*args, **kwargs)
+        on_device = _has_device_tensor(args, kwargs)
+        if kind == _VIEW and args and _is_cpu_traced(args[0]) and not on_device:
+            return func(*args, **kwargs)  # a CPU view of CPU data: stays CPU state
+        if kind == _INPLACE and args and _owns_cpu_traced(args[0]) or _owns_cpu_traced(kwargs.get("out")):
+            return func(*_map(list(args), _down_traced), **{k: _map(v, _down_traced) for k, v in kwargs.items()})
+        sparse, uploaded = [], []
+
+        def up(t):
+            if t.device.type != "cpu":
+                return t
+            if t.layout is not torch.strided:
+                sparse.append(t)  # ral devices refuse sparse layouts: the op runs on CPU
+                return t
+            twin = t.to(self.device)
+            uploaded.append((t, twin))
+            return twin
+
+        dev_args = [_map(a, up) for a in args]
+        dev_kwargs = {k: _map(v, up) for k, v in kwargs.items()}
+        if sparse and not on_device:
+            return func(*args, **kwargs)
+        out = func(*dev_args, **dev_kwargs)
+        # Hidden in-place updates of CPU state: the version-counter check of the eager path is
+        # not traceable, so the known ones are written back (running statistics, inplace=True).
+        forced = list(_mutated_buffers(func, args, kwargs)) if func in _RUNNING_STATS else []
+        if kwargs.get("inplace") is True and args:
+            forced.append(args[0])
+        for t, twin in uploaded:
+            if any(t is f for f in forced):
+                with torch.no_grad():
+                    t.copy_(twin)
+        return out
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if _compiling():  # Dynamo is tracing this mode: record the placement in the graph
+            return self._traced(func, args, kwargs or {})
         if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
             with _mirror_cpu_amp():
                 return self.__torch_function__(func, types, args, kwargs)
@@ -659,18 +796,14 @@ class ral_mode(TorchFunctionMode):
                 return out
         if _in_cpu_step():  # an optimizer step over CPU parameters: plain CPU PyTorch
             return _on_cpu(kind, func, args, kwargs)
-        if kind == _INIT:
-            target = _arg(args, kwargs, 0, "tensor")
-            if self.rng == "cpu" and type(target) is RalTensor and func.__name__.endswith("_"):
-                # torch.nn.init.* fills a tensor in place: run it on a CPU twin (CPU's
-                # generator and algorithm, so CPU's values) and copy into the device tensor.
-                host = torch.empty(target.shape, dtype=target.dtype)
-                rest = args[1:] if args else ()
-                func(host, *rest, **{k: v for k, v in kwargs.items() if k != "tensor"})
-                with torch.no_grad():
-                    target.copy_(host)
-                return target
+        if kind == _SWAP:
+            # Module._apply asks this of each parameter before it swaps in the parameter's
+            # device copy (`model.to("ral:0")` inside the mode): a metadata query, and the
+            # upload cache's weak reference on the CPU parameter would make the swap fail.
+            _forget(args[0])
             return func(*args, **kwargs)
+        if kind == _INIT:
+            return self._init(func, args, kwargs, _is_ral)
         if kind >= _RNG_INPLACE:
             if self.rng == "cpu":
                 return self._cpu_rng(kind, func, args, kwargs)

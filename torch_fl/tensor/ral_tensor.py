@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from torch_fl.device.memory import Buffer
@@ -243,16 +245,33 @@ def meta_like(t: torch.Tensor) -> torch.Tensor:
 FIRST_TRACE_HOOKS: list = []
 
 
-def _fake_on_ral(inner, meta, outer_size, outer_stride):
+def first_trace() -> None:
+    """A tracer meets ral tensors: run the FIRST_TRACE_HOOKS that have not run yet."""
     while FIRST_TRACE_HOOKS:
         FIRST_TRACE_HOOKS.pop()()
+
+
+def _fake_on_ral(inner, meta, outer_size, outer_stride):
+    first_trace()
     # Tracing (Dynamo, AOT) fakeifies our meta inner tensor: hand back a FakeTensor that
     # reports the ral device, so the traced program is an ordinary device program and the
     # compiled graph later runs on real RalTensors through the dispatcher.
     from torch._subclasses.fake_tensor import FakeTensor
 
     dev = torch_device(meta[0])
-    return FakeTensor(inner.fake_mode, _meta_elem(inner), dev)
+    out = FakeTensor(inner.fake_mode, _meta_elem(inner), dev)
+    # A graph input that is an autograd view of a RalTensor is fakeified by replaying the view
+    # on its base's fake, after asking a fake of the view for its inner tensors (PyTorch's
+    # view replay for wrapper subclasses, torch/_subclasses/meta_utils.py: view_from_base).
+    # This fake answers that one question. It stays a plain fake tensor to every tracer: with
+    # no __tensor_unflatten__ it is not a traceable wrapper subclass.
+    out.__tensor_flatten__ = partial(_fake_flatten, meta)
+    out._flat_payload = inner
+    return out
+
+
+def _fake_flatten(meta):
+    return ["_flat_payload"], meta
 
 
 def _meta_elem(fake):

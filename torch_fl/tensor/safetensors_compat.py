@@ -13,13 +13,12 @@ torch_fl neither imports safetensors nor changes what a script without ral devic
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import sys
 
 import torch
 
 from torch_fl.device.index import parse_device
+from torch_fl.tensor.import_hooks import when_imported
 
 _MODULE = "safetensors.torch"
 
@@ -54,41 +53,6 @@ def _patch(module) -> None:
     module.load_file = load_file
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs safetensors.torch's own loader, then patches the module."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def create_module(self, spec):
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module):
-        self.inner.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of safetensors.torch when something imports it."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _MODULE:
-            return None
-        sys.meta_path.remove(self)  # find the real spec without finding ourselves
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader)
-        return spec
-
-
 def register() -> None:
     """Patch safetensors.torch now if imported, else when it is first imported."""
-    module = sys.modules.get(_MODULE)
-    if module is not None:
-        _patch(module)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    when_imported(_MODULE, lambda: _patch(sys.modules[_MODULE]))
