@@ -6,12 +6,13 @@ Importing torch_fl registers it, so `dist.init_process_group("ralccl")`,
 
 from __future__ import annotations
 
+from torch_fl.tensor.import_hooks import when_imported as _when_imported
+
 from .backend import BACKEND_NAME, RalProcessGroup, register
 from .c10d_ops import install as _install_c10d_ops
 from .c10d_ops import install_functional as _install_functional
 from .c10d_ops import install_functional_wrapper as _install_functional_wrapper
 from .fsdp_support import install as _install_fsdp_support
-from .lazy import when_imported as _when_imported
 from .p2p import CollectiveError, patch_process_group_p2p
 
 register()
