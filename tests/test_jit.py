@@ -511,7 +511,7 @@ def _cache_files(root, plugin):
     "dev",
     # The OpenCL run (~25 s of process start-ups) repeats what test_opencl_plugin's disk-cache
     # test proves for the same program_cache.c, so CI runs it only under -m slow.
-    [pytest.param(d, marks=pytest.mark.slow) if target.target_of(d).plugin == "opencl" else d for d in DEVS],
+    [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.slow]) if p.id == "opencl" else p for p in DEVS],
 )
 def test_disk_cache_across_processes(dev, tmp_path):
     import subprocess
