@@ -41,6 +41,33 @@ def _mlp():
     return Block(), torch.randn(256, 512)
 
 
+def _pointwise_mlp():
+    import torch
+
+    class GatedBlock(torch.nn.Module):
+        """A SwiGLU-style block on narrow features: three small Linears, many tokens, and a
+        gating/activation chain on the [tokens, hidden] activations between them."""
+
+        def __init__(self, d=32, hidden=128):
+            super().__init__()
+            self.gate = torch.nn.Linear(d, hidden)
+            self.up = torch.nn.Linear(d, hidden)
+            self.down = torch.nn.Linear(hidden, d)
+
+        def forward(self, x):
+            g, u = self.gate(x), self.up(x)
+            a = torch.nn.functional.silu(g) * u
+            a = a * torch.sigmoid(1.702 * a) + 0.1 * torch.tanh(u)
+            a = torch.nn.functional.gelu(a, approximate="tanh") * torch.exp(-0.5 * u * u) + a
+            return self.down(a) + x
+
+    torch.manual_seed(0)
+    return GatedBlock(), torch.randn(8192, 32)
+
+
+CASES = {"mlp": _mlp, "pointwise_mlp": _pointwise_mlp}
+
+
 def child(case: str, mode: str, steps: int) -> float:
     """Median seconds per training step of one configuration."""
     import torch
@@ -58,7 +85,7 @@ def child(case: str, mode: str, steps: int) -> float:
         ids = _ids().to("ral:0")
         inputs = dict(input_ids=ids, labels=ids)
     else:
-        model, x = _mlp()
+        model, x = CASES[case]()
         model = model.to("ral:0")
         inputs = dict(x=x.to("ral:0"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -85,7 +112,7 @@ def child(case: str, mode: str, steps: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=["gpt2", "mlp"])
+    ap.add_argument("--case", choices=["gpt2", *CASES])
     ap.add_argument("--mode", choices=["eager", "ral", "inductor"])
     ap.add_argument("--backends", default="ral", help="compiled modes the driver compares with eager")
     ap.add_argument("--steps", type=int, default=8)
@@ -95,7 +122,7 @@ def main() -> None:
         print(f"{child(a.case, a.mode, a.steps):.6f}")
         return
     backends = [b for b in a.backends.split(",") if b]
-    for case in (a.case,) if a.case else ("mlp", "gpt2"):
+    for case in (a.case,) if a.case else (*CASES, "gpt2"):
         ratios = {b: [] for b in backends}
         runs = {m: [] for m in ["eager", *backends]}
         for _ in range(a.rounds):

@@ -152,6 +152,86 @@ def drop_detaches(gm: torch.fx.GraphModule) -> None:
     gm.graph.lint()
 
 
+_aten = torch.ops.aten
+_FILLS = (_aten.fill.Scalar, _aten.full_like.default)
+
+
+def _scalar_form(user, fill, value):
+    """(target, args, kwargs) of `user` with the constant tensor `fill` as a Python scalar, or None."""
+    a, b = user.args[0], user.args[1]
+    alpha = user.kwargs.get("alpha", 1)
+    t = user.target
+    if t is _aten.mul.Tensor:
+        return _aten.mul.Scalar, (b if a is fill else a, value), {}
+    if t is _aten.add.Tensor:
+        if b is fill:
+            return _aten.add.Scalar, (a, value), dict(user.kwargs)
+        return (_aten.add.Scalar, (b, value), {}) if alpha == 1 else None
+    if t is _aten.sub.Tensor:
+        if b is fill:
+            return _aten.sub.Scalar, (a, value), dict(user.kwargs)
+        return _aten.rsub.Scalar, (b, value), dict(user.kwargs)
+    if t is _aten.div.Tensor and b is fill:
+        return _aten.div.Scalar, (a, value), {}
+    return None
+
+
+def inline_fills(gm: torch.fx.GraphModule) -> int:
+    """Turn `fill(empty_like(x), v)` / `full_like(x, v)` operands of add/sub/mul/div into scalars.
+
+    Decompositions build constant tensors this way (silu's backward: `ones - sigmoid(x)`). The
+    fill is no fusible op, so the min-cut partitioner saves its neighbours instead of recomputing
+    them, and the fused-region partitioner keeps `sigmoid(x)` out of the backward's kernel (the
+    kernel would feed empty_like, which feeds the kernel: a cycle). Only users whose result
+    keeps its shape and dtype are rewritten: the scalar form computes the same values.
+    Returns how many users were rewritten."""
+    done = 0
+    for fill in list(gm.graph.nodes):
+        if fill.op != "call_function" or fill.target not in _FILLS or fill.kwargs.get("dtype") is not None:
+            continue
+        value = fill.args[1]
+        fv = fill.meta.get("val")
+        if type(value) not in (int, float, bool) or not isinstance(fv, torch.Tensor):
+            continue
+        for user in list(fill.users):
+            uv = user.meta.get("val")
+            if user.op != "call_function" or len(user.args) != 2 or not isinstance(uv, torch.Tensor):
+                continue
+            other = user.args[1] if user.args[0] is fill else user.args[0]
+            ov = other.meta.get("val") if isinstance(other, torch.fx.Node) else None
+            if other is fill or not isinstance(ov, torch.Tensor):
+                continue
+            if not (ov.shape == uv.shape == fv.shape and ov.dtype == uv.dtype == fv.dtype):
+                continue
+            form = _scalar_form(user, fill, value)
+            if form is None:
+                continue
+            with gm.graph.inserting_before(user):
+                new = gm.graph.call_function(*form)
+            new.meta = dict(user.meta)
+            user.replace_all_uses_with(new)
+            gm.graph.erase_node(user)
+            done += 1
+    if done:
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+    return done
+
+
+def _joint_partition(joint, joint_inputs, **kwargs):
+    """Inductor's min-cut partitioner on a joint graph cleaned of what misleads it.
+
+    Left in, `detach` (no fusible op in its tables) marks every tensor an op saves for its
+    backward as materialised there, so the forward writes out sigmoid/tanh/exp results the
+    backward's fused kernel could recompute from their inputs; constant fills do the same."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    drop_detaches(joint)
+    inline_fills(joint)
+    joint.recompile()
+    return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
 _FOLD_MAX_BYTES = 64 << 20  # a folded constant stays resident for the graph's lifetime
 FOLD = True  # tests switch it off to show what folding changes
 
@@ -210,6 +290,7 @@ def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
     drop_detaches(gm)
+    inline_fills(gm)
     if FOLD:
         fold_constants(gm)
     from torch.fx.passes.operator_support import OperatorSupport
@@ -238,13 +319,10 @@ def _compiler(gm: torch.fx.GraphModule, example_inputs):
 def ral_backend(gm: torch.fx.GraphModule, example_inputs):
     """The Dynamo backend: AOT autograd, fw/bw graphs partitioned into fused pointwise regions."""
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     # The min-cut partitioner (inductor's) saves fewer activations: the backward recomputes
     # cheap pointwise values inside its fused kernels instead of the forward writing them out.
-    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, partition_fn=min_cut_rematerialization_partition)(
-        gm, example_inputs
-    )
+    return aot_autograd(fw_compiler=_compiler, bw_compiler=_compiler, partition_fn=_joint_partition)(gm, example_inputs)
 
 
 def register() -> None:
