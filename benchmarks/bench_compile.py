@@ -48,7 +48,7 @@ def _pointwise_mlp():
         """A SwiGLU-style block on narrow features: three small Linears, many tokens, and a
         gating/activation chain on the [tokens, hidden] activations between them."""
 
-        def __init__(self, d=32, hidden=128):
+        def __init__(self, d=16, hidden=128):
             super().__init__()
             self.gate = torch.nn.Linear(d, hidden)
             self.up = torch.nn.Linear(d, hidden)
@@ -62,7 +62,7 @@ def _pointwise_mlp():
             return self.down(a) + x
 
     torch.manual_seed(0)
-    return GatedBlock(), torch.randn(8192, 32)
+    return GatedBlock(), torch.randn(8192, 16)
 
 
 CASES = {"mlp": _mlp, "pointwise_mlp": _pointwise_mlp}
