@@ -190,3 +190,128 @@ def test_fold_leaves_random_and_returned_values():
     assert not torch.equal(a1.cpu(), a2.cpu())
     c1.add_(1)
     torch.testing.assert_close(c2.cpu(), torch.full((4,), 2.0))
+
+
+def _bench_case(name):
+    """A model of benchmarks/bench_compile.py (one definition: the test checks what is timed)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_compile.py"
+    spec = importlib.util.spec_from_file_location("bench_compile_for_tests", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.CASES[name]()
+
+
+@pytest.mark.parametrize("case", ["pointwise_mlp", "mlp"])
+def test_benchmark_mlp_training_matches_cpu(case, graphs):
+    """The benchmark's MLP blocks, compiled on the device, against eager CPU float32: output,
+    loss and every parameter's gradient, on the recording call and on the replaying one."""
+    model, x = _bench_case(case)
+    ref = model
+    dev_model = _bench_case(case)[0].to(DEVICE)
+    out_ref = ref(x)
+    out_ref.pow(2).mean().backward()
+    f = torch.compile(dev_model, backend="ral")
+    xd = x.to(DEVICE)
+    for _ in range(2):
+        dev_model.zero_grad()
+        out = f(xd)
+        loss = out.pow(2).mean()
+        loss.backward()
+    torch.testing.assert_close(out.detach().cpu(), out_ref.detach(), rtol=1e-4, atol=1e-5)
+    for (name, p), (_, q) in zip(ref.named_parameters(), dev_model.named_parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    regions = [sum(n.op == "call_module" for n in g.graph.nodes) for g in graphs]
+    assert regions == [1, 1], regions  # the chain is one kernel forward, one backward
+
+
+def _swiglu(x, w):
+    g, u = (x @ w).chunk(2, -1)
+    return torch.nn.functional.silu(g) * torch.tanh(u) * torch.exp(-u * u)
+
+
+def test_joint_graph_recomputes_chain_instead_of_saving(graphs):
+    """Before min-cut, the joint graph loses its detach nodes and constant fills: the forward
+    saves only the chain's input (not sigmoid/tanh/exp results), silu's backward sigmoid joins
+    the backward kernel, and values and gradients still match CPU."""
+    torch.manual_seed(0)
+    x, w = torch.randn(32, 16), torch.randn(16, 48) / 4
+    wr = w.to(DEVICE).requires_grad_()
+    f = torch.compile(_swiglu, backend="ral")
+    for _ in range(2):
+        wr.grad = None
+        out = f(x.to(DEVICE), wr)
+        out.pow(2).sum().backward()
+    wc = w.clone().requires_grad_()
+    ref = _swiglu(x, wc)
+    ref.pow(2).sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), **TOL)
+    torch.testing.assert_close(wr.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-5)
+    fw, bw = graphs
+    saved = [a for a in fw.graph.output_node().args[0][1:] if isinstance(a, torch.fx.Node)]
+    from_region = [
+        a for a in saved if a.op == "call_function" and a.args and getattr(a.args[0], "op", "") == "call_module"
+    ]
+    assert from_region == [], f"the forward saves fused intermediates: {from_region}"
+    left = {n.target for n in bw.graph.nodes if n.op == "call_function"}
+    aten = torch.ops.aten
+    assert not left & {aten.fill.Scalar, aten.empty_like.default, aten.sigmoid.default}, left
+
+
+def _fills(x):
+    ones = torch.ops.aten.fill.Scalar(torch.empty_like(x), 1.0)
+    twos = torch.full_like(x, 2.0)
+    row = torch.ops.aten.fill.Scalar(torch.empty_like(x[:1]), 3.0)  # broadcasts: stays a tensor
+    a = ones - torch.sigmoid(x)  # rsub
+    b = x + twos  # add, fill second
+    c = twos + x  # add, fill first
+    d = x - ones  # sub
+    e = x * twos + twos * x  # mul both ways
+    g = x / twos  # div by the fill
+    h = twos / x  # fill divided: stays a tensor
+    i = x * row  # broadcast: stays a tensor
+    return a, b, c, d, e, g, h, i
+
+
+def test_inline_fills_rewrites_only_same_shape_uses():
+    """Each rewritten use computes the same values as with the constant tensor; uses that
+    broadcast it or divide by the tensor keep it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_fl.jit.compile_backend import inline_fills
+
+    x = torch.randn(5, 7)
+    gm = make_fx(_fills)(x)
+    before = [t.cpu() for t in gm(x.to(DEVICE))]
+    assert inline_fills(gm) == 7
+    gm.recompile()
+    left = [n for n in gm.graph.nodes if n.target in (torch.ops.aten.fill.Scalar, torch.ops.aten.full_like.default)]
+    assert len(left) == 2, left  # `row` (broadcast) and `twos` (still used by h)
+    for got, same, want in zip(gm(x.to(DEVICE)), before, _fills(x)):
+        torch.testing.assert_close(got.cpu(), same, rtol=0, atol=0)  # the device's own kernels: bit-equal
+        torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+def _residual(x, w, r):
+    h = torch.nn.functional.dropout(x @ w, 0.0, training=True)  # a clone in the traced graph
+    return torch.nn.functional.gelu(h + r), (x @ w).clone()
+
+
+def test_drop_clones_keeps_returned_and_layout_changing_clones(graphs):
+    """dropout(p=0)'s clone before a functional add is bypassed; the clone the graph returns
+    stays a fresh tensor (writing into it leaves the next call alone); values match CPU."""
+    torch.manual_seed(0)
+    x, w, r = torch.randn(6, 8), torch.randn(8, 8), torch.randn(6, 8)
+    f = torch.compile(_residual, backend="ral")
+    args = [t.to(DEVICE) for t in (x, w, r)]
+    a1, c1 = f(*args)
+    a2, c2 = f(*args)
+    want_a, want_c = _residual(x, w, r)
+    torch.testing.assert_close(a2.cpu(), want_a, **TOL)
+    c1.add_(1.0)
+    torch.testing.assert_close(c2.cpu(), want_c, **TOL)
+    (g,) = graphs
+    clones = [n for n in g.graph.nodes if n.target == torch.ops.aten.clone.default]
+    assert len(clones) == 1 and all(u.op == "output" for u in clones[0].users), clones

@@ -153,6 +153,44 @@ def drop_detaches(gm: torch.fx.GraphModule) -> None:
 
 
 _aten = torch.ops.aten
+_KEEPS_LAYOUT = (None, torch.preserve_format, torch.contiguous_format)
+
+
+def drop_clones(gm: torch.fx.GraphModule) -> int:
+    """Bypass `clone` of a contiguous tensor whose users are all functional non-view ops.
+
+    Such a clone is a full copy that changes nothing the users can see: in a functional
+    graph nobody mutates the source, and a non-view user makes its own result. GPT-2's
+    dropout with p=0 leaves two per layer ([4,128,256] before each residual add). Clones
+    feeding views or the graph's outputs stay (aliasing is part of AOT's contract).
+    Returns how many clones were removed."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not _aten.clone.default:
+            continue
+        src = node.args[0]
+        sv = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if not isinstance(sv, torch.Tensor) or not sv.is_contiguous():
+            continue
+        if node.kwargs.get("memory_format") not in _KEEPS_LAYOUT:
+            continue
+        ok = True
+        for user in node.users:
+            t = user.target
+            if user.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+                ok = False
+            elif t._schema.is_mutable or any(r.alias_info is not None for r in t._schema.returns):
+                ok = False
+        if not ok:
+            continue
+        node.replace_all_uses_with(src)
+        gm.graph.erase_node(node)
+        done += 1
+    if done:
+        gm.graph.lint()
+    return done
+
+
 _FILLS = (_aten.fill.Scalar, _aten.full_like.default)
 
 
@@ -291,6 +329,7 @@ def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
     drop_detaches(gm)
     inline_fills(gm)
+    drop_clones(gm)
     if FOLD:
         fold_constants(gm)
     from torch.fx.passes.operator_support import OperatorSupport
