@@ -103,23 +103,28 @@ def _chain(x, w):
     return h * torch.tanh(h) - torch.exp(-h * h) * 0.25 + h.abs() * 0.1
 
 
-def test_chain_fwd_and_bwd_are_one_region_each(graphs):
-    """The benchmark MLP's activation chain: one fused region in the forward graph and one in
-    the backward (the detach nodes AOT puts on tanh/sigmoid outputs no longer split it, and a
-    host group is not capped at OpenCL's 12 tensors); gradients match CPU."""
-    torch.manual_seed(0)
-    x, w = torch.randn(16, 24), torch.randn(24, 32) / 5
+def _train_twice_matches_cpu(fn, x, w):
+    """fn(x, w) compiled on the device, two steps (record, then replay): its output and w's
+    gradient against eager CPU float32."""
     wr = w.to(DEVICE).requires_grad_()
-    f = torch.compile(_chain, backend="ral")
+    f = torch.compile(fn, backend="ral")
     for _ in range(2):
         wr.grad = None
         out = f(x.to(DEVICE), wr)
         out.pow(2).sum().backward()
     wc = w.clone().requires_grad_()
-    ref = _chain(x, wc)
+    ref = fn(x, wc)
     ref.pow(2).sum().backward()
     torch.testing.assert_close(out.detach().cpu(), ref.detach(), **TOL)
     torch.testing.assert_close(wr.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_chain_fwd_and_bwd_are_one_region_each(graphs):
+    """The benchmark MLP's activation chain: one fused region in the forward graph and one in
+    the backward (the detach nodes AOT puts on tanh/sigmoid outputs no longer split it, and a
+    host group is not capped at OpenCL's 12 tensors); gradients match CPU."""
+    torch.manual_seed(0)
+    _train_twice_matches_cpu(_chain, torch.randn(16, 24), torch.randn(24, 32) / 5)
     assert len(graphs) == 2
     regions = [sum(n.op == "call_module" for n in g.graph.nodes) for g in graphs]
     assert regions == [1, 1], regions
@@ -237,18 +242,7 @@ def test_joint_graph_recomputes_chain_instead_of_saving(graphs):
     saves only the chain's input (not sigmoid/tanh/exp results), silu's backward sigmoid joins
     the backward kernel, and values and gradients still match CPU."""
     torch.manual_seed(0)
-    x, w = torch.randn(32, 16), torch.randn(16, 48) / 4
-    wr = w.to(DEVICE).requires_grad_()
-    f = torch.compile(_swiglu, backend="ral")
-    for _ in range(2):
-        wr.grad = None
-        out = f(x.to(DEVICE), wr)
-        out.pow(2).sum().backward()
-    wc = w.clone().requires_grad_()
-    ref = _swiglu(x, wc)
-    ref.pow(2).sum().backward()
-    torch.testing.assert_close(out.detach().cpu(), ref.detach(), **TOL)
-    torch.testing.assert_close(wr.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-5)
+    _train_twice_matches_cpu(_swiglu, torch.randn(32, 16), torch.randn(16, 48) / 4)
     fw, bw = graphs
     saved = [a for a in fw.graph.output_node().args[0][1:] if isinstance(a, torch.fx.Node)]
     from_region = [
