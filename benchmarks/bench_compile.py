@@ -116,8 +116,9 @@ def _stepper(fn, inputs, opt, between=None):
     return step
 
 
-def child(case: str, mode: str, steps: int) -> float:
-    """Median seconds per training step of one configuration."""
+def child(case: str, mode: str, steps: int) -> tuple[float, float]:
+    """Median seconds per training step of one configuration: wall clock, and CPU time of the
+    whole process (Python thread, stream worker and pool: what the step costs a loaded machine)."""
     import torch
 
     model, inputs, opt = _setup(case)
@@ -125,12 +126,13 @@ def child(case: str, mode: str, steps: int) -> float:
     step = _stepper(fn, inputs, opt)
     for _ in range(3):
         step()
-    times = []
+    walls, cpus = [], []
     for _ in range(steps):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         step()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 _GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
@@ -216,11 +218,13 @@ def main() -> None:
             shares(case, a.steps)
         return
     if a.case and a.mode:
-        print(f"{child(a.case, a.mode, a.steps):.6f}")
+        wall, cpu = child(a.case, a.mode, a.steps)
+        print(f"{wall:.6f} {cpu:.6f}")
         return
     backends = [b for b in a.backends.split(",") if b]
     for case in (a.case,) if a.case else (*CASES, "gpt2"):
         ratios = {b: [] for b in backends}
+        cpu_ratios = {b: [] for b in backends}
         runs = {m: [] for m in ["eager", *backends]}
         for _ in range(a.rounds):
             got = {}
@@ -231,15 +235,17 @@ def main() -> None:
                     text=True,
                     check=True,
                 )
-                got[mode] = float(out.stdout.strip().splitlines()[-1])
-                runs[mode].append(got[mode])
+                got[mode] = [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
+                runs[mode].append(got[mode][0])
             for b in backends:
-                ratios[b].append(got["eager"] / got[b])
+                ratios[b].append(got["eager"][0] / got[b][0])
+                cpu_ratios[b].append(got["eager"][1] / got[b][1])
         for b in backends:
             print(
                 f"{case}: eager {statistics.median(runs['eager']) * 1e3:.1f} ms, {b} backend "
                 f"{statistics.median(runs[b]) * 1e3:.1f} ms, median speedup {statistics.median(ratios[b]):.2f}x "
-                f"(rounds {', '.join(f'{r:.2f}' for r in ratios[b])})"
+                f"(rounds {', '.join(f'{r:.2f}' for r in ratios[b])}); CPU/step ratio "
+                f"{statistics.median(cpu_ratios[b]):.2f}x (rounds {', '.join(f'{r:.2f}' for r in cpu_ratios[b])})"
             )
 
 
