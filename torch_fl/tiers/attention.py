@@ -9,8 +9,10 @@ aten ops are routed one by one.
 The forward issues one `_scaled_dot_product_flash_attention_for_cpu` (output and
 log-sum-exp), which the router sends to a vendor kernel where the manifest has one (OpenCL:
 `ocl_sdpa_forward`, one launch), else to a decomposition or PyTorch's CPU flash kernel. The
-backward recomputes the probabilities from the log-sum-exp with matmuls (no [L, S] matrix is
-kept between forward and backward) and also returns the mask's gradient.
+backward is one `_scaled_dot_product_flash_attention_for_cpu_backward` where the device has a
+vendor kernel for it (host: `host_sdpa_backward`) and no mask gradient is wanted; otherwise it
+recomputes the probabilities from the log-sum-exp with matmuls (no [L, S] matrix is kept
+between forward and backward) and also returns the mask's gradient.
 """
 
 from __future__ import annotations
