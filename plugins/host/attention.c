@@ -152,6 +152,29 @@ static int bcast_strides4(const ral_tensor* t, const int64_t want[4], int64_t st
 
 static const void* base_of(const ral_tensor* t) { return (const char*)t->data + t->byte_offset; }
 
+/* Scalar 0 of both attention kernels: dropout_p, which they do not implement. */
+static ral_status no_dropout(const ral_kernel_call* c) {
+  double dropout = 0.0;
+  int64_t iv;
+  if (host_scalar_num(c, 0, &dropout, &iv) && dropout != 0.0)
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", dropout);
+  return RAL_OK;
+}
+
+/* The mask's broadcast strides and pointer, is_causal (scalar 1) and scale (scalar 2, default
+ * 1/sqrt(E)) into g, whose shapes and has_mask are set. */
+static ral_status sdpa_mask_and_scalars(const ral_kernel_call* c, const ral_tensor* mk, sdpa_args* g) {
+  int64_t mshape[4] = {g->B, g->H, g->L, g->S}, iv;
+  if (g->has_mask && !bcast_strides4(mk, mshape, g->sm))
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  if (g->has_mask == 1) g->mf = base_of(mk);
+  if (g->has_mask == 2) g->mb = base_of(mk);
+  g->causal = host_scalar_int(c, 1, 0) != 0;
+  double sc;
+  g->scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g->E > 0 ? (float)(1.0 / sqrt((double)g->E)) : 1.0f);
+  return RAL_OK;
+}
+
 /* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
  * attn_mask?, scale?) -> (output, logsumexp), float32. */
 ral_status host_sdpa_forward(const ral_kernel_call* c) {
@@ -159,10 +182,7 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *o = host_out(c, 0), *ls = host_out(c, 1), *q = host_in(c, 0), *k = host_in(c, 1);
   const ral_tensor *v = host_in(c, 2), *mk = host_in(c, 3);
-  double dropout = 0.0;
-  int64_t iv;
-  if (host_scalar_num(c, 0, &dropout, &iv) && dropout != 0.0)
-    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", dropout);
+  if ((st = no_dropout(c)) != RAL_OK) return st;
   sdpa_args g;
   memset(&g, 0, sizeof g);
   g.has_mask = host_tensor_absent(mk) ? 0 : mk->dtype == RAL_DTYPE_BOOL ? 2 : 1;
@@ -183,16 +203,9 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
     g.sq[d] = q->strides[d], g.sk[d] = k->strides[d], g.sv[d] = v->strides[d], g.so[d] = o->strides[d];
     if (d < 3) g.sl[d] = ls->strides[d];
   }
-  int64_t mshape[4] = {g.B, g.H, g.L, g.S};
-  if (g.has_mask && !bcast_strides4(mk, mshape, g.sm))
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  if ((st = sdpa_mask_and_scalars(c, mk, &g)) != RAL_OK) return st;
   g.q = base_of(q), g.k = base_of(k), g.v = base_of(v);
   g.out = (float*)base_of(o), g.lse = (float*)base_of(ls);
-  if (g.has_mask == 1) g.mf = base_of(mk);
-  if (g.has_mask == 2) g.mb = base_of(mk);
-  g.causal = host_scalar_int(c, 1, 0) != 0;
-  double sc;
-  g.scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g.E > 0 ? (float)(1.0 / sqrt((double)g.E)) : 1.0f);
   g.nqb = (g.L + SDPA_BQ - 1) / SDPA_BQ;
   int64_t tasks = g.B * g.H * g.nqb;
   if (tasks > 0) host_parallel_for(tasks, 1, sdpa_tasks, &g);
@@ -291,10 +304,7 @@ ral_status host_sdpa_backward(const ral_kernel_call* c) {
   const ral_tensor *gq = host_out(c, 0), *gk = host_out(c, 1), *gv = host_out(c, 2);
   const ral_tensor *dout = host_in(c, 0), *q = host_in(c, 1), *k = host_in(c, 2), *v = host_in(c, 3);
   const ral_tensor *o = host_in(c, 4), *ls = host_in(c, 5), *mk = host_in(c, 6);
-  double dropout = 0.0;
-  int64_t iv;
-  if (host_scalar_num(c, 0, &dropout, &iv) && dropout != 0.0)
-    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", dropout);
+  if ((st = no_dropout(c)) != RAL_OK) return st;
   sdpa_bwd_args a;
   memset(&a, 0, sizeof a);
   sdpa_args* g = &a.f;
@@ -323,17 +333,10 @@ ral_status host_sdpa_backward(const ral_kernel_call* c) {
     a.sdo[d] = dout->strides[d], a.sgq[d] = gq->strides[d], a.sgk[d] = gk->strides[d], a.sgv[d] = gv->strides[d];
     if (d < 3) g->sl[d] = ls->strides[d];
   }
-  int64_t mshape[4] = {g->B, g->H, g->L, g->S};
-  if (g->has_mask && !bcast_strides4(mk, mshape, g->sm))
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  if ((st = sdpa_mask_and_scalars(c, mk, g)) != RAL_OK) return st;
   g->q = base_of(q), g->k = base_of(k), g->v = base_of(v);
   a.dout = base_of(dout), a.o = base_of(o), a.lse_in = base_of(ls);
   a.gq = (float*)base_of(gq), a.gk = (float*)base_of(gk), a.gv = (float*)base_of(gv);
-  if (g->has_mask == 1) g->mf = base_of(mk);
-  if (g->has_mask == 2) g->mb = base_of(mk);
-  g->causal = host_scalar_int(c, 1, 0) != 0;
-  double sc;
-  g->scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g->E > 0 ? (float)(1.0 / sqrt((double)g->E)) : 1.0f);
   if (g->L == 0 || g->S == 0) /* the caller takes the math path for empty sequences */
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention backward with an empty sequence");
   int64_t tasks = g->B * g->H;
