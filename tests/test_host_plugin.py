@@ -380,6 +380,14 @@ def test_fused_attention_kernel():
     check(lambda q, k, v, m: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, mask)
 
 
+def test_fused_attention_backward_kernel():
+    """host_sdpa_backward against CPU's flash backward op (more in tests/test_sdpa_backward_fused.py)."""
+    q, k, v, gout = (torch.randn(2, 3, 9, 16) for _ in range(4))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, True)
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    check(lambda *t: op(*t, 0.0, True), gout, q, k, v, out, lse)
+
+
 # ---------------------------------------------------------------- nn
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_softmax_family(dtype):

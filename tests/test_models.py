@@ -77,12 +77,17 @@ def test_training_step_runs_entirely_in_vendor_tier(dev, name):
     _step(model, batch)  # warm-up: first-call work (e.g. uploads of constants) is not the steady state
     opt.step()
     opt.zero_grad()
+    from torch_fl.jit import adam_step
+
+    steps = adam_step.STATS["steps"]
     with torch_fl.coverage() as cov:
         _step(model, batch)
         opt.step()
         opt.zero_grad()
     assert cov.fallbacks() == [], f"ops outside the vendor tier: {cov.fallbacks()}"
-    assert len(cov.ops_in_tier("vendor")) >= 25
+    # AdamW's update is one generated kernel per parameter (jit/adam_step.py), not routed ops
+    assert adam_step.STATS["steps"] == steps + 1
+    assert len(cov.ops_in_tier("vendor")) >= 20
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])

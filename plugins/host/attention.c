@@ -152,6 +152,29 @@ static int bcast_strides4(const ral_tensor* t, const int64_t want[4], int64_t st
 
 static const void* base_of(const ral_tensor* t) { return (const char*)t->data + t->byte_offset; }
 
+/* Scalar 0 of both attention kernels: dropout_p, which they do not implement. */
+static ral_status no_dropout(const ral_kernel_call* c) {
+  double dropout = 0.0;
+  int64_t iv;
+  if (host_scalar_num(c, 0, &dropout, &iv) && dropout != 0.0)
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", dropout);
+  return RAL_OK;
+}
+
+/* The mask's broadcast strides and pointer, is_causal (scalar 1) and scale (scalar 2, default
+ * 1/sqrt(E)) into g, whose shapes and has_mask are set. */
+static ral_status sdpa_mask_and_scalars(const ral_kernel_call* c, const ral_tensor* mk, sdpa_args* g) {
+  int64_t mshape[4] = {g->B, g->H, g->L, g->S}, iv;
+  if (g->has_mask && !bcast_strides4(mk, mshape, g->sm))
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  if (g->has_mask == 1) g->mf = base_of(mk);
+  if (g->has_mask == 2) g->mb = base_of(mk);
+  g->causal = host_scalar_int(c, 1, 0) != 0;
+  double sc;
+  g->scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g->E > 0 ? (float)(1.0 / sqrt((double)g->E)) : 1.0f);
+  return RAL_OK;
+}
+
 /* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
  * attn_mask?, scale?) -> (output, logsumexp), float32. */
 ral_status host_sdpa_forward(const ral_kernel_call* c) {
@@ -159,10 +182,7 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *o = host_out(c, 0), *ls = host_out(c, 1), *q = host_in(c, 0), *k = host_in(c, 1);
   const ral_tensor *v = host_in(c, 2), *mk = host_in(c, 3);
-  double dropout = 0.0;
-  int64_t iv;
-  if (host_scalar_num(c, 0, &dropout, &iv) && dropout != 0.0)
-    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention has no dropout (dropout_p=%g)", dropout);
+  if ((st = no_dropout(c)) != RAL_OK) return st;
   sdpa_args g;
   memset(&g, 0, sizeof g);
   g.has_mask = host_tensor_absent(mk) ? 0 : mk->dtype == RAL_DTYPE_BOOL ? 2 : 1;
@@ -183,19 +203,144 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
     g.sq[d] = q->strides[d], g.sk[d] = k->strides[d], g.sv[d] = v->strides[d], g.so[d] = o->strides[d];
     if (d < 3) g.sl[d] = ls->strides[d];
   }
-  int64_t mshape[4] = {g.B, g.H, g.L, g.S};
-  if (g.has_mask && !bcast_strides4(mk, mshape, g.sm))
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "attn_mask does not broadcast to [B, H, L, S]");
+  if ((st = sdpa_mask_and_scalars(c, mk, &g)) != RAL_OK) return st;
   g.q = base_of(q), g.k = base_of(k), g.v = base_of(v);
   g.out = (float*)base_of(o), g.lse = (float*)base_of(ls);
-  if (g.has_mask == 1) g.mf = base_of(mk);
-  if (g.has_mask == 2) g.mb = base_of(mk);
-  g.causal = host_scalar_int(c, 1, 0) != 0;
-  double sc;
-  g.scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g.E > 0 ? (float)(1.0 / sqrt((double)g.E)) : 1.0f);
   g.nqb = (g.L + SDPA_BQ - 1) / SDPA_BQ;
   int64_t tasks = g.B * g.H * g.nqb;
   if (tasks > 0) host_parallel_for(tasks, 1, sdpa_tasks, &g);
   if (g.failed) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "no memory for the attention scratch");
+  return RAL_OK;
+}
+
+/* ---------------------------------------------------------------- backward
+ * _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out,
+ * logsumexp, dropout_p, is_causal, *, attn_mask?, scale?) -> (grad_query, grad_key, grad_value):
+ * one task per (batch, head). The probabilities are recomputed from the log-sum-exp the
+ * forward saved (P = exp(scale q k^T + mask - lse), hidden keys 0), then
+ * dV = P^T dO, dS = P * (dO V^T - rowsum(dO * O)) * scale, dQ = dS K, dK = dS^T Q:
+ * five GEMMs on an [L, S] tile that lives only inside the task. */
+typedef struct {
+  sdpa_args f; /* shapes, q/k/v/mask, causal, scale, failed; out and lse are inputs here */
+  int64_t sdo[4], sgq[4], sgk[4], sgv[4];
+  const float *dout, *o, *lse_in;
+  float *gq, *gk, *gv;
+} sdpa_bwd_args;
+
+static void store_rows(float* dst, const int64_t st[4], int64_t b, int64_t h, const float* src, int64_t rows,
+                       int64_t cols) {
+  float* base = dst + b * st[0] + h * st[1];
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t e = 0; e < cols; e++) base[i * st[2] + e * st[3]] = src[i * cols + e];
+}
+
+static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
+  const sdpa_args* g = &a->f;
+  int64_t h = t % g->H, b = t / g->H, L = g->L, S = g->S, E = g->E, Ev = g->Ev;
+  float *p = buf, *ds = p + L * S, *gq = ds + L * S, *gk = gq + L * E, *gv = gk + S * E;
+  float *qb = gv + S * Ev, *kb = qb + L * E, *vb = kb + S * E, *dob = vb + S * Ev;
+  int64_t ldq, ldk, ldv, ldo;
+  const float* qp = unit_rows(g->q + b * g->sq[0] + h * g->sq[1], L, E, g->sq[2], g->sq[3], qb, &ldq);
+  const float* kp = unit_rows(g->k + b * g->sk[0] + h * g->sk[1], S, E, g->sk[2], g->sk[3], kb, &ldk);
+  const float* vp = unit_rows(g->v + b * g->sv[0] + h * g->sv[1], S, Ev, g->sv[2], g->sv[3], vb, &ldv);
+  const float* dop = unit_rows(a->dout + b * a->sdo[0] + h * a->sdo[1], L, Ev, a->sdo[2], a->sdo[3], dob, &ldo);
+  if (E > 0)
+    host_sgemm(0, 1, (int)L, (int)S, (int)E, g->scale, qp, (int)ldq, kp, (int)ldk, 0.0f, p, (int)S);
+  else
+    memset(p, 0, (size_t)(L * S) * sizeof(float));
+  for (int64_t i = 0; i < L; i++) {
+    float* row = p + i * S;
+    if (g->has_mask) {
+      int64_t moff = b * g->sm[0] + h * g->sm[1] + i * g->sm[2];
+      if (g->has_mask == 1)
+        for (int64_t j = 0; j < S; j++) row[j] += g->mf[moff + j * g->sm[3]];
+      else
+        for (int64_t j = 0; j < S; j++)
+          if (!g->mb[moff + j * g->sm[3]]) row[j] = -INFINITY;
+    }
+    float m = a->lse_in[b * g->sl[0] + h * g->sl[1] + i * g->sl[2]];
+    int64_t vis = g->causal ? (i + 1 < S ? i + 1 : S) : S;
+    for (int64_t j = 0; j < vis; j++) row[j] = host_expf(row[j] - m); /* exp(-inf) = 0: hidden keys */
+    for (int64_t j = vis; j < S; j++) row[j] = 0.0f;
+  }
+  if (Ev > 0) {
+    host_sgemm(1, 0, (int)S, (int)Ev, (int)L, 1.0f, p, (int)S, dop, (int)ldo, 0.0f, gv, (int)Ev);
+    host_sgemm(0, 1, (int)L, (int)S, (int)Ev, 1.0f, dop, (int)ldo, vp, (int)ldv, 0.0f, ds, (int)S);
+  } else
+    memset(ds, 0, (size_t)(L * S) * sizeof(float));
+  const float* o = a->o + b * g->so[0] + h * g->so[1];
+  for (int64_t i = 0; i < L; i++) {
+    float delta = 0.0f;
+    for (int64_t e = 0; e < Ev; e++) delta += dop[i * ldo + e] * o[i * g->so[2] + e * g->so[3]];
+    float *dsr = ds + i * S, *pr = p + i * S;
+    for (int64_t j = 0; j < S; j++) dsr[j] = pr[j] * (dsr[j] - delta) * g->scale;
+  }
+  if (E > 0) {
+    host_sgemm(0, 0, (int)L, (int)E, (int)S, 1.0f, ds, (int)S, kp, (int)ldk, 0.0f, gq, (int)E);
+    host_sgemm(1, 0, (int)S, (int)E, (int)L, 1.0f, ds, (int)S, qp, (int)ldq, 0.0f, gk, (int)E);
+  }
+  store_rows(a->gq, a->sgq, b, h, gq, L, E);
+  store_rows(a->gk, a->sgk, b, h, gk, S, E);
+  store_rows(a->gv, a->sgv, b, h, gv, S, Ev);
+}
+
+static void sdpa_bwd_tasks(int64_t begin, int64_t end, void* ctx) {
+  sdpa_bwd_args* a = ctx;
+  const sdpa_args* g = &a->f;
+  size_t L = (size_t)g->L, S = (size_t)g->S, E = (size_t)g->E, Ev = (size_t)g->Ev;
+  size_t n = 2 * L * S + 2 * (L * E + S * E + S * Ev) + L * Ev;
+  float* buf = malloc((n ? n : 1) * sizeof(float));
+  if (!buf) {
+    __atomic_store_n(&a->f.failed, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  for (int64_t t = begin; t < end; t++) sdpa_bwd_task(a, t, buf);
+  free(buf);
+}
+
+ral_status host_sdpa_backward(const ral_kernel_call* c) {
+  ral_status st = host_check_arity(c, 3, 7, 3);
+  if (st != RAL_OK) return st;
+  const ral_tensor *gq = host_out(c, 0), *gk = host_out(c, 1), *gv = host_out(c, 2);
+  const ral_tensor *dout = host_in(c, 0), *q = host_in(c, 1), *k = host_in(c, 2), *v = host_in(c, 3);
+  const ral_tensor *o = host_in(c, 4), *ls = host_in(c, 5), *mk = host_in(c, 6);
+  if ((st = no_dropout(c)) != RAL_OK) return st;
+  sdpa_bwd_args a;
+  memset(&a, 0, sizeof a);
+  sdpa_args* g = &a.f;
+  g->has_mask = host_tensor_absent(mk) ? 0 : mk->dtype == RAL_DTYPE_BOOL ? 2 : 1;
+  const ral_tensor* all[10] = {gq, gk, gv, dout, q, k, v, o, ls, mk};
+  for (int t = 0; t < 10; t++)
+    if (!(t == 9 && g->has_mask != 1) && all[t]->dtype != RAL_DTYPE_FLOAT32)
+      return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention backward tensor %d must be float32 (is %s)", t,
+                       host_dtype_name(all[t]->dtype));
+  for (int t = 0; t < 8; t++)
+    if (all[t]->ndim != 4) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention backward needs 4-D tensors");
+  if (ls->ndim != 3) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "logsumexp must be [B, H, L]");
+  g->B = q->sizes[0], g->H = q->sizes[1], g->L = q->sizes[2], g->E = q->sizes[3];
+  g->S = k->sizes[2], g->Ev = v->sizes[3];
+  const int64_t want[8][4] = {{g->B, g->H, g->L, g->E}, {g->B, g->H, g->S, g->E}, {g->B, g->H, g->S, g->Ev},
+                              {g->B, g->H, g->L, g->Ev}, {g->B, g->H, g->L, g->E}, {g->B, g->H, g->S, g->E},
+                              {g->B, g->H, g->S, g->Ev}, {g->B, g->H, g->L, g->Ev}};
+  for (int t = 0; t < 8; t++)
+    for (int d = 0; d < 4; d++)
+      if (all[t]->sizes[d] != want[t][d])
+        return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention backward shapes disagree (tensor %d)", t);
+  if (ls->sizes[0] != g->B || ls->sizes[1] != g->H || ls->sizes[2] != g->L)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "logsumexp must be [B, H, L]");
+  for (int d = 0; d < 4; d++) {
+    g->sq[d] = q->strides[d], g->sk[d] = k->strides[d], g->sv[d] = v->strides[d], g->so[d] = o->strides[d];
+    a.sdo[d] = dout->strides[d], a.sgq[d] = gq->strides[d], a.sgk[d] = gk->strides[d], a.sgv[d] = gv->strides[d];
+    if (d < 3) g->sl[d] = ls->strides[d];
+  }
+  if ((st = sdpa_mask_and_scalars(c, mk, g)) != RAL_OK) return st;
+  g->q = base_of(q), g->k = base_of(k), g->v = base_of(v);
+  a.dout = base_of(dout), a.o = base_of(o), a.lse_in = base_of(ls);
+  a.gq = (float*)base_of(gq), a.gk = (float*)base_of(gk), a.gv = (float*)base_of(gv);
+  if (g->L == 0 || g->S == 0) /* the caller takes the math path for empty sequences */
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention backward with an empty sequence");
+  int64_t tasks = g->B * g->H;
+  if (tasks > 0) host_parallel_for(tasks, 1, sdpa_bwd_tasks, &a);
+  if (g->failed) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "no memory for the attention backward scratch");
   return RAL_OK;
 }

@@ -39,7 +39,7 @@
   X(host_softmax) X(host_log_softmax) X(host_softmax_backward)                           \
   X(host_log_softmax_backward) X(host_safe_softmax) X(host_layer_norm)                   \
   X(host_layer_norm_backward) X(host_nll_loss_forward) X(host_nll_loss_backward)         \
-  X(host_sdpa_forward)
+  X(host_sdpa_forward) X(host_sdpa_backward)
 
 #define HOST_KERNELS_INDEX(X)                                                        \
   X(host_embedding) X(host_embedding_dense_backward) X(host_gather) X(host_scatter_src) \

@@ -112,4 +112,9 @@ if os.environ.get("TORCH_FL_JIT", "").strip().lower() == "force":
 
 from torch_fl.jit.fusion import fuse  # noqa: E402
 
+if os.environ.get("TORCH_FL_ADAM_KERNEL", "1") != "0":  # 0: PyTorch's own per-op Adam loop
+    from torch_fl.jit import adam_step
+
+    adam_step.install()
+
 __all__ = ["build", "force", "forced", "fuse", "STATS"]

@@ -9,8 +9,10 @@ aten ops are routed one by one.
 The forward issues one `_scaled_dot_product_flash_attention_for_cpu` (output and
 log-sum-exp), which the router sends to a vendor kernel where the manifest has one (OpenCL:
 `ocl_sdpa_forward`, one launch), else to a decomposition or PyTorch's CPU flash kernel. The
-backward recomputes the probabilities from the log-sum-exp with matmuls (no [L, S] matrix is
-kept between forward and backward) and also returns the mask's gradient.
+backward is one `_scaled_dot_product_flash_attention_for_cpu_backward` where the device has a
+vendor kernel for it (host: `host_sdpa_backward`) and no mask gradient is wanted; otherwise it
+recomputes the probabilities from the log-sum-exp with matmuls (no [L, S] matrix is kept
+between forward and backward) and also returns the mask's gradient.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch_fl.device.dtypes import CODE_OF_TORCH
 
 aten = torch.ops.aten
 FUSED_FORWARD = "aten::_scaled_dot_product_flash_attention_for_cpu"
+FUSED_BACKWARD = "aten::_scaled_dot_product_flash_attention_for_cpu_backward"
 
 
 def _float_mask(mask, dtype):
@@ -99,6 +102,12 @@ def sdpa_backward(
     """(grad_query, grad_key, grad_value, grad_attn_bias) of sdpa_forward."""
     if dropout_p != 0.0:
         raise NotImplementedError("torch_fl's fused attention has no dropout")
+    want_q, want_k, want_v, want_b = (bool(x) for x in grad_input_mask)
+    if not (want_b and attn_bias is not None) and _fused_backward_fits(query, key, attn_bias):
+        gq, gk, gv = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+            grad_out, query, key, value, out, logsumexp, 0.0, bool(is_causal), attn_mask=attn_bias, scale=scale
+        )
+        return (gq if want_q else None), (gk if want_k else None), (gv if want_v else None), None
     sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     s = aten.mul.Scalar(_bmm(query, key, tb=True), sc)
     if attn_bias is not None:
@@ -109,7 +118,6 @@ def sdpa_backward(
         # Zero the hidden keys after the exp: tril keeps j <= i, PyTorch's causal alignment,
         # and replaces whatever exp gave above the diagonal (one launch, not a mask + fill).
         p = aten.tril.default(p)
-    want_q, want_k, want_v, want_b = (bool(x) for x in grad_input_mask)
     grad_v = _bmm(p, grad_out, ta=True) if want_v else None
     grad_q = grad_k = grad_b = None
     if want_q or want_k or want_b:
@@ -127,14 +135,24 @@ def sdpa_backward(
     return grad_q, grad_k, grad_v, grad_b
 
 
-def has_fused_kernel(query) -> bool:
+def _fused_backward_fits(query, key, mask) -> bool:
+    """Whether the device has a vendor kernel for the fused backward (host: one task per batch
+    and head, five GEMMs on an [L, S] tile) and the call fits it: float32, non-empty sequences."""
+    if query.shape[-2] == 0 or key.shape[-2] == 0 or query.dtype != torch.float32:
+        return False
+    if mask is not None and mask.dtype not in (torch.bool, query.dtype):
+        return False
+    return has_fused_kernel(query, FUSED_BACKWARD)
+
+
+def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
     """Whether query's device has a vendor kernel for the fused forward in query's dtype; on
     other devices the math path's kernels beat a decomposition or a CPU round trip."""
     dev = getattr(query, "_dev", None)
     if dev is None:
         return False
     code = CODE_OF_TORCH.get(query.dtype)
-    return any(code in e.dtype_codes and e.min_rank <= 4 <= e.max_rank for e in REGISTRY.entries(dev, FUSED_FORWARD))
+    return any(code in e.dtype_codes and e.min_rank <= 4 <= e.max_rank for e in REGISTRY.entries(dev, op))
 
 
 # Head sizes a fused kernel must handle (OpenCL: OCL_SDPA_MAXE, private arrays); larger heads
