@@ -129,13 +129,45 @@ def _sdpa(func, args, kwargs):
 def _sdpa_overrideable(func, args, kwargs):
     # Glue around one routed kernel op (the fused forward) with no compute of its own, like
     # a view: served here so that coverage shows the kernel op's tier, not a decomposition.
-    return sdpa_forward(*args, **kwargs)
+    return _strided_as_meta(func, args, kwargs, sdpa_forward(*args, **kwargs))
 
 
 @special(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
 def _sdpa_overrideable_backward(func, args, kwargs):
     # Recomputes through routed aten ops (bmm, exp, ...); CPU has no kernel for this op.
-    return sdpa_backward(*args, **kwargs)
+    return _strided_as_meta(func, args, kwargs, sdpa_backward(*args, **kwargs))
+
+
+# (op, argument geometry) -> the strides PyTorch's meta kernel gives each result.
+_META_STRIDES: dict = {}
+
+
+def _meta_of(x):
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+def _geometry(x):
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.stride(), x.dtype)
+    return tuple(x) if isinstance(x, list) else x
+
+
+def _strided_as_meta(func, args, kwargs, results):
+    """results, each copied to the strides PyTorch's meta kernel for func promises where they
+    differ: a compiled graph (whose fake tensors ran that meta kernel) views them by those."""
+    key = (func, tuple(_geometry(a) for a in args), tuple((k, _geometry(v)) for k, v in kwargs.items()))
+    strides = _META_STRIDES.get(key)
+    if strides is None:
+        meta = func(*(_meta_of(a) for a in args), **{k: _meta_of(v) for k, v in kwargs.items()})
+        strides = _META_STRIDES[key] = [m.stride() if isinstance(m, torch.Tensor) else None for m in meta]
+    out = list(results)
+    for i, (r, want) in enumerate(zip(results, strides)):
+        if isinstance(r, RalTensor) and want is not None and r.stride() != want and r.numel() > 1:
+            fixed = aten.empty_strided.default(r.shape, want, dtype=r.dtype, device=r.device)
+            out[i] = aten.copy_.default(fixed, r)
+    return tuple(out)
 
 
 @special(aten.record_stream.default)

@@ -76,6 +76,8 @@ def _spec(dt, amsgrad: bool, maximize: bool, decay: str, small_w: bool) -> Point
 
 def _claim(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, kw) -> int | None:
     """The ral device index if this whole step can run here, else None."""
+    if "decoupled_weight_decay" not in kw:  # torch before Adam and AdamW shared this loop
+        return None
     if kw["capturable"] or kw["differentiable"] or kw["has_complex"]:
         return None
     if kw.get("grad_scale") is not None or kw.get("found_inf") is not None:
@@ -116,7 +118,10 @@ def _single_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, s
     full = dict(kw)
     if args:  # grad_scale, found_inf (positional in PyTorch's call)
         full["grad_scale"], full["found_inf"] = (*args, None, None)[:2]
-    dev = _claim(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, full)
+    try:
+        dev = _claim(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, full)
+    except KeyError:  # a torch whose private signature differs: its own loop, not a crash
+        dev = None
     target = target_of(dev) if dev is not None else None
     if target is None or any(p.dtype not in target.dtypes for p in params):
         return _original(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *args, **kw)

@@ -149,6 +149,8 @@ def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
     """Whether query's device has a vendor kernel for the fused forward in query's dtype; on
     other devices the math path's kernels beat a decomposition or a CPU round trip."""
     dev = getattr(query, "_dev", None)
+    if dev is None and query.device.type == "ral":  # a fake tensor while torch.compile traces
+        dev = query.device.index
     if dev is None:
         return False
     code = CODE_OF_TORCH.get(query.dtype)
