@@ -2,8 +2,9 @@
 and ral:1, in float32, float16 (where the device declares it), bfloat16, int64 and bool, in
 both styles (tensors moved to the device, and CPU samples under ral_mode), against CPU.
 
-CI runs every float32 entry on ral:0 plus a stable hash-based sample of the rest (1/6 of the
-other dtypes on ral:0, 1/RAL1_ONE_IN of every dtype on ral:1). The full sweep (every case,
+CI runs every float32 entry on ral:0 plus a stable hash-based sample of the rest (1/12 of the
+other dtypes on ral:0, 1/RAL1_ONE_IN of every dtype on ral:1; both subsets of the earlier
+1/6 and 1/16 samples, halved to keep CI near 15 minutes on 2 cores). The full sweep (every case,
 the CI sample included):
     .venv/bin/python -m pytest tests/test_opinfo.py -m slow
 Every known failure is a strict expected failure with its reason (opinfo_xfails.py): a
@@ -21,12 +22,12 @@ from torch_fl.observe import conformance as C
 OP_DB = C.load_op_db()
 DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
 # ral:1 (OpenCL on PoCL) costs several times ral:0 per case: CI samples 1 in this many.
-RAL1_ONE_IN = 16
+RAL1_ONE_IN = 32
 
 
 def _in_ci(dev: str, name: str, dtype: str) -> bool:
     if dev == "ral:0":
-        return dtype == "float32" or sampled(f"{name}:{dtype}", 6)
+        return dtype == "float32" or sampled(f"{name}:{dtype}", 12)
     return sampled(f"{dev}:{name}:{dtype}", RAL1_ONE_IN)
 
 
