@@ -16,6 +16,7 @@ from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.views import alias, as_strided, view_op
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
+from torch_fl.tiers.vendor import meta_run
 
 aten = torch.ops.aten
 
@@ -142,12 +143,6 @@ def _sdpa_overrideable_backward(func, args, kwargs):
 _META_STRIDES: dict = {}
 
 
-def _meta_of(x):
-    if isinstance(x, torch.Tensor):
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    return x
-
-
 def _geometry(x):
     if isinstance(x, torch.Tensor):
         return (tuple(x.shape), x.stride(), x.dtype)
@@ -160,7 +155,7 @@ def _strided_as_meta(func, args, kwargs, results):
     key = (func, tuple(_geometry(a) for a in args), tuple((k, _geometry(v)) for k, v in kwargs.items()))
     strides = _META_STRIDES.get(key)
     if strides is None:
-        meta = func(*(_meta_of(a) for a in args), **{k: _meta_of(v) for k, v in kwargs.items()})
+        meta = meta_run(func, args, kwargs)
         strides = _META_STRIDES[key] = [m.stride() if isinstance(m, torch.Tensor) else None for m in meta]
     out = list(results)
     for i, (r, want) in enumerate(zip(results, strides)):

@@ -146,8 +146,8 @@ def _fused_backward_fits(query, key, mask) -> bool:
 
 
 def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
-    """Whether query's device has a vendor kernel for the fused forward in query's dtype; on
-    other devices the math path's kernels beat a decomposition or a CPU round trip."""
+    """Whether query's device has a vendor kernel for `op` (the fused forward unless told) in
+    query's dtype; on other devices the math path's kernels beat a decomposition or a CPU round trip."""
     dev = getattr(query, "_dev", None)
     if dev is None and query.device.type == "ral":  # a fake tensor while torch.compile traces
         dev = query.device.index
