@@ -13,6 +13,18 @@ def contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def is_dense(shape, stride) -> bool:
+    """Whether a strided layout covers exactly numel elements with no overlap: a permutation of
+    row-major order (size-1 dims may carry any stride)."""
+    dims = sorted((st, n) for n, st in zip(shape, stride) if n != 1)
+    expected = 1
+    for st, n in dims:
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
 def extent_elems(shape, stride) -> int:
     """Number of elements from the first to one past the last element a view touches."""
     if any(n == 0 for n in shape):

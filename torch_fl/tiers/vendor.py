@@ -16,7 +16,7 @@ from torch_fl.device.dtypes import CODE_OF_TORCH
 from torch_fl.device.memory import ALLOC_OBSERVERS, Buffer, allocate
 from torch_fl.device.stream_state import _TLS as _STREAM_TLS
 from torch_fl.device.stream_state import current
-from torch_fl.tensor.layout import contiguous_strides
+from torch_fl.tensor.layout import contiguous_strides, is_dense
 from torch_fl.tensor.op_schema import BROADCASTING_OPS, NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
@@ -192,7 +192,15 @@ def _compile_fast(run, full):
                 return None
         else:
             pack_scalar(v, packed, floats, strings)  # part of the key: constant
-    out_sigs = [(run.dev, shape, dtype, True) for shape, _, dtype, _ in run.out_specs] if run.fresh else []
+    # An output's signature as dispatch/entry.py computes it: True for contiguous, else strides.
+    out_sigs = (
+        [
+            (run.dev, shape, dtype, True if stride == contiguous_strides(shape) else stride)
+            for shape, stride, dtype, _ in run.out_specs
+        ]
+        if run.fresh
+        else []
+    )
     plan = FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
     plan.prep_slots = tuple(prep_slots)
     if run.fresh:
@@ -344,6 +352,21 @@ def _first_tensor(sch, full):
         elif isinstance(v, torch.Tensor):  # a Tensor-typed slot may hold a Python number (rsub)
             return v
     return None
+
+
+def _meta_layouts(out_specs, metas):
+    """out_specs with each output laid out as PyTorch's meta kernel lays it out where that is
+    dense (a pointwise op on transposed inputs, attention's [B, L, H, E] result): CPU gives
+    those strides, and a compiled graph, whose fake tensors ran the meta kernel, views by them."""
+    fixed = []
+    for (shape, stride, dtype, nbytes), m in zip(out_specs, metas):
+        want = tuple(m.stride())
+        # Strides differing only in size-1 dims are contiguous all the same: keep row-major,
+        # which the contiguous signature (`True`) of the fast caches stands for.
+        if m.numel() > 1 and not m.is_contiguous() and is_dense(shape, want):
+            stride = want
+        fixed.append((shape, stride, dtype, nbytes))
+    return fixed
 
 
 def _pick_entry(entries, dtype, rank, numel):
@@ -530,6 +553,8 @@ def build(sch, args, kwargs, full, dev):
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")
+    if fresh and not entry.requires_contiguous:
+        out_specs = _meta_layouts(out_specs, metas)
     broadcasting = (sch.pointwise or sch.name in BROADCASTING_OPS) and not entry.broadcast
     inputs = []
     for pos in sch.input_positions:

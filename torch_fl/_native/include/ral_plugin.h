@@ -238,8 +238,11 @@ typedef struct {
  * \brief Everything a kernel receives. One shape for every kernel.
  *
  * Argument convention (fixed by the aten schema of the op the manifest entry names):
- *   - tensors[0 .. n_outputs-1] are the outputs. For a functional op these are fresh,
- *     contiguous allocations of the result shape/dtype. For an in-place op
+ *   - tensors[0 .. n_outputs-1] are the outputs. For a functional op these are fresh
+ *     allocations of the result shape/dtype, laid out as PyTorch's meta kernel lays out
+ *     the result: contiguous for most ops, a dense permutation where CPU keeps the
+ *     inputs' layout (a pointwise op on transposed inputs, attention's [B, L, H, E]
+ *     output); always contiguous for a "requires_contiguous" entry. For an in-place op
  *     (`add_.Tensor`) or an out= op they are the mutated arguments, which may be
  *     strided and may alias inputs.
  *   - tensors[n_outputs ..] are the inputs: every Tensor / Tensor? argument of the
