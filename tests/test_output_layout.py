@@ -69,7 +69,7 @@ def test_permuted_inputs_match_cpu_values_and_layout(dev, op):
     if op.name not in _manifest_names(parse_device(dev)):
         pytest.skip(f"{dev}'s manifest has no kernel for {op.name}")
     torch.manual_seed(0)
-    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:MAX_SAMPLES]
+    samples = C.samples_of(op, torch.float32, MAX_SAMPLES)
     checked = 0
     for i, sample in enumerate(samples):
         sample = sample.transform(_column_major)

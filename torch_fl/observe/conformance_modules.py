@@ -12,7 +12,7 @@ import time
 import torch
 
 from torch_fl.mode import ral_mode
-from torch_fl.observe.conformance import TOLERANCES, CaseResult, _compare, _cpu, _to
+from torch_fl.observe.conformance import TOLERANCES, CaseResult, _compare, _cpu, _seed, _to
 
 # Modules whose forward draws from the RNG in training mode (dropout-like, fractional
 # pooling): devices need not reproduce CPU's random stream, so only shapes and dtypes compare.
@@ -95,7 +95,7 @@ def _compare_part(part, actual, expected, dtype, shapes_only):
 
 
 def _build(info, cons, training):
-    torch.manual_seed(0)
+    _seed(0)
     m = info.module_cls(*cons.args, **cons.kwargs)
     return m.train(training)
 
@@ -107,9 +107,9 @@ def _is_random(info, cons, fwd, training) -> bool:
         return False
     try:
         m = _build(info, cons, training)
-        torch.manual_seed(0)
+        _seed(0)
         a = m(*_fresh(fwd.args), **_fresh(fwd.kwargs))
-        torch.manual_seed(1)
+        _seed(1)
         b = m(*_fresh(fwd.args), **_fresh(fwd.kwargs))
         torch.testing.assert_close(a, b, equal_nan=True, rtol=0, atol=0)
         return False
@@ -142,7 +142,7 @@ def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseR
     modes = (True, False) if info.train_and_eval_differ else (True,)
     samples = []
     for training in modes:
-        torch.manual_seed(0)
+        _seed(0)
         for mi in info.module_inputs_func(info, device="cpu", dtype=dtype, requires_grad=True, training=training):
             samples.append((training, mi))
     if max_samples is not None:
@@ -160,7 +160,7 @@ def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseR
             if lazy is not None:
                 _materialize(m, fwd.args, fwd.kwargs)
             init = copy.deepcopy(m)
-            torch.manual_seed(0)
+            _seed(0)
             expected = _run(m, _fresh(fwd.args), _fresh(fwd.kwargs))
             expected_exc = None
         except Exception as exc:  # the reference raises: the device must raise the same type
@@ -168,7 +168,7 @@ def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseR
         try:
             if init is None:
                 init = _build(info, cons, training)
-            torch.manual_seed(0)
+            _seed(0)
             if style == "mode":
                 with ral_mode(dev):  # a lazy module materializes inside the mode (CPU's RNG)
                     actual = _run(copy.deepcopy(init if lazy is None else lazy), _fresh(fwd.args), _fresh(fwd.kwargs))
