@@ -241,7 +241,6 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
     name = opinfo_name(op)
     dname = str(dtype).replace("torch.", "")
     t0 = time.perf_counter()
-    _seed(0)
     samples = samples_of(op, dtype, max_samples)
     cov = Coverage()
     error = ""
