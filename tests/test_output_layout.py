@@ -1,6 +1,7 @@
 """Capability: a fresh output of a vendor kernel is laid out as PyTorch's meta kernel lays it
 out (a pointwise op on transposed inputs gives a transposed result, as on CPU), and every
-kernel writes through those strides: values match CPU on both devices.
+kernel writes through those strides: values match CPU on both devices, with tensors moved to
+the device and with CPU tensors under ral_mode (whose results come back to CPU).
 
 The inputs: every float32 OpInfo sample of each op that a plugin manifest serves, with each
 tensor of two or more dimensions re-laid out column-major in its last two dimensions (same
@@ -12,12 +13,15 @@ CPU's too.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from sweep_support import DEVICES, need_device
 
 from torch_fl.core.registry import REGISTRY
 from torch_fl.device.index import parse_device
+from torch_fl.mode import ral_mode
 from torch_fl.observe import conformance as C
 from torch_fl.observe.coverage import Coverage
 
@@ -62,9 +66,19 @@ def _close(actual, expected):
 OPS = _ops()
 
 
+def _run(op, sample, dev, style):
+    """op on the sample's tensors moved to dev ("device"), or on the CPU sample under ral_mode."""
+    if style == "mode":
+        with ral_mode(dev):
+            return op(sample.input, *sample.args, **sample.kwargs)
+    moved = sample.transform(lambda t: C._to(t, dev))
+    return op(moved.input, *moved.args, **moved.kwargs)
+
+
+@pytest.mark.parametrize("style", ["device", "mode"])
 @pytest.mark.parametrize("dev", DEVICES)
 @pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
-def test_permuted_inputs_match_cpu_values_and_layout(dev, op):
+def test_permuted_inputs_match_cpu_values_and_layout(dev, op, style):
     need_device(dev)
     if op.name not in _manifest_names(parse_device(dev)):
         pytest.skip(f"{dev}'s manifest has no kernel for {op.name}")
@@ -79,18 +93,19 @@ def test_permuted_inputs_match_cpu_values_and_layout(dev, op):
         if C._is_random(op, sample):
             continue  # no values to compare (test_opinfo checks shapes and dtypes)
         for _ in range(2):  # the second call takes the cached plans and signatures
-            moved = sample.transform(lambda t, dev=dev: C._to(t, dev))
             cov = Coverage()
             with cov:
-                actual = op(moved.input, *moved.args, **moved.kwargs)
+                actual = _run(op, sample, dev, style)
             _close(C._cpu(actual), expected)
             vendor_only = {tier for _, tier in cov.counts} == {"vendor"}
             for a, e in zip(_tensors(actual), _tensors(expected)):
-                if vendor_only and e.numel() > 1:
+                if style == "device" and vendor_only and e.numel() > 1:
                     assert a.stride() == e.stride(), f"sample {i}: {a.stride()} vs CPU's {e.stride()}"
                 if e.dim() >= 2 and e.is_floating_point():
                     # A view and a kernel on the result: they read its strides through the
                     # signature the fast caches keep for it, which must say the same.
-                    _close((a.mT * 2).cpu(), e.mT * 2)
+                    with ral_mode(dev) if style == "mode" else contextlib.nullcontext():
+                        twice = a.mT * 2
+                    _close(C._cpu(twice), e.mT * 2)
         checked += 1
     assert checked, f"no sample of {op.name} ran on CPU"
