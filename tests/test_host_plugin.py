@@ -13,6 +13,7 @@ compiler error, launch of the compiled kernel.
 from __future__ import annotations
 
 import json
+import math
 import os
 import zlib
 
@@ -360,6 +361,49 @@ def test_reductions(dtype):
         close(_flatten(f(x.to(DEV))), [t.to(dtype) if t.is_floating_point() else t for t in _flatten(f(x.float()))])
     else:
         check(f, x)
+
+
+# [rows, cols] shapes for the column schedule: one block with the rows split (bias gradients),
+# several blocks, a remainder block, a row count that is not a multiple of 8, and an outer
+# kept dim; each also from a column-major copy (reduced dim contiguous: the row schedule).
+COLUMN_SHAPES = [(8192, 16), (8192, 128), (1003, 300), (517, 1030), (4, 2000, 33)]
+
+
+def _exact_column_sums(x: torch.Tensor) -> torch.Tensor:
+    """x.sum(-2) correctly rounded to float64 (math.fsum per column)."""
+    cols = x.double().movedim(-2, -1)
+    flat = [math.fsum(c) for c in cols.reshape(-1, cols.shape[-1]).tolist()]
+    return torch.tensor(flat, dtype=torch.float64).reshape(cols.shape[:-1])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=str)
+def test_column_sums(shape, dtype):
+    # Cancelling sums of thousands of values: a relative tolerance on a small result would
+    # fail CPU itself. As in test_reduction_accuracy.py, both sides are measured against the
+    # exact sum: the device may err at most 2x CPU's error, plus 2 ulps of the dtype at the
+    # largest result and a float64 rounding of the largest column's sum of |x|.
+    x = rand(shape, dtype)
+    rows = shape[-2]
+    exact = _exact_column_sums(x)
+    floor = 2 * torch.finfo(dtype).eps * exact.abs().max().item() + 2.0**-52 * x.double().abs().sum(-2).max().item()
+
+    def f(x):
+        return [x.sum(-2), x.mean(-2), x.transpose(-1, -2).contiguous().transpose(-1, -2).sum(-2)]
+
+    for got, cpu, ref in zip(f(x.to(DEV)), f(x), [exact, exact / rows, exact]):
+        got = got.cpu()
+        assert got.dtype == dtype and got.shape == ref.shape
+        e_dev = (got.double() - ref).abs().max().item()
+        e_cpu = (cpu.double() - ref).abs().max().item()
+        assert e_dev <= 2 * e_cpu + floor, f"error {e_dev:.3e}, CPU {e_cpu:.3e}, floor {floor:.3e}"
+
+
+def test_integer_column_sums_stay_exact():
+    # Past 2^53 a double accumulator would round: integer column sums keep int64 arithmetic.
+    x = torch.full((4096, 8), 2**50 + 3, dtype=torch.int64)
+    x[::2] = -(2**50) + 1
+    check(lambda t: [t.sum(0), t.t().sum(1)], x)
 
 
 def test_all_over_bool_masks():

@@ -87,6 +87,8 @@ def _reductions(x: torch.Tensor):
         ("sum", lambda t: t.sum(), FLOOR_ULPS, s),
         ("mean", lambda t: t.mean(), FLOOR_ULPS, s / x.numel()),
         ("sum_dim", lambda t: t[: rows.numel()].reshape(rows.shape).sum(0), FLOOR_ULPS, s),
+        # tall and narrow, a bias gradient's shape: the column schedule splits the rows
+        ("sum_cols", lambda t: t[: (t.numel() // 16) * 16].reshape(-1, 16).sum(0), FLOOR_ULPS, s),
         ("norm", lambda t: torch.linalg.vector_norm(t), FLOOR_ULPS, None),
         ("var", lambda t: t.var(), FLOOR_ULPS, None),
         ("std", lambda t: t.std(), FLOOR_ULPS, None),
