@@ -1,7 +1,8 @@
 """Issue 13 item 5, the jit tier against what a user has, every side in its own fresh process:
 
 - each op with a host vendor kernel (add, mul, exp, tanh, sigmoid, gelu) on 4M floats, forced
-  to the jit tier vs left to the vendor kernel, on ral:0;
+  to the jit tier vs left to the vendor kernel, on ral:0: both paths of the same device, so
+  they alternate in blocks inside each fresh process (procs.paired), with an A/A control;
 - the 6-op pointwise chain on 16M floats fused by `torch_fl.fuse()` on ral:0 vs eager CPU and
   vs `torch.compile` (Inductor) on CPU.
 
@@ -15,7 +16,7 @@ import os
 
 import torch
 from common import Result
-from procs import alternate, median_ratio
+from procs import alternate, median_ratio, paired
 
 DEV = os.environ.get("BENCH_DEVICE", "ral:0")
 
@@ -29,15 +30,24 @@ OPS = {
 }
 
 
+_INPUTS: list = []
+
+
+def _shared_inputs():
+    """One pair of 4M-float inputs per process: paired sides must read the same buffers, or
+    their placement (huge pages or not) differs by up to 10% between sides."""
+    if not _INPUTS:
+        torch.manual_seed(0)
+        _INPUTS.extend((torch.randn(1 << 22).to(DEV), torch.randn(1 << 22).to(DEV)))
+    return _INPUTS
+
+
 def _op_side(name: str, tier: str):
     import torch_fl  # noqa: F401  (registers the ral device in this ral-side process)
     from torch_fl.dispatch import router
 
     op, fn = OPS[name]
-    torch.manual_seed(0)
-    x, y = torch.randn(1 << 22).to(DEV), torch.randn(1 << 22).to(DEV)
-    if tier == "jit":
-        router.set_op_override(op, "jit")
+    x, y = _shared_inputs()
     n = 5
 
     def run():
@@ -45,7 +55,10 @@ def _op_side(name: str, tier: str):
             fn(x, y)
         torch.ral.synchronize()
 
-    return run, n
+    def enter():  # route this side's op (the paired child runs both sides in one process)
+        router.set_op_override(op, "jit" if tier == "jit" else None)
+
+    return run, n, enter
 
 
 def chain(x, b):
@@ -76,7 +89,10 @@ def _chain_side(side: str):
     return fused, 1
 
 
-SIDES = {f"jit_{name}": {t: (lambda name=name, t=t: _op_side(name, t)) for t in ("vendor", "jit")} for name in OPS}
+SIDES = {
+    f"jit_{name}": {t: (lambda name=name, t=t: _op_side(name, t)) for t in ("vendor", "jit", "vendor_twin")}
+    for name in OPS
+}
 SIDES["chain"] = {s: (lambda s=s: _chain_side(s)) for s in ("eager", "inductor", "fused")}
 
 
@@ -87,16 +103,20 @@ def _rounds() -> int:
 
 
 def jit_vs_vendor(dev: str) -> list[Result]:
-    """4M floats per op: the forced jit tier vs the vendor kernel, each in its own processes."""
+    """4M floats per op: the forced jit tier vs the vendor kernel, paired in fresh processes
+    (procs.paired), and an A/A control (the vendor kernel against itself) for the bias."""
     os.environ["BENCH_DEVICE"] = dev
     rows = []
-    for name in OPS:
-        times = alternate("bench_jit_sides", f"jit_{name}", ["vendor", "jit"], _rounds())
+    for name in [*OPS, "add (A/A control)"]:
+        case, sides = (f"jit_{name}", ["vendor", "jit"]) if name in OPS else ("jit_add", ["vendor", "vendor_twin"])
+        times = paired("bench_jit_sides", case, sides, _rounds())
         med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
-        row = Result(f"4M {name}: jit vs vendor kernel", dev, med["jit"], "vendor kernel (own process)", med["vendor"])
+        subject, base = sides[1], sides[0]
+        label = f"4M {name}: jit vs vendor kernel" if name in OPS else f"4M {name}: vendor vs vendor"
+        row = Result(label, dev, med[subject], "vendor kernel (same processes)", med[base])
         row.target = 1.05
-        row.rounds_ratio = median_ratio(times, "jit", "vendor")
-        row.note = f"jit {med['jit'] * 1e3:.2f} ms, vendor {med['vendor'] * 1e3:.2f} ms"
+        row.rounds_ratio = median_ratio(times, subject, base)
+        row.note = f"{subject} {med[subject] * 1e3:.2f} ms, vendor {med[base] * 1e3:.2f} ms"
         rows.append(row)
     return rows
 

@@ -9,6 +9,13 @@ median of the per-round ratios.
 A side is `SIDES[case][side]()` in a module named by the case: it builds its inputs and
 returns (fn, inner) where fn() is one timed sample running `inner` iterations (already
 synchronized). The child prints one JSON line with the median seconds per iteration.
+
+`paired` is for micro-cases whose sides are two paths of the same device (the jit tier
+against a vendor kernel): both sides run in each fresh process, in alternating blocks, so
+the per-process ratio does not carry the process-to-process spread of a memory-bound
+kernel (page placement, huge pages: +-20% between processes here). A third element of a
+side's tuple, `enter`, runs untimed before each of its blocks (switch the routing there).
+The driver's A/A control (a side against its own twin) shows the remaining bias.
 """
 
 from __future__ import annotations
@@ -73,5 +80,57 @@ def median_ratio(times: dict, subject: str, baseline: str) -> float:
     return statistics.median(a / b for a, b in zip(times[subject], times[baseline]))
 
 
+def child_paired(module: str, case: str, sides: list[str], repeats: int, blocks: int) -> int:
+    """Runs every side in this (fresh) process in alternating blocks; prints each side's
+    median seconds per iteration."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(1, str(HERE.parent))
+    mod = __import__(module)
+    built = {s: mod.SIDES[case][s]() for s in sides}
+    samples: dict[str, list[float]] = {s: [] for s in sides}
+    for b in range(blocks):
+        for s in sides if b % 2 == 0 else sides[::-1]:
+            fn, inner, *enter = built[s]
+            if enter:
+                enter[0]()
+            fn()  # warm after the switch
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                fn()
+                samples[s].append((time.perf_counter() - t0) / inner)
+    print(json.dumps({s: statistics.median(v) for s, v in samples.items()}))
+    return 0
+
+
+def paired(module: str, case: str, sides: list[str], rounds: int, repeats: int = 5, blocks: int = 8) -> dict:
+    """Per side, the list of per-process medians; each process runs all sides (child_paired),
+    starting with sides[0] in even rounds and sides[-1] in odd ones."""
+    times: dict[str, list[float]] = {s: [] for s in sides}
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    for r in range(rounds):
+        order = sides if r % 2 == 0 else sides[::-1]
+        cmd = [
+            sys.executable,
+            str(HERE / "procs.py"),
+            "--paired",
+            module,
+            case,
+            ",".join(order),
+            str(repeats),
+            str(blocks),
+        ]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        if out.returncode != 0:
+            raise RuntimeError(f"{module}.{case} (paired) failed:\n{out.stderr[-3000:]}")
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        for s in sides:
+            times[s].append(got[s])
+    return times
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--paired":
+        a = sys.argv[2:]
+        raise SystemExit(child_paired(a[0], a[1], a[2].split(","), int(a[3]), int(a[4])))
     raise SystemExit(child_main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
