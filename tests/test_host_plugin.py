@@ -4,7 +4,7 @@ Every aten op of manifests/host.json must be reached by at least one case below 
 coverage test watches the dispatcher), over the dtypes the manifest lists for it, with
 strided, broadcast and in-place variants. Tolerances: float32 rtol 1.3e-5 / atol 1e-5,
 float64 1e-7 / 1e-7, float16 2e-3 (two half ulps), bfloat16 1.6e-2 (torch's own assert_close defaults);
-integers and bool exactly. The fast float32 exp/log/tanh/erf/sigmoid (fastmath.h) are
+integers and bool exactly. The fast float32 exp/log/tanh/erf/sigmoid (ral_fastmath.h) are
 swept densely against torch CPU within 4 float32 ulp (relative 5e-7, plus 1e-30 absolute
 near zero). The jit `compile` entry is exercised through the runtime: compile, cache hit,
 compiler error, launch of the compiled kernel.

@@ -243,6 +243,32 @@ def test_host_jit_links_simd_math_where_glibc_has_it():
     assert "-lmvec" in kernel_cache.options_for(target.target_of(d))
 
 
+@pytest.mark.parametrize("dev", DEVS[:1])  # the host plugin: the C codegen
+def test_single_op_kernels_compute_as_vendor_kernels_fused_ones_round_as_eager(dev, forced, monkeypatch):
+    """codegen_c.FASTMATH: a single op's kernel contracts a*b+c into FMA and uses the vendor's
+    inlined fast math (1.3-1.4x faster); a fused kernel must not, so every op still rounds
+    its result as eager does: (t * 1.5 + 0.25) is bit-identical to CPU, even at cancellation."""
+    from torch_fl.jit import pointwise
+
+    sources = []
+    for mod in (pointwise, fusion):
+        real = mod.compile_kernel
+        monkeypatch.setattr(
+            mod, "compile_kernel", lambda t, src, name, real=real: sources.append(src) or real(t, src, name)
+        )
+    x = torch.randn(4096)
+    x[:64] = -1 / 6 + torch.randn(64) * 1e-7  # t * 1.5 + 0.25 close to 0: FMA would differ
+    dev = f"ral:{dev}"
+    got = torch.sigmoid(x.to(dev)).cpu()
+    torch.testing.assert_close(got, torch.sigmoid(x), rtol=1.3e-6, atol=1e-7)
+    assert sources and sources[-1].startswith("#define RAL_JIT_SINGLE_OP\n#define RAL_JIT_INLINE_EXP\n")
+    sources.clear()
+    with J.fuse():
+        y = (x.to(dev) * 1.5 + 0.25) * 2.0
+    assert sources and not sources[-1].startswith("#define RAL_JIT_SINGLE_OP")
+    assert torch.equal(y.cpu(), (x * 1.5 + 0.25) * 2.0)
+
+
 # ------------------------------------------------------------------ reductions
 _REDUCE_CASES = {
     "sum_all": lambda t: t.sum(),

@@ -68,9 +68,9 @@ static void softmax_tile_row(const sdpa_args* g, int64_t b, int64_t h, int64_t i
     memset(row, 0, (size_t)nk * sizeof(float));
     return;
   }
-  float corr = host_expf(*m - mnew), sum = 0.0f;
+  float corr = ral_expf(*m - mnew), sum = 0.0f;
   for (int64_t j = 0; j < nk; j++) {
-    float p = host_expf(row[j] - mnew); /* ...and propagates here */
+    float p = ral_expf(row[j] - mnew); /* ...and propagates here */
     row[j] = p;
     sum += p;
   }
@@ -260,7 +260,7 @@ static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
     }
     float m = a->lse_in[b * g->sl[0] + h * g->sl[1] + i * g->sl[2]];
     int64_t vis = g->causal ? (i + 1 < S ? i + 1 : S) : S;
-    for (int64_t j = 0; j < vis; j++) row[j] = host_expf(row[j] - m); /* exp(-inf) = 0: hidden keys */
+    for (int64_t j = 0; j < vis; j++) row[j] = ral_expf(row[j] - m); /* exp(-inf) = 0: hidden keys */
     for (int64_t j = vis; j < S; j++) row[j] = 0.0f;
   }
   if (Ev > 0) {

@@ -220,7 +220,7 @@ def _build(sch, args, kwargs, full, dev):
     ct = compute_dtype(promo, out_dtype)
     if not ct.is_floating_point and not tmpl.ints:
         raise Unfit("integer computation of a float-only template")
-    spec = PointwiseSpec(outs=[out_dtype])
+    spec = PointwiseSpec(outs=[out_dtype], single_op=True)
     leaves = []
     plan = []
     tag = "f" if ct.is_floating_point else "i"

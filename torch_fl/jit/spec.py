@@ -23,6 +23,7 @@ class PointwiseSpec:
     scalars: list = field(default_factory=list)  # (torch dtype, tag) tag: "f" float, "i" int/bool
     lets: list = field(default_factory=list)  # (name, E)
     stores: list = field(default_factory=list)  # (output index, E)
+    single_op: bool = False  # one aten op's formula (codegen_c: FMA and the vendor's fast math)
 
     @property
     def dtypes(self) -> set:
