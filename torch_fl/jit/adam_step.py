@@ -16,7 +16,7 @@ import torch.optim.adam as _adam
 
 from torch_fl._native import ffi
 from torch_fl.jit.expr import E, call, isnan, lor, var, where
-from torch_fl.jit.kernel_cache import compile_kernel
+from torch_fl.jit.kernel_cache import kernel_for
 from torch_fl.jit.pointwise import Unfit, geometry_scalars, source_for
 from torch_fl.jit.spec import PointwiseSpec
 from torch_fl.jit.target import target_of
@@ -109,8 +109,8 @@ def _claim(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, k
 
 
 def _kernel(target, dt, amsgrad, maximize, decay, small_w):
-    source, name = source_for(target, _spec(dt, amsgrad, maximize, decay, small_w))
-    return compile_kernel(target, source, name)
+    flags = (dt, amsgrad, maximize, decay, small_w)
+    return kernel_for(target, ("adam",) + flags, lambda: source_for(target, _spec(*flags)))
 
 
 def _single_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *args, **kw):

@@ -22,6 +22,7 @@ from torch_fl.jit.target import Target, include_dir
 _lock = threading.Lock()
 _handles: dict = {}  # (dev, source hash) -> handle, or None after a failure
 _warned: set = set()
+_by_key: dict = {}  # (dev, caller's key) -> handle, for kernels whose source is costly to rebuild
 # Counters for tests and benchmarks: compiles that reached the plugin, and their time.
 STATS = {"compiles": 0, "compile_s": 0.0, "failures": 0, "hits": 0}
 
@@ -95,8 +96,21 @@ def compile_kernel(target: Target, source: str, name: str) -> int | None:
         return out[0]
 
 
+def kernel_for(target: Target, key: tuple, make_source) -> int | None:
+    """compile_kernel(target, *make_source()), remembered under `key`: a caller that launches
+    the same generated kernel every step (adam_step) skips regenerating and hashing its source."""
+    k = (target.dev, key)
+    if k in _by_key:
+        return _by_key[k]
+    handle = compile_kernel(target, *make_source())
+    with _lock:
+        _by_key[k] = handle
+    return handle
+
+
 def clear() -> None:
     """Forget compiled handles and warnings (tests use it to force fresh compiles)."""
     with _lock:
         _handles.clear()
+        _by_key.clear()
         _warned.clear()
