@@ -30,6 +30,10 @@ void host_pool_note_caller(void);
 /*! Marks the current thread as one the plugin owns: OpenMP/OpenBLAS run single-threaded. */
 void host_pool_own_thread(void);
 
+/*! Called by a stream worker before each kernel: whether more work is queued behind it. A
+ *  medium loop with nothing behind it does not wake sleeping helpers (pool.c). */
+void host_pool_note_backlog(int more);
+
 /*! Enter/leave a kernel run inline on the API caller's thread: loops stay on that thread. */
 int host_inline_enter(void);
 void host_inline_leave(int saved);

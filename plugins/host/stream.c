@@ -204,6 +204,7 @@ static void* worker_main(void* arg) {
       if (s->waiters) pthread_cond_broadcast(&s->done_cv);
       continue;
     }
+    host_pool_note_backlog(s->head != NULL);
     pthread_mutex_unlock(&s->mu);
     ral_status st = execute(n);
     pthread_mutex_lock(&s->mu);
