@@ -85,6 +85,11 @@ try:
     b.cpu()
 except torch_fl.KernelError as exc:
     print("async:", exc)
+c = a + a                       # queued: fails at .item()'s copy-and-wait
+try:
+    c[0].item()
+except torch_fl.KernelError as exc:
+    print("async item:", exc)
 print("still alive", keep.tolist(), (keep - keep).tolist())
 """,
     )
@@ -96,6 +101,7 @@ print("still alive", keep.tolist(), (keep - keep).tolist())
         "async: RAL_ERROR_KERNEL_FAILED: [faulty]" in out
         and "aten::add.Tensor (kernel faulty_kernel): injected failure" in out
     )
+    assert "async item: RAL_ERROR_KERNEL_FAILED: [faulty]" in out
     assert "still alive [0.0, 1.0, 2.0, 3.0] [0.0, 0.0, 0.0, 0.0]" in out
 
 

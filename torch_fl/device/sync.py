@@ -23,6 +23,14 @@ def synchronize_stream(dev: int, stream: int, reason: str = "stream") -> None:
     check(lib.rt_stream_synchronize(dev, stream))
 
 
+def copy_to_host_and_wait(dev: int, stream: int, dst, src: int, offset: int, nbytes: int, reason: str) -> None:
+    """Copy device bytes into host memory and wait for the stream, in one runtime call (a
+    copy then synchronize_stream costs `.item()` two trips through Python and cffi)."""
+    if SYNC_OBSERVERS:
+        notify(dev, reason)
+    check(lib.rt_copy_d2h(dev, stream, dst, src, offset, nbytes, 1))
+
+
 def synchronize(dev: int, reason: str = "stream") -> None:
     """Wait for the device's current stream; surfaces asynchronous kernel errors."""
     synchronize_stream(dev, current(dev), reason)

@@ -12,7 +12,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, device_records
 from torch_fl.device.stream_state import current
-from torch_fl.device.sync import notify, synchronize_stream
+from torch_fl.device.sync import copy_to_host_and_wait, notify, synchronize_stream
 from torch_fl.tensor.layout import byte_range
 
 # Buffer (held weakly, by identity) -> uint8 CPU tensor over its host mapping.
@@ -92,9 +92,7 @@ def item(t):
     dev = t._dev
     isz = t.dtype.itemsize
     cell = ffi.new("uint64_t*")  # 8 aligned bytes
-    stream = current(dev)
-    check(lib.rt_copy_d2h(dev, stream, cell, t._buf.ptr, t.storage_offset() * isz, isz, 0))
-    synchronize_stream(dev, stream, "copy to host")
+    copy_to_host_and_wait(dev, current(dev), cell, t._buf.ptr, t.storage_offset() * isz, isz, "copy to host")
     v = ffi.cast(ctype, cell)[0]
     return bool(v) if t.dtype is torch.bool else v
 
