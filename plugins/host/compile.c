@@ -34,7 +34,7 @@
  *   - optional: a module that exports the data symbol
  *       void (*ral_jit_parallel_for)(int64_t n, int64_t grain,
  *                                    void (*body)(int64_t begin, int64_t end, void* ctx), void* ctx);
- *     gets it set to this plugin's pool (pool.h host_parallel_for) after loading, so its
+ *     gets it set to this plugin's pool (pool.h host_parallel_for_light) after loading, so its
  *     loops share the plugin's one thread budget instead of starting an OpenMP team.
  */
 #define _GNU_SOURCE
@@ -515,9 +515,9 @@ ral_status host_compile(int32_t device, const char* lang, const char* source,
   }
   m->handle = handle;
   /* Generated loops run on the plugin's pool (torch_fl/jit/codegen_c.py PARALLEL): a module
-   * that exports the slot gets host_parallel_for; one without it runs its loops inline. */
+   * that exports the slot gets host_parallel_for_light; one without it runs its loops inline. */
   void (**parallel_slot)(int64_t, int64_t, host_range_fn, void*) = dlsym(handle, "ral_jit_parallel_for");
-  if (parallel_slot) *parallel_slot = host_parallel_for;
+  if (parallel_slot) *parallel_slot = host_parallel_for_light;
   *module = m;
   return RAL_OK;
 }

@@ -106,5 +106,5 @@ void host_iter_run(const host_iter* it, host_row_fn fn, const void* ctx, int64_t
   }
   /* chunks of 64-element blocks, so threads do not share cache lines of the output */
   iter_job j = {it, fn, ctx};
-  host_parallel_for((it->numel + 63) / 64, (grain + 63) / 64, iter_blocks, &j);
+  host_parallel_for_light((it->numel + 63) / 64, (grain + 63) / 64, iter_blocks, &j);
 }

@@ -30,9 +30,14 @@ void host_pool_note_caller(void);
 /*! Marks the current thread as one the plugin owns: OpenMP/OpenBLAS run single-threaded. */
 void host_pool_own_thread(void);
 
-/*! Called by a stream worker before each kernel: whether more work is queued behind it. A
- *  medium loop with nothing behind it does not wake sleeping helpers (pool.c). */
+/*! Called by a stream worker before each kernel: whether more work is queued behind it. */
 void host_pool_note_backlog(int more);
+
+/*! host_parallel_for for loops whose grain is a fixed amount of cheap work (elementwise,
+ *  generated kernels): with nothing queued behind the kernel and every helper asleep, a loop
+ *  under 8 grains runs inline rather than pay a wake-up. Not for GEMM panels, attention
+ *  tasks or copy chunks, where one grain unit is heavy. */
+void host_parallel_for_light(int64_t n, int64_t grain, host_range_fn body, void* ctx);
 
 /*! Enter/leave a kernel run inline on the API caller's thread: loops stay on that thread. */
 int host_inline_enter(void);
