@@ -44,9 +44,10 @@ static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 static _Thread_local int tl_serial; /* pool helper, or a kernel inline on the caller */
 static _Thread_local int tl_backlog = 1; /* more work queued behind this kernel (pool.h) */
 /* Without a backlog, a light loop (host_parallel_for_light) shorter than this many grains
- * stays on the calling thread when every helper sleeps: waking one costs a futex wake and a context switch, tens of µs on a
- * VM. Measured (synchronized x + x, one op per sync, medians): 65,536 floats 49 µs on two
- * threads vs 28 µs on one, 131,072: 53 vs 42, 262,144: 68 vs 76 (the crossover). */
+ * stays on the calling thread when every helper sleeps: waking one costs a futex wake and a
+ * context switch, tens of µs on a VM. Measured (synchronized x + x, one op per sync,
+ * medians): 65,536 floats 49 µs on two threads vs 28 µs on one, 131,072: 53 vs 42,
+ * 262,144: 68 vs 76 (the crossover). */
 #define POOL_COLD_GRAINS 8
 
 static uint64_t now_ns(void) {
@@ -176,11 +177,11 @@ void host_parallel_for(int64_t n, int64_t grain, host_range_fn body, void* ctx) 
   if (n <= 0) return;
   int budget = host_threads();
   if (grain < 1) grain = 1;
-  pool_t* p = &g_pool;
   if (n <= grain || budget <= 1 || tl_serial) {
     body(0, n, ctx);
     return;
   }
+  pool_t* p = &g_pool;
   int expected = 0;
   if (!atomic_compare_exchange_strong(&p->busy, &expected, 1)) { /* another region runs: stay in budget */
     body(0, n, ctx);

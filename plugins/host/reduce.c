@@ -215,14 +215,13 @@ static void kept_offsets(const rplan* P, int64_t j, int64_t* in_off, int64_t* ou
   }
 }
 
-/* Reduce flattened reduced positions [begin, end) of the row starting at `base`. */
-static void reduce_range(const rplan* P, const char* base, int64_t begin, int64_t end, rop op,
-                         racc* a, double mean) {
-  row_fn fn = rows[P->in_dtype];
-  if (P->nr == 0) {
-    if (begin < end) fn(base, 1, 0, op, a, begin, mean);
-    return;
-  }
+/* fn(p, n, stride, pos, ctx) for each run of reduced positions [begin, end) from `base` that
+ * lies along the innermost reduced dim: n elements `stride` bytes apart, the first at flat
+ * reduced position pos. Needs P->nr >= 1. */
+typedef void (*run_fn)(const char* p, int64_t n, int64_t stride, int64_t pos, void* ctx);
+
+static void for_each_run(const rplan* P, const char* base, int64_t begin, int64_t end, run_fn fn,
+                         void* ctx) {
   int last = P->nr - 1;
   int64_t idx[RAL_MAX_RANK], rest = begin, off = 0;
   for (int k = last; k >= 0; k--) {
@@ -230,11 +229,10 @@ static void reduce_range(const rplan* P, const char* base, int64_t begin, int64_
     rest /= P->rsize[k];
     off += idx[k] * P->rin[k];
   }
-  int64_t pos = begin;
-  while (pos < end) {
+  for (int64_t pos = begin; pos < end;) {
     int64_t n = P->rsize[last] - idx[last];
     if (n > end - pos) n = end - pos;
-    fn(base + off, n, P->rin[last], op, a, pos, mean);
+    fn(base + off, n, P->rin[last], pos, ctx);
     pos += n;
     idx[last] += n;
     off += n * P->rin[last];
@@ -244,6 +242,30 @@ static void reduce_range(const rplan* P, const char* base, int64_t begin, int64_
       idx[k - 1]++;
     }
   }
+}
+
+typedef struct {
+  row_fn fn;
+  rop op;
+  racc* a;
+  double mean;
+} row_run;
+
+static void reduce_run(const char* p, int64_t n, int64_t stride, int64_t pos, void* ctx) {
+  const row_run* r = ctx;
+  r->fn(p, n, stride, r->op, r->a, pos, r->mean);
+}
+
+/* Reduce flattened reduced positions [begin, end) of the row starting at `base`. */
+static void reduce_range(const rplan* P, const char* base, int64_t begin, int64_t end, rop op,
+                         racc* a, double mean) {
+  row_fn fn = rows[P->in_dtype];
+  if (P->nr == 0) {
+    if (begin < end) fn(base, 1, 0, op, a, begin, mean);
+    return;
+  }
+  row_run r = {fn, op, a, mean};
+  for_each_run(P, base, begin, end, reduce_run, &r);
 }
 
 static racc acc_init(rop op, int is_float) {
@@ -406,30 +428,23 @@ typedef struct {
   double* parts; /* nsplit > 1: [item][COL_BLOCK] partial sums, combined by the caller */
 } col_job;
 
+typedef struct {
+  cols_fn cols;
+  int64_t w;
+  double* acc;
+} col_run;
+
+static void sum_columns_run(const char* p, int64_t n, int64_t stride, int64_t pos, void* ctx) {
+  (void)pos;
+  const col_run* r = ctx;
+  r->cols(p, stride, n, r->w, r->acc);
+}
+
 /* acc[k] += the columns [w0, w0 + w) of reduced positions [begin, end) from `base`. */
 static void col_range(const rplan* P, const char* base, int64_t begin, int64_t end, int64_t w,
                       double* acc) {
-  cols_fn cols = col_sums[P->in_dtype];
-  int last = P->nr - 1;
-  int64_t idx[RAL_MAX_RANK], rest = begin, off = 0;
-  for (int k = last; k >= 0; k--) {
-    idx[k] = rest % P->rsize[k];
-    rest /= P->rsize[k];
-    off += idx[k] * P->rin[k];
-  }
-  for (int64_t pos = begin; pos < end;) {
-    int64_t n = P->rsize[last] - idx[last];
-    if (n > end - pos) n = end - pos;
-    cols(base + off, P->rin[last], n, w, acc);
-    pos += n;
-    idx[last] += n;
-    off += n * P->rin[last];
-    for (int k = last; k > 0 && idx[k] == P->rsize[k]; k--) {
-      off += P->rin[k - 1] - idx[k] * P->rin[k];
-      idx[k] = 0;
-      idx[k - 1]++;
-    }
-  }
+  col_run r = {col_sums[P->in_dtype], w, acc};
+  for_each_run(P, base, begin, end, sum_columns_run, &r);
 }
 
 /* Column block `b` of outer row `o`: its first input byte offset, output offsets and width. */
