@@ -35,12 +35,32 @@ HERE = Path(__file__).resolve().parent
 PLAIN_SIDES = {"cpu", "eager", "empty_mode", "empty_subclass", "inductor"}
 
 
-def child_main(module: str, case: str, side: str, repeats: int, warmup: int) -> int:
-    """Runs one side in this (fresh) process and prints its median time per iteration."""
+def _cases(module: str):
+    """The benchmark module holding SIDES, imported in a child process."""
     sys.path.insert(0, str(HERE))
     sys.path.insert(1, str(HERE.parent))
-    mod = __import__(module)
-    fn, inner = mod.SIDES[case][side]()
+    return __import__(module)
+
+
+def _run_child(args: list[str], what: str, plain: bool = False) -> dict:
+    """Runs procs.py with `args` in a fresh interpreter; its last stdout line, parsed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
+    if plain:
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    out = subprocess.run(
+        [sys.executable, str(HERE / "procs.py"), *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child_main(module: str, case: str, side: str, repeats: int, warmup: int) -> int:
+    """Runs one side in this (fresh) process and prints its median time per iteration."""
+    fn, inner, *enter = _cases(module).SIDES[case][side]()
+    if enter:
+        enter[0]()
     for _ in range(warmup):
         fn()
     samples = []
@@ -54,15 +74,8 @@ def child_main(module: str, case: str, side: str, repeats: int, warmup: int) -> 
 
 def run_side(module: str, case: str, side: str, repeats: int, warmup: int) -> float:
     """Seconds per iteration of one side, measured in a fresh interpreter."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
-    if side in PLAIN_SIDES:
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    cmd = [sys.executable, str(HERE / "procs.py"), module, case, side, str(repeats), str(warmup)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"{module}.{case}.{side} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["s"]
+    args = [module, case, side, str(repeats), str(warmup)]
+    return _run_child(args, f"{module}.{case}.{side}", plain=side in PLAIN_SIDES)["s"]
 
 
 def alternate(module: str, case: str, sides: list[str], rounds: int, repeats: int = 7, warmup: int = 2) -> dict:
@@ -83,9 +96,7 @@ def median_ratio(times: dict, subject: str, baseline: str) -> float:
 def child_paired(module: str, case: str, sides: list[str], repeats: int, blocks: int) -> int:
     """Runs every side in this (fresh) process in alternating blocks; prints each side's
     median seconds per iteration."""
-    sys.path.insert(0, str(HERE))
-    sys.path.insert(1, str(HERE.parent))
-    mod = __import__(module)
+    mod = _cases(module)
     built = {s: mod.SIDES[case][s]() for s in sides}
     samples: dict[str, list[float]] = {s: [] for s in sides}
     for b in range(blocks):
@@ -106,24 +117,10 @@ def paired(module: str, case: str, sides: list[str], rounds: int, repeats: int =
     """Per side, the list of per-process medians; each process runs all sides (child_paired),
     starting with sides[0] in even rounds and sides[-1] in odd ones."""
     times: dict[str, list[float]] = {s: [] for s in sides}
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
     for r in range(rounds):
         order = sides if r % 2 == 0 else sides[::-1]
-        cmd = [
-            sys.executable,
-            str(HERE / "procs.py"),
-            "--paired",
-            module,
-            case,
-            ",".join(order),
-            str(repeats),
-            str(blocks),
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-        if out.returncode != 0:
-            raise RuntimeError(f"{module}.{case} (paired) failed:\n{out.stderr[-3000:]}")
-        got = json.loads(out.stdout.strip().splitlines()[-1])
+        args = ["--paired", module, case, ",".join(order), str(repeats), str(blocks)]
+        got = _run_child(args, f"{module}.{case} (paired)")
         for s in sides:
             times[s].append(got[s])
     return times
