@@ -61,6 +61,25 @@ def _op_side(name: str, tier: str):
     return run, n, enter
 
 
+def _small_side(tier: str):
+    """A 16-float add, 2000 ops per sample: the per-op host cost of each tier's launch."""
+    import torch_fl  # noqa: F401
+    from torch_fl.dispatch import router
+
+    x, y = torch.randn(16).to(DEV), torch.randn(16).to(DEV)
+    n = 2000
+
+    def run():
+        for _ in range(n):
+            torch.add(x, y)
+        torch.ral.synchronize()
+
+    def enter():
+        router.set_op_override("aten::add.Tensor", "jit" if tier == "jit" else None)
+
+    return run, n, enter
+
+
 def chain(x, b):
     """Six pointwise ops: scale, bias, tanh-approximated gelu, scale, residual, sigmoid."""
     y = x * 0.5 + b
@@ -93,6 +112,7 @@ SIDES = {
     f"jit_{name}": {t: (lambda name=name, t=t: _op_side(name, t)) for t in ("vendor", "jit", "vendor_twin")}
     for name in OPS
 }
+SIDES["small_add"] = {t: (lambda t=t: _small_side(t)) for t in ("vendor", "jit")}
 SIDES["chain"] = {s: (lambda s=s: _chain_side(s)) for s in ("eager", "inductor", "fused")}
 
 
@@ -118,6 +138,14 @@ def jit_vs_vendor(dev: str) -> list[Result]:
         row.rounds_ratio = median_ratio(times, subject, base)
         row.note = f"{subject} {med[subject] * 1e3:.2f} ms, vendor {med[base] * 1e3:.2f} ms"
         rows.append(row)
+    times = paired("bench_jit_sides", "small_add", ["vendor", "jit"], _rounds(), repeats=7)
+    med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
+    row = Result(
+        "16-float add per op: jit vs vendor kernel", dev, med["jit"], "vendor kernel (same processes)", med["vendor"]
+    )
+    row.rounds_ratio = median_ratio(times, "jit", "vendor")
+    row.note = f"jit {med['jit'] * 1e6:.1f} us, vendor {med['vendor'] * 1e6:.1f} us per op (host cost; no target)"
+    rows.append(row)
     return rows
 
 

@@ -215,6 +215,46 @@ def test_math_kernels_match_cpu_over_wide_ranges(dev, dtype, forced):
 
 
 @pytest.mark.parametrize("dev", DEVS)
+def test_launch_plan_patches_pointers_offsets_and_scalars(dev, forced, monkeypatch):
+    """After its first launch a jit run patches its packed call instead of packing it anew:
+    each later call must still read its own operands (other buffers, other storage
+    offsets), write its own output (fresh, in place or out=) and use its own scalar values,
+    also from autograd's device thread."""
+    from torch_fl.jit.pointwise import JitRun
+
+    planned = []
+    real = JitRun._launch_planned
+    monkeypatch.setattr(JitRun, "_launch_planned", lambda self, full: planned.append(1) or real(self, full))
+    base = torch.randn(6, 40)
+    d = base.to(f"ral:{dev}")
+    exact = dict(rtol=0, atol=0)
+    for i in range(4):
+        x, y = base[i], base[i + 1]
+        dx, dy = d[i], d[i + 1]  # same shape and strides each round, storage offset moves
+        torch.testing.assert_close(torch.add(dx, dy, alpha=i + 0.5).cpu(), torch.add(x, y, alpha=i + 0.5), **exact)
+        torch.testing.assert_close(torch.mul(dx, 2.0 - i).cpu(), torch.mul(x, 2.0 - i), **exact)
+        ix = (x * 100).to(torch.int32)
+        torch.testing.assert_close(torch.mul(ix.to(f"ral:{dev}"), i + 2).cpu(), ix * (i + 2), **exact)
+        fill = torch.tensor(float(i))  # a 0-dim CPU tensor operand, read at every call
+        torch.testing.assert_close(torch.where(dx > 0, dx, fill).cpu(), torch.where(x > 0, x, fill), **exact)
+        inplace = dx.clone()
+        inplace.mul_(dy)
+        torch.testing.assert_close(inplace.cpu(), x * y, **exact)
+        out = torch.empty(40, device=f"ral:{dev}")
+        torch.sub(dx, dy, out=out)
+        torch.testing.assert_close(out.cpu(), x - y, **exact)
+        torch.testing.assert_close(d.cpu(), base, **exact)  # no call wrote into its operands
+    assert len(planned) >= 4 * 5, "later calls did not take the launch plan"
+    # backward runs the same cached runs on autograd's device thread (its own packed arrays)
+    for i in range(3):
+        w = base[i].clone().requires_grad_()
+        dw = d[i].detach().clone().requires_grad_()
+        (w * base[i + 1] * (i + 1.5)).sum().backward()
+        (dw * d[i + 1] * (i + 1.5)).sum().backward()
+        torch.testing.assert_close(dw.grad.cpu(), w.grad, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dev", DEVS)
 def test_optional_scalar_arguments_run_in_jit(dev, forced):
     """`Scalar?` arguments (clamp's bounds; torch 2.13 prints them "Optional[number]") are
     run-time scalars: float and int bounds, one bound or both, all in one kernel per dtype."""

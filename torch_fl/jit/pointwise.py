@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from threading import get_ident
+
 import torch
 
-from torch_fl._native import ffi
+from torch_fl._native import ffi, lib
+from torch_fl.core.runtime import raise_status
+from torch_fl.device.memory import allocate
+from torch_fl.device.stream_state import current
 from torch_fl.jit.codegen_c import pointwise_c
 from torch_fl.jit.codegen_opencl import RMAX, coalesce, pointwise_cl
 from torch_fl.jit.expr import cast, var
@@ -12,11 +17,12 @@ from torch_fl.jit.kernel_cache import compile_kernel, kernel_name
 from torch_fl.jit.spec import PointwiseSpec
 from torch_fl.jit.target import Target, target_of
 from torch_fl.jit.templates import Ctx, template_for
+from torch_fl.tensor.layout import contiguous_strides
 from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
-from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor, wrap
 from torch_fl.tensor.transfer import empty_on
 from torch_fl.tiers import launch as L
-from torch_fl.tiers.packing import expand_strides, scalar_words
+from torch_fl.tiers.packing import TAG_FLOAT, expand_strides, pack_call, scalar_words
 from torch_fl.tiers.vendor import meta_run, to_meta
 
 _NAME = "RLK_NAME"
@@ -95,6 +101,7 @@ class JitRun:
         "out_dtype",
         "name_c",
         "single",
+        "launch_plan",
     )
 
     def __init__(self, sch, dev, target, handle, plan, scalar_dt, fresh, out_pos, out_shape, out_dtype):
@@ -109,9 +116,14 @@ class JitRun:
         self.out_shape = out_shape
         self.out_dtype = out_dtype
         self.name_c = ffi.new("char[]", sch.name.encode())
+        self.launch_plan = None
 
     def run(self, args, kwargs, full):
-        """Allocate (or take) the output, pack the call, launch the generated kernel."""
+        """Allocate (or take) the output and launch the generated kernel: the first call
+        packs it in full and keeps the packed words as this run's launch plan, later calls
+        patch the plan (_launch_planned)."""
+        if self.launch_plan is not None:
+            return self._launch_planned(full)
         dev, shape = self.dev, self.out_shape
         out = empty_on(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
         if out.numel() == 0:
@@ -130,8 +142,83 @@ class JitRun:
                 scalars.append(scalar_words(v, sdt[len(scalars)], tag, lang))
         if lang == "opencl-c":
             scalars += geometry_scalars(shape, [t[2] for t in tensors])
-        L.call(dev, self.handle, 1, tensors, scalars, self.name_c, self.target.plugin, self.sch.name)
+        packed, floats = pack_call(1, tensors, scalars)
+        L.launch_packed(dev, self.handle, packed, floats, [], self.name_c, self.target.plugin, self.sch.name)
+        self.launch_plan = LaunchPlan(self, packed, floats, tensors)
         return out
+
+    def _launch_planned(self, full):
+        """run() after the first call. The router keys a run by its operands' shapes, dtypes
+        and (unless contiguous) strides, so every geometry word of the packed call is fixed:
+        only data pointers, offsets and run-time scalar values change between calls. This
+        is the vendor tier's fast path (tiers/vendor.py `_specialize`) for generated kernels;
+        packing the whole call each time cost about 8 us of a 16-float op."""
+        lp = self.launch_plan
+        arr, farr = lp.arrays()
+        dev = self.dev
+        stream = current(dev)
+        if self.fresh:
+            out = wrap(allocate(dev, lp.out_nbytes, stream), self.out_shape, lp.out_strides, 0, self.out_dtype)
+        else:
+            out = full[self.out_pos]
+        arr[3] = out._buf.ptr
+        arr[4] = out.storage_offset() * lp.out_itemsize
+        for idx, pos, itemsize in lp.tensor_slots:
+            t = full[pos]
+            arr[idx] = t._buf.ptr
+            arr[idx + 1] = t.storage_offset() * itemsize
+        for idx, pos, kind, dt, tag in lp.scalar_slots:
+            v = full[pos]
+            if kind == IN_CPU0:
+                v = v.item()
+            word_tag, w = scalar_words(v, dt, tag, self.target.lang)
+            if word_tag == TAG_FLOAT:
+                farr[arr[idx + 1]] = w
+            else:
+                arr[idx + 1] = w
+        status = lib.rt_launch(dev, stream, self.handle, arr, lp.n, farr, ffi.NULL, self.name_c)
+        if status:
+            raise_status(status, plugin=self.target.plugin, op=self.sch.name)
+        return out
+
+
+class LaunchPlan:
+    """A JitRun's packed call from its first launch, with the word index of every value
+    that changes between calls. Each thread patches its own copy of the arrays: autograd
+    runs backward ops on its device thread with the forward's cached runs."""
+
+    __slots__ = ("template", "floats", "n", "tensor_slots", "scalar_slots", "per_thread")
+    __slots__ += ("out_nbytes", "out_strides", "out_itemsize")
+
+    def __init__(self, run: JitRun, packed: list, floats: list, tensors: list):
+        self.template, self.floats, self.n = packed, floats, len(packed)
+        self.per_thread: dict = {}
+        self.out_itemsize = run.out_dtype.itemsize
+        self.out_strides = contiguous_strides(run.out_shape)
+        self.out_nbytes = self.out_itemsize
+        for d in run.out_shape:
+            self.out_nbytes *= d
+        idx = 3 + 4 + 2 * len(run.out_shape)  # after the header and the output's descriptor
+        self.tensor_slots, self.scalar_slots = [], []
+        for pos, kind, _ in run.plan:
+            if kind == IN_TENSOR:
+                itemsize = tensors[len(self.tensor_slots) + 1][0].dtype.itemsize
+                self.tensor_slots.append((idx, pos, itemsize))
+                idx += 4 + 2 * len(run.out_shape)
+        for k, (pos, kind, tag) in enumerate(p for p in run.plan if p[1] != IN_TENSOR):
+            self.scalar_slots.append((idx + 2 * k, pos, kind, run.scalar_dt[k], tag))
+
+    def arrays(self):
+        """(packed words, float pool) cffi arrays of the calling thread."""
+        state = self.per_thread.get(get_ident())
+        if state is None:
+            if len(self.per_thread) >= 64:  # idents of finished threads: drop them all
+                self.per_thread.clear()
+            state = self.per_thread[get_ident()] = (
+                ffi.new("int64_t[]", self.template),
+                ffi.new("double[]", self.floats) if self.floats else ffi.NULL,
+            )
+        return state
 
 
 def plan_operands(sch, full):
