@@ -233,6 +233,8 @@ def test_launch_plan_patches_pointers_offsets_and_scalars(dev, forced, monkeypat
         dx, dy = d[i], d[i + 1]  # same shape and strides each round, storage offset moves
         torch.testing.assert_close(torch.add(dx, dy, alpha=i + 0.5).cpu(), torch.add(x, y, alpha=i + 0.5), **exact)
         torch.testing.assert_close(torch.mul(dx, 2.0 - i).cpu(), torch.mul(x, 2.0 - i), **exact)
+        # float64 scalars travel as raw bits in an int word on OpenCL
+        torch.testing.assert_close(torch.mul(dx.double(), 2.5 - i).cpu(), x.double() * (2.5 - i), **exact)
         ix = (x * 100).to(torch.int32)
         torch.testing.assert_close(torch.mul(ix.to(f"ral:{dev}"), i + 2).cpu(), ix * (i + 2), **exact)
         fill = torch.tensor(float(i))  # a 0-dim CPU tensor operand, read at every call
@@ -244,7 +246,7 @@ def test_launch_plan_patches_pointers_offsets_and_scalars(dev, forced, monkeypat
         torch.sub(dx, dy, out=out)
         torch.testing.assert_close(out.cpu(), x - y, **exact)
         torch.testing.assert_close(d.cpu(), base, **exact)  # no call wrote into its operands
-    assert len(planned) >= 4 * 5, "later calls did not take the launch plan"
+    assert len(planned) >= 4 * 6, "later calls did not take the launch plan"
     # backward runs the same cached runs on autograd's device thread (its own packed arrays)
     for i in range(3):
         w = base[i].clone().requires_grad_()
