@@ -19,7 +19,7 @@ import zlib
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, run_python
 
 import torch_fl
 from torch_fl.dispatch import entry as dispatch
@@ -519,6 +519,70 @@ def test_matmul(dtype):
         A,
         B,
     )
+
+
+LARGE_K = {
+    # (what, M, N, K): a narrow Linear's weight gradient over many tokens takes the K split
+    "dW of Linear(16, 128)": (128, 16, 8192),
+    "dW of Linear(128, 16)": (16, 128, 4096),
+    "K just at the threshold": (40, 24, 2048),
+}
+
+
+def _large_k_products(dtype, m, n, k):
+    """The products a K-split GEMM serves: a transposed left operand (as in a weight
+    gradient), addmm with alpha/beta, and a column-major out= tensor."""
+    g, x, bias = rand((k, m), dtype), rand((k, n), dtype), rand((n,), dtype)
+
+    def products(g, x, bias):
+        out_t = torch.empty(n, m, dtype=g.dtype, device=g.device).t()  # column-major [m, n]
+        torch.mm(g.t(), x, out=out_t)
+        return [g.t() @ x, torch.addmm(bias, g.t(), x, beta=0.5, alpha=2.0), out_t]
+
+    return products, (g, x, bias)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", list(LARGE_K), ids=list(LARGE_K))
+def test_large_k_matmuls(case, dtype):
+    """Large K and a small output: K is cut into parts computed in parallel and added in
+    order. Against the float64 product, the device may err at most twice as much as CPU
+    (max over the matrix) plus one rounding of the output dtype. float64 has no finer
+    reference here: against CPU, within a summation error bound of 4 sqrt(K) eps |a| @ |b|."""
+    m, n, k = LARGE_K[case]
+    products, args = _large_k_products(dtype, m, n, k)
+    cpu = products(*args)
+    dev = products(*[a.to(DEV) for a in args])
+    eps = torch.finfo(dtype).eps
+    if dtype == torch.float64:
+        scale = products(*[a.abs() for a in args])
+        for got, want, size in zip(dev, cpu, scale):
+            bound = 4 * math.sqrt(k) * eps * size.abs().max().item()
+            assert (got.cpu() - want).abs().max().item() <= bound, (case, dtype)
+        return
+    ref = products(*[a.double() for a in args])
+    for got, want, exact in zip(dev, cpu, ref):
+        got, want = got.cpu().double(), want.double()
+        cpu_err = (want - exact).abs().max().item()
+        dev_err = (got - exact).abs().max().item()
+        assert dev_err <= 2 * cpu_err + eps * exact.abs().max().item(), (case, dtype, dev_err, cpu_err)
+
+
+def test_large_k_matmul_does_not_depend_on_the_thread_budget():
+    """The K parts are fixed by the shape: one thread and two give the same bits."""
+    code = """
+        import hashlib, torch, torch_fl
+        g = torch.randn(8192, 128, generator=torch.Generator().manual_seed(0))
+        x = torch.randn(8192, 16, generator=torch.Generator().manual_seed(1))
+        r = (g.to("ral:0").t() @ x.to("ral:0")).cpu()
+        print(hashlib.sha256(r.numpy().tobytes()).hexdigest())
+    """
+    digests = set()
+    for threads in ("1", "2"):
+        out = run_python(code, env={"TORCH_FL_HOST_THREADS": threads})
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.add(out.stdout.split()[-1])
+    assert len(digests) == 1, digests
 
 
 def test_gpt2_shapes():

@@ -190,6 +190,17 @@ typedef struct {
   double alpha, beta;
 } gemm_job;
 
+/* One BLAS call of the job's order and transposes: C (m x n, ldc) = alpha * A @ B + beta * C. */
+static void gemm_call(const gemm_job* j, int m, int n, int k, const char* a, const char* b, double beta,
+                      char* c, int64_t ldc) {
+  if (j->C->dtype == RAL_DTYPE_FLOAT64)
+    p_dgemm(j->order, j->ta, j->tb, m, n, k, j->alpha, (const double*)a, (int)j->lda, (const double*)b,
+            (int)j->ldb, beta, (double*)c, (int)ldc);
+  else
+    p_sgemm(j->order, j->ta, j->tb, m, n, k, (float)j->alpha, (const float*)a, (int)j->lda, (const float*)b,
+            (int)j->ldb, (float)beta, (float*)c, (int)ldc);
+}
+
 /* One BLAS call: rows [m0, m0+m) and columns [n0, n0+n) of C in batch b (in `order` terms). */
 static void gemm_block(const gemm_job* j, int64_t b, int64_t m0, int m, int64_t n0, int n) {
   int row_major = j->order == CblasRowMajor;
@@ -200,12 +211,73 @@ static void gemm_block(const gemm_job* j, int64_t b, int64_t m0, int m, int64_t 
   const char* a = j->A->p + (b * j->A->bs + m0 * a_row) * j->es;
   const char* bb = j->B->p + (b * j->B->bs + n0 * b_col) * j->es;
   char* c = j->C->p + (b * j->C->bs + m0 * c_row + n0 * c_col) * j->es;
-  if (j->C->dtype == RAL_DTYPE_FLOAT64)
-    p_dgemm(j->order, j->ta, j->tb, m, n, j->K, j->alpha, (const double*)a, (int)j->lda,
-                (const double*)bb, (int)j->ldb, j->beta, (double*)c, (int)j->ldc);
-  else
-    p_sgemm(j->order, j->ta, j->tb, m, n, j->K, (float)j->alpha, (const float*)a, (int)j->lda,
-                (const float*)bb, (int)j->ldb, (float)j->beta, (float*)c, (int)j->ldc);
+  gemm_call(j, m, n, j->K, a, bb, j->beta, c, j->ldc);
+}
+
+/* Large K, small C: the weight gradient of a narrow Linear over many tokens ([128, 16] from
+ * K = 8192 in the benchmarks' pointwise_mlp). Panels of such a C are few and thin, and each
+ * re-packs all of K. K is instead cut into KSPLIT_PARTS parts, fixed by the shape alone;
+ * part 0 accumulates into C (with beta), the others into scratch, and the parts are added in
+ * order, so the result depends neither on the thread budget nor on which thread ran which
+ * part. */
+#define KSPLIT_PARTS 4
+#define KSPLIT_MIN_K 2048
+#define KSPLIT_MAX_C 65536
+
+typedef struct {
+  const gemm_job* j;
+  char* scratch; /* parts 1.. : M x N each, dense in the job's order */
+  int64_t kchunk;
+} ksplit_job;
+
+static void ksplit_parts(int64_t p0, int64_t p1, void* arg) {
+  const ksplit_job* s = arg;
+  const gemm_job* j = s->j;
+  int row_major = j->order == CblasRowMajor;
+  int64_t a_k = (row_major == (j->ta == CblasNoTrans)) ? 1 : j->lda; /* column k of op(A) */
+  int64_t b_k = (row_major == (j->tb == CblasNoTrans)) ? j->ldb : 1; /* row k of op(B) */
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t k0 = p * s->kchunk, kn = j->K - k0 < s->kchunk ? j->K - k0 : s->kchunk;
+    const char* a = j->A->p + k0 * a_k * j->es;
+    const char* b = j->B->p + k0 * b_k * j->es;
+    if (p == 0)
+      gemm_call(j, j->M, j->N, (int)kn, a, b, j->beta, j->C->p, j->ldc);
+    else
+      gemm_call(j, j->M, j->N, (int)kn, a, b, 0.0, s->scratch + (p - 1) * (int64_t)j->M * j->N * j->es,
+                row_major ? j->N : j->M);
+  }
+}
+
+static int ksplit_fits(const gemm_job* j, const mat* C) {
+  int64_t mn = j->M > j->N ? j->M : j->N;
+  return C->nb == 1 && j->K >= KSPLIT_MIN_K && j->K >= 16 * mn && (int64_t)j->M * j->N <= KSPLIT_MAX_C;
+}
+
+/* Returns 0 (and does nothing) when the scratch cannot be allocated. */
+static int gemm_ksplit(const gemm_job* j) {
+  int64_t mn = (int64_t)j->M * j->N;
+  char* scratch = malloc((size_t)(KSPLIT_PARTS - 1) * (size_t)mn * (size_t)j->es);
+  if (!scratch) return 0;
+  ksplit_job s = {j, scratch, (j->K + KSPLIT_PARTS - 1) / KSPLIT_PARTS};
+  host_parallel_for(KSPLIT_PARTS, 1, ksplit_parts, &s);
+  int row_major = j->order == CblasRowMajor;
+  int64_t outer = row_major ? j->M : j->N, inner = row_major ? j->N : j->M;
+  for (int p = 1; p < KSPLIT_PARTS; p++) {
+    const char* part = scratch + (p - 1) * mn * j->es;
+    for (int64_t o = 0; o < outer; o++) {
+      if (j->es == 8) {
+        double* c = (double*)j->C->p + o * j->ldc;
+        const double* x = (const double*)part + o * inner;
+        for (int64_t i = 0; i < inner; i++) c[i] += x[i];
+      } else {
+        float* c = (float*)j->C->p + o * j->ldc;
+        const float* x = (const float*)part + o * inner;
+        for (int64_t i = 0; i < inner; i++) c[i] += x[i];
+      }
+    }
+  }
+  free(scratch);
+  return 1;
 }
 
 static void gemm_batches_range(int64_t b0, int64_t b1, void* arg) {
@@ -242,6 +314,7 @@ static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha,
     host_parallel_for(C->nb, 1, gemm_batches_range, &j);
     return;
   }
+  if (ksplit_fits(&j, C) && gemm_ksplit(&j)) return;
   /* few large matrices: each one split into row (or column) panels of C; one BLAS thread
    * per panel, panels claimed by whichever pool thread is free */
   j.split_m = j.M >= j.N;
