@@ -545,3 +545,37 @@ def test_fp16_only_where_the_device_has_it():
     # float16 is advertised (dtype_mask bit 6, flag FP16) only with cl_khr_fp16; PoCL lacks it.
     assert bool(rec.dtype_mask & (1 << 6)) == rec.fp16
     assert not rec.host_mappable
+
+
+# Inputs where float tanh rounds to +-1 (|x| >= 9.1), plus infinities, NaN and a few below.
+SATURATING = [-float("inf"), -100.0, -20.0, -9.1, 9.1, 20.0, 100.0, float("inf"), float("nan"), -3.0, 0.5]
+
+
+@pytest.mark.parametrize("tier", ["vendor", "jit"])
+def test_tanh_saturates_exactly(tier):
+    """PoCL's float tanh stops at +-0.99999994, even at +-inf; the plugin's kernels and the
+    jit's OpenCL code saturate it, so tanh-based results at the ends are CPU's bits: tanh is
+    +-1, tanh-gelu(-100) is -0 (not -2.98e-6), tanh-gelu(-inf) is NaN (not -inf), and their
+    gradients vanish exactly. Values below the threshold stay within float tolerance."""
+    import torch_fl.jit as J
+    from torch_fl.observe.coverage import Coverage
+
+    x = torch.tensor(SATURATING)
+    ends = x.abs() >= 9.1  # where the result must be exact (NaN aside)
+    J.force(tier == "jit")
+    try:
+        for fn in (
+            torch.tanh,
+            lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+            lambda t: torch.ops.aten.gelu_backward(torch.ones_like(t), t, approximate="tanh"),
+        ):
+            cov = Coverage()
+            with cov:
+                got = fn(x.to(DEV)).cpu()
+            want = fn(x)
+            assert {t for (op, t) in cov.counts if "tanh" in op or "gelu" in op} == {tier}, cov.counts
+            torch.testing.assert_close(got[ends], want[ends], rtol=0, atol=0, equal_nan=True)
+            assert torch.equal(got[ends].signbit(), want[ends].signbit())  # -0 stays -0
+            torch.testing.assert_close(got[~ends], want[~ends], rtol=1.3e-6, atol=1e-6, equal_nan=True)
+    finally:
+        J.force(False)

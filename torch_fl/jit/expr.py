@@ -159,23 +159,25 @@ def _literal(v, dt: torch.dtype, ctype) -> str:
     return f"(({ctype(dt)}){iv}L)" if dt == torch.int64 else f"(({ctype(dt)}){iv})"
 
 
-def render(e: E, ctype) -> str:
-    """C/OpenCL C text of an expression; ctype maps a torch dtype to the language's type."""
+def render(e: E, ctype, names: dict | None = None) -> str:
+    """C/OpenCL C text of an expression; ctype maps a torch dtype to the language's type,
+    `names` a builtin's name to the function a language calls instead."""
     op, a = e.op, e.args
     if op == "var":
         return a[0]
     if op == "lit":
         return _literal(a[0], e.dt, ctype)
     if op == "bin":
-        return f"({render(a[1], ctype)} {a[0]} {render(a[2], ctype)})"
+        return f"({render(a[1], ctype, names)} {a[0]} {render(a[2], ctype, names)})"
     if op == "un":
-        return f"({a[0]}{render(a[1], ctype)})"
+        return f"({a[0]}{render(a[1], ctype, names)})"
     if op == "call":
-        return f"{a[0]}({', '.join(render(x, ctype) for x in a[1:])})"
+        fn = names.get(a[0], a[0]) if names else a[0]
+        return f"{fn}({', '.join(render(x, ctype, names) for x in a[1:])})"
     if op == "sel":
-        return f"({render(a[0], ctype)} ? {render(a[1], ctype)} : {render(a[2], ctype)})"
+        return f"({render(a[0], ctype, names)} ? {render(a[1], ctype, names)} : {render(a[2], ctype, names)})"
     if op == "cast":
-        inner = render(a[0], ctype)
+        inner = render(a[0], ctype, names)
         if e.dt == _BOOL:
             return f"(({ctype(e.dt)})(({inner}) != 0))"
         return f"(({ctype(e.dt)})({inner}))"

@@ -30,16 +30,16 @@ class PointwiseSpec:
         return set(self.outs) | set(self.ins) | {d for d, _ in self.scalars}
 
 
-def body_lines(spec: PointwiseSpec, ctype, index_of) -> list[str]:
-    """Statements computing one element: loads, temporaries, stores."""
+def body_lines(spec: PointwiseSpec, ctype, index_of, names: dict | None = None) -> list[str]:
+    """Statements computing one element: loads, temporaries, stores (`names`: see render)."""
     n_out = len(spec.outs)
     lines = []
     for k, dt in enumerate(spec.ins):
         lines.append(f"const {ctype(dt)} a{k} = p{n_out + k}[{index_of(n_out + k)}];")
     for name, e in spec.lets:
-        lines.append(f"const {ctype(e.dt)} {name} = {render(e, ctype)};")
+        lines.append(f"const {ctype(e.dt)} {name} = {render(e, ctype, names)};")
     for i, e in spec.stores:
-        lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, spec.outs[i]), ctype)};")
+        lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, spec.outs[i]), ctype, names)};")
     return lines
 
 

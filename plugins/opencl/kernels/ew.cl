@@ -1,6 +1,11 @@
 /* ew.cl -- element-wise ops over up to three inputs, computed in float (floating
  * operands) or long (integer/bool operands), plus a byte copy for same-dtype copies. */
 
+/* float tanh that reaches +-1: PoCL's stops at +-0.99999994, even at +-inf, so gelu(-100)
+ * came out -2.98e-6 (CPU: -0) and gelu(-inf) -inf (CPU: NaN). |x| >= 9.1 rounds to +-1 in
+ * float. select/sign/fabs keep it valid for scalars and vectors alike. */
+#define RAL_TANH(x) select(tanh(x), sign(x), fabs(x) >= 9.1f)
+
 #define GELU_K0 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 
@@ -23,7 +28,7 @@ inline float minf_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : fm
 
 inline float gelu_bw(float g, float x, long approx) {
   if (approx) {
-    float x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = tanh(inner);
+    float x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = RAL_TANH(inner);
     float left = 0.5f * x, right = 1.0f + t;
     float dright = left * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
     return g * (0.5f * right + dright);
@@ -58,7 +63,7 @@ inline float ew_f(int op, float a, float b, float c, const ocl_geom* g) {
     case EW_RSQRT: return rsqrt(a);
     case EW_EXP: return exp(a);
     case EW_LOG: return log(a);
-    case EW_TANH: return tanh(a);
+    case EW_TANH: return RAL_TANH(a);
     case EW_SIN: return sin(a);
     case EW_COS: return cos(a);
     case EW_SIGMOID: return 1.0f / (1.0f + exp(-a));
@@ -68,7 +73,7 @@ inline float ew_f(int op, float a, float b, float c, const ocl_geom* g) {
     case EW_FLOOR: return floor(a);
     case EW_SILU: return a / (1.0f + exp(-a));
     case EW_GELU:
-      if (g->li[0]) return 0.5f * a * (1.0f + tanh(GELU_K0 * (a + GELU_K1 * a * a * a)));
+      if (g->li[0]) return 0.5f * a * (1.0f + RAL_TANH(GELU_K0 * (a + GELU_K1 * a * a * a)));
       return 0.5f * a * (1.0f + erf(a * M_SQRT1_2_F));
     case EW_RELU: return a < 0.0f ? 0.0f : a;
     case EW_LNOT: return a == 0.0f ? 1.0f : 0.0f;
@@ -266,13 +271,13 @@ __kernel void copy_cast(gbuf dst, gcbuf src, ocl_geom g) {
 #define EWV_RSQRT(T) (rsqrt(x))
 #define EWV_EXP(T) (exp(x))
 #define EWV_LOG(T) (log(x))
-#define EWV_TANH(T) (tanh(x))
+#define EWV_TANH(T) (RAL_TANH(x))
 #define EWV_SIGMOID(T) (1.0f / (1.0f + exp(-x)))
 #define EWV_RECIP(T) (1.0f / x)
 #define EWV_ERF(T) (erf(x))
 #define EWV_SILU(T) (x / (1.0f + exp(-x)))
 #define EWV_GELU(T)                                                                          \
-  (gl ? 0.5f * x * (1.0f + tanh(GELU_K0 * (x + GELU_K1 * x * x * x)))                        \
+  (gl ? 0.5f * x * (1.0f + RAL_TANH(GELU_K0 * (x + GELU_K1 * x * x * x)))                        \
       : 0.5f * x * (1.0f + erf(x * M_SQRT1_2_F)))
 #define EWV_GELU_BW(T) (GELU_BW_##T(x, y, gl))
 #define GELU_BW_float(g, x, approx) gelu_bw(g, x, approx)
@@ -285,7 +290,7 @@ __kernel void copy_cast(gbuf dst, gcbuf src, ocl_geom g) {
 /* gelu_bw on 16 lanes: the same formulas. */
 inline float16 GELU_BW_float16(float16 g, float16 x, int approx) {
   if (approx) {
-    float16 x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = tanh(inner);
+    float16 x2 = x * x, inner = GELU_K0 * (x + GELU_K1 * x2 * x), t = RAL_TANH(inner);
     float16 left = 0.5f * x, right = 1.0f + t;
     float16 dright = left * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2);
     return g * (0.5f * right + dright);
