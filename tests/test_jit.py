@@ -214,6 +214,29 @@ def test_math_kernels_match_cpu_over_wide_ranges(dev, dtype, forced):
                                    msg=lambda m, name=name: f"{name}: {m}")  # fmt: skip
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("dev", DEVS)
+def test_exponential_linear_units_keep_small_inputs(dev, dtype, forced):
+    """elu, selu and celu take expm1, as CPU does: exp(x) - 1 lost every digit of a small
+    negative input (elu(-1e-6) 1.3% off, elu(-1e-30) 0, elu(-0.0) +0). Over tiny to huge
+    inputs of both signs, against the float64 result rounded to dtype, signs of zero included."""
+    if dtype == torch.float64 and torch.float64 not in target.target_of(dev).dtypes:
+        pytest.skip("the device has no float64")
+    F = torch.nn.functional
+    x = _wide_floats(1 << 14, dtype)
+    rx = x.to(f"ral:{dev}")
+    for name, fn in (("elu", F.elu), ("elu", F.selu), ("celu", lambda t: F.celu(t, alpha=1.7))):
+        cov = Coverage()
+        with cov:
+            got = fn(rx).cpu()
+        assert [t for (op, t) in cov.counts if name in op] == ["jit"], (name, cov.counts)
+        want = fn(x.double()).to(dtype)
+        torch.testing.assert_close(got, want, rtol=1e-6 if dtype == torch.float32 else 1e-13,
+                                   atol=1e-37 if dtype == torch.float32 else 1e-300, equal_nan=True)  # fmt: skip
+        zeros = want == 0
+        assert torch.equal(got[zeros].signbit(), want[zeros].signbit()), name
+
+
 @pytest.mark.parametrize("dev", DEVS)
 def test_launch_plan_patches_pointers_offsets_and_scalars(dev, forced, monkeypatch):
     """After its first launch a jit run patches its packed call instead of packing it anew:
