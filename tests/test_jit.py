@@ -238,6 +238,16 @@ def test_exponential_linear_units_keep_small_inputs(dev, dtype, forced):
 
 
 @pytest.mark.parametrize("dev", DEVS)
+def test_sign_of_nan_and_signed_zero_is_cpus(dev, forced):
+    """CPU's sign is (0 < x) - (x < 0): 0 for NaN and +0 for -0.0 (the template returned NaN)."""
+    x = torch.tensor([float("nan"), -0.0, 0.0, -float("inf"), float("inf"), -2.5, 1e-45])
+    for fn in (torch.sign, torch.sgn):
+        got, want = fn(x.to(f"ral:{dev}")).cpu(), fn(x)
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=False)
+        assert torch.equal(got.signbit(), want.signbit())
+
+
+@pytest.mark.parametrize("dev", DEVS)
 def test_launch_plan_patches_pointers_offsets_and_scalars(dev, forced, monkeypatch):
     """After its first launch a jit run patches its packed call instead of packing it anew:
     each later call must still read its own operands (other buffers, other storage

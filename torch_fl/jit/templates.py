@@ -153,9 +153,8 @@ def _round_decimals(k, a, decimals):
 
 
 @_t("aten::sign", ints=True)
-def _sign(k, a):
-    s = cast(a > 0, k.dt) - cast(a < 0, k.dt)
-    return _sel_nan(a, s) if k.is_float else s
+def _sign(k, a):  # CPU's (0 < a) - (a < 0): sign(NaN) is 0 and sign(-0.0) is +0, not NaN / -0
+    return cast(a > 0, k.dt) - cast(a < 0, k.dt)
 
 
 @_t("aten::sgn")
