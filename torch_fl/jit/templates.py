@@ -375,14 +375,21 @@ def _fmod(k, a, b):
     return call("fmod", a, b)
 
 
-@_t("aten::pow.Tensor_Tensor", "aten::pow.Tensor_Scalar", "aten::pow.Scalar")
-def _pow(k, a, b):
+@_t("aten::pow.Tensor_Tensor", "aten::pow.Scalar")
+def _pow(k, a, b):  # CPU: std::pow per element, no special exponents (pow(-inf, 0.5) is +inf)
+    return call("pow", a, b)
+
+
+@_t("aten::pow.Tensor_Scalar")
+def _pow_scalar_exponent(k, a, b):
     p = call("pow", a, b)
     if not (isinstance(a, E) and isinstance(b, E) and a.dt.is_floating_point):
         return p
     # The exponents PyTorch's CPU kernel special-cases (pow_tensor_scalar_optimized_kernel),
-    # the same way: matches its results (pow(-inf, 0.5) is +inf, sqrt(-inf) NaN) and avoids
-    # pow(), which is slow on a CPU OpenCL runtime (GPT-2's gelu_new ran 2x slower fused).
+    # the same way: matches its results (x ** 0.5 at -inf is sqrt's NaN, where std::pow gives
+    # +inf) and avoids pow(), which is slow on a CPU OpenCL runtime (GPT-2's gelu_new ran 2x
+    # slower fused). Only this overload: a tensor or scalar base with a tensor exponent is
+    # std::pow on CPU.
     one = lift(1, a.dt)
     if b.op == "lit":  # a baked exponent (compile backend): choose the form now
         forms = {2: lambda: a * a, 3: lambda: a * a * a, 0.5: lambda: call("sqrt", a)}
@@ -438,8 +445,8 @@ def _nextafter(k, a, b):
 
 
 @_t("aten::heaviside")
-def _heaviside(k, a, b):
-    return where(a.eq(0), b, _sel_nan(a, cast(a > 0, k.dt)))
+def _heaviside(k, a, b):  # CPU: a == 0 ? b : (a > 0), so NaN gives 0
+    return where(a.eq(0), b, cast(a > 0, k.dt))
 
 
 @_t("aten::xlogy.Tensor", "aten::xlogy.Scalar_Other", "aten::xlogy.Scalar_Self")
