@@ -43,7 +43,7 @@ static inline int isnan_never(int64_t v) { return 0; }
 #define OP_sin(x) sin(x)
 #define OP_cos(x) cos(x)
 #define OP_sigmoid(x) HOST_SIGMOID(x)
-#define OP_abs(x) ((x) < 0 ? -(x) : (x))
+#define OP_abs(x) ((x) < 0 ? -(x) : (x) + (T)0) /* + 0: abs(-0.0) is +0.0, as fabs */
 #define OP_reciprocal(x) ((T)1 / (x))
 #define OP_erf(x) HOST_ERF(x)
 #define OP_floor(x) floor(x)
@@ -51,7 +51,7 @@ static inline int isnan_never(int64_t v) { return 0; }
 #define OP_gelu(x) ((T)0.5 * (x) * ((T)1 + HOST_ERF((x) * (T)M_SQRT1_2)))
 #define OP_gelu_tanh(x) \
   ((T)0.5 * (x) * ((T)1 + HOST_TANH((T)GELU_BETA * ((x) + (T)GELU_KAPPA * (x) * (x) * (x)))))
-#define OP_relu(x) ((x) > 0 || ISNAN(x) ? (x) : (T)0)
+#define OP_relu(x) ((x) < 0 ? (T)0 : (x)) /* CPU's clamp_min: NaN and -0.0 pass through */
 #define OP_adds(x) ((x) + p0 * p1)
 #define OP_subs(x) ((x) - p0 * p1)
 #define OP_rsubs(x) (p0 - p1 * (x))
