@@ -65,16 +65,24 @@ def _wrong(x: float, got, cpu, exact) -> bool:
     return abs(got - exact) > max(8 * abs(cpu - exact), 1e-5 * abs(exact), 1e-37)
 
 
+def _on_device(fn, x, dev, style):
+    if style == "mode":  # CPU tensors in, the mode moves them
+        with torch_fl.ral_mode(dev):
+            return fn(x).cpu()
+    return fn(x.to(dev)).cpu()
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
 @pytest.mark.parametrize("tier", ["routed", "jit"])
 @pytest.mark.parametrize("dev", _devices())
-def test_unary_special_values_match_cpu(dev, tier):
+def test_unary_special_values_match_cpu(dev, tier, style):
     x64 = _inputs()
     x = x64.float()
     J.force(tier == "jit")
     try:
         failures = {}
         for name, fn in UNARY.items():
-            got, cpu, exact = fn(x.to(dev)).cpu().tolist(), fn(x).tolist(), fn(x64).tolist()
+            got, cpu, exact = _on_device(fn, x, dev, style).tolist(), fn(x).tolist(), fn(x64).tolist()
             skip = SKIP.get(name, lambda v: False)
             bad = [(v, g, c) for v, g, c, e in zip(x.tolist(), got, cpu, exact) if not skip(v) and _wrong(v, g, c, e)]
             if bad:
