@@ -14,8 +14,12 @@ inline float rem_f(float a, float b) {
   return (r != 0.0f && ((r < 0.0f) != (b < 0.0f))) ? r + b : r;
 }
 
+/* The exponents CPU's pow_tensor_scalar_optimized_kernel special-cases, computed as it does
+ * (x ** -0.5 of -0.0 is 1 / sqrt(-0.0) = -inf there; pow() gives +inf). */
 inline float pow_s(float a, float e) {
   if (e == 2.0f) return a * a;
+  if (e == -0.5f) return 1.0f / sqrt(a);
+  if (e == -2.0f) return 1.0f / (a * a);
   if (e == 1.0f) return a;
   if (e == 0.5f) return sqrt(a);
   if (e == -1.0f) return 1.0f / a;
@@ -265,7 +269,8 @@ __kernel void copy_cast(gbuf dst, gcbuf src, ocl_geom g) {
 #define EWV_RSUBS(T) (f0 - f1 * x)
 #define EWV_POWS(T)                                                                          \
   (f0 == 2.0f ? x * x : f0 == 1.0f ? x : f0 == 0.5f ? sqrt(x) : f0 == -1.0f ? 1.0f / x \
-   : f0 == 3.0f ? x * x * x : pow(x, (T)(f0)))
+   : f0 == 3.0f ? x * x * x : f0 == -0.5f ? 1.0f / sqrt(x) : f0 == -2.0f ? 1.0f / (x * x)   \
+   : pow(x, (T)(f0)))
 #define EWV_NEG(T) (-x)
 #define EWV_SQRT(T) (sqrt(x))
 #define EWV_RSQRT(T) (rsqrt(x))
