@@ -142,9 +142,10 @@ class JitRun:
                 scalars.append(scalar_words(v, sdt[len(scalars)], tag, lang))
         if lang == "opencl-c":
             scalars += geometry_scalars(shape, [t[2] for t in tensors])
-        packed, floats = pack_call(1, tensors, scalars)
+        starts: list[int] = []
+        packed, floats = pack_call(1, tensors, scalars, starts)
         L.launch_packed(dev, self.handle, packed, floats, [], self.name_c, self.target.plugin, self.sch.name)
-        self.launch_plan = LaunchPlan(self, packed, floats, tensors)
+        self.launch_plan = LaunchPlan(self, packed, floats, tensors, starts)
         return out
 
     def _launch_planned(self, full):
@@ -161,8 +162,8 @@ class JitRun:
             out = wrap(allocate(dev, lp.out_nbytes, stream), self.out_shape, lp.out_strides, 0, self.out_dtype)
         else:
             out = full[self.out_pos]
-        arr[3] = out._buf.ptr
-        arr[4] = out.storage_offset() * lp.out_itemsize
+        arr[lp.out_slot] = out._buf.ptr
+        arr[lp.out_slot + 1] = out.storage_offset() * lp.out_itemsize
         for idx, pos, itemsize in lp.tensor_slots:
             t = full[pos]
             arr[idx] = t._buf.ptr
@@ -187,10 +188,11 @@ class LaunchPlan:
     that changes between calls. Each thread patches its own copy of the arrays: autograd
     runs backward ops on its device thread with the forward's cached runs."""
 
-    __slots__ = ("template", "floats", "n", "tensor_slots", "scalar_slots", "per_thread")
+    __slots__ = ("template", "floats", "n", "out_slot", "tensor_slots", "scalar_slots", "per_thread")
     __slots__ += ("out_nbytes", "out_strides", "out_itemsize")
 
-    def __init__(self, run: JitRun, packed: list, floats: list, tensors: list):
+    def __init__(self, run: JitRun, packed: list, floats: list, tensors: list, starts: list):
+        """`starts`: where pack_call put each tensor's descriptor, then each scalar."""
         self.template, self.floats, self.n = packed, floats, len(packed)
         self.per_thread: dict = {}
         self.out_itemsize = run.out_dtype.itemsize
@@ -198,15 +200,16 @@ class LaunchPlan:
         self.out_nbytes = self.out_itemsize
         for d in run.out_shape:
             self.out_nbytes *= d
-        idx = 3 + 4 + 2 * len(run.out_shape)  # after the header and the output's descriptor
-        self.tensor_slots, self.scalar_slots = [], []
-        for pos, kind, _ in run.plan:
-            if kind == IN_TENSOR:
-                itemsize = tensors[len(self.tensor_slots) + 1][0].dtype.itemsize
-                self.tensor_slots.append((idx, pos, itemsize))
-                idx += 4 + 2 * len(run.out_shape)
-        for k, (pos, kind, tag) in enumerate(p for p in run.plan if p[1] != IN_TENSOR):
-            self.scalar_slots.append((idx + 2 * k, pos, kind, run.scalar_dt[k], tag))
+        self.out_slot = starts[0]
+        inputs = [(pos, kind, tag) for pos, kind, tag in run.plan if kind == IN_TENSOR]
+        self.tensor_slots = [
+            (starts[1 + k], pos, tensors[1 + k][0].dtype.itemsize) for k, (pos, _, _) in enumerate(inputs)
+        ]
+        scalar_starts = starts[len(tensors) :]  # run-time scalars first (OpenCL geometry after)
+        self.scalar_slots = [
+            (scalar_starts[k], pos, kind, run.scalar_dt[k], tag)
+            for k, (pos, kind, tag) in enumerate(p for p in run.plan if p[1] != IN_TENSOR)
+        ]
 
     def arrays(self):
         """(packed words, float pool) cffi arrays of the calling thread."""

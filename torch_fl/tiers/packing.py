@@ -77,14 +77,20 @@ def check_packable(v) -> None:
     pack_scalar(v, [], [], [])
 
 
-def pack_call(n_out: int, tensors, scalars) -> tuple[list, list]:
+def pack_call(n_out: int, tensors, scalars, starts: list | None = None) -> tuple[list, list]:
     """A whole packed call: `tensors` are (tensor, shape, strides), the n_out outputs first;
-    `scalars` are (ABI tag, value) already tagged. Returns (packed words, float pool)."""
+    `scalars` are (ABI tag, value) already tagged. Returns (packed words, float pool).
+    `starts`, when given, receives the word index where each tensor's descriptor and then
+    each scalar begins (for a caller that patches the words later)."""
     packed = [n_out, len(tensors) - n_out, len(scalars)]
     floats: list = []
     for t, shape, strides in tensors:
+        if starts is not None:
+            starts.append(len(packed))
         pack_tensor(packed, t, shape, strides)
     for tag, v in scalars:
+        if starts is not None:
+            starts.append(len(packed))
         if tag == TAG_FLOAT:
             packed += [TAG_FLOAT, len(floats)]
             floats.append(v)
