@@ -12,7 +12,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, device_records
 from torch_fl.device.stream_state import current
-from torch_fl.device.sync import copy_to_host_and_wait, notify, synchronize_stream
+from torch_fl.device.sync import copy_to_host_and_wait, synchronize_stream
 from torch_fl.tensor.layout import byte_range
 
 # Buffer (held weakly, by identity) -> uint8 CPU tensor over its host mapping.
@@ -120,10 +120,8 @@ def cpu_copy_for_fallback(t) -> torch.Tensor:
     start, nbytes = byte_range(t)
     flat = torch.empty(nbytes // t.dtype.itemsize, dtype=t.dtype)
     if nbytes:
-        notify(t._dev, "copy to host")
-        check(
-            lib.rt_copy_d2h(t._dev, current(t._dev), ffi.cast("void*", flat.data_ptr()), t._buf.ptr, start, nbytes, 1)
-        )
+        dst = ffi.cast("void*", flat.data_ptr())
+        copy_to_host_and_wait(t._dev, current(t._dev), dst, t._buf.ptr, start, nbytes, "copy to host")
     return flat.as_strided(t.shape, t.stride(), 0)
 
 
