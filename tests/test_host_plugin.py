@@ -585,6 +585,25 @@ def test_large_k_matmul_does_not_depend_on_the_thread_budget():
     assert len(digests) == 1, digests
 
 
+@pytest.mark.parametrize(
+    "m, k, n", [(512, 256, 768), (256, 512, 2048), (48, 256, 768), (768, 256, 40)], ids=str
+)
+def test_matmul_panels(m, k, n):
+    """Matrices split into panels of C: row panels where C has rows enough (also when it is
+    wider than tall), column panels where it has few rows; and an in-place product into a
+    column-major tensor (the router hands the kernel a contiguous output and copies it
+    back). Every element against CPU."""
+    a, b = rand((m, k), torch.float32, -0.2, 0.2), rand((k, n), torch.float32, -0.2, 0.2)
+    w = rand((n, k), torch.float32, -0.2, 0.2)  # nn.Linear's layout: W.t() is a strided view
+
+    def products(a, b, w):
+        col_major = torch.zeros(n, m, device=a.device).t()  # strides (1, m)
+        col_major.addmm_(a, b)
+        return [a @ b, a @ w.t(), col_major]
+
+    check(products, a, b, w)
+
+
 def test_gpt2_shapes():
     """The benchmark's matmul shapes (batched small matrices take the per-thread path)."""
     # entries ~0.1 keep K=256 sums near 1, where atol 1e-5 is meaningful for any blocking
