@@ -116,6 +116,36 @@ def test_strided_mask_and_explicit_scale(dev):
     _check(dev, q, k, v, mask, scale=0.3)
 
 
+def _causal_bool(L, S):
+    return torch.ones(L, S, dtype=torch.bool).tril()  # top-left aligned, as is_causal
+
+
+def _near_misses(L, S):
+    extra = _causal_bool(L, S)
+    extra[L // 2, L // 2 + 1] = True  # one key past the diagonal visible
+    hidden = _causal_bool(L, S)
+    hidden[L - 1, 0] = False  # one key below the diagonal hidden
+    per_batch = _causal_bool(L, S).expand(2, 1, L, S).clone()
+    per_batch[1, 0, 3, 2] = False  # causal in batch 0 only
+    return {"extra": extra, "hidden": hidden, "per_batch": per_batch}
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize(
+    "case", ["causal", "causal_4d", "causal_L_lt_S", "causal_L_gt_S", "extra", "hidden", "per_batch"]
+)
+def test_bool_mask_that_is_causal(dev, case):
+    """A bool mask equal to the causal one (compiled transformers pass causal attention this
+    way) is served as is_causal by the host kernel; masks that differ in one element, or in
+    one batch, must not be. Values and gradients against CPU; L = 40 spans two query blocks."""
+    L, S = {"causal_L_lt_S": (8, 12), "causal_L_gt_S": (12, 8)}.get(case, (40, 40))
+    q, k, v = _qkv(2, 3, L, S, 16, True)
+    masks = {"causal": _causal_bool(L, S), "causal_4d": _causal_bool(L, S).expand(2, 1, L, S).contiguous()}
+    masks.update({"causal_L_lt_S": _causal_bool(L, S), "causal_L_gt_S": _causal_bool(L, S)})
+    masks.update(_near_misses(L, S))
+    _check(dev, q, k, v, masks[case])
+
+
 @pytest.mark.parametrize("dev", DEVICES)
 def test_bool_mask_with_a_fully_masked_row(dev):
     q, k, v = _qkv(2, 3, 5, 7, 8, False)

@@ -161,8 +161,27 @@ static ral_status no_dropout(const ral_kernel_call* c) {
   return RAL_OK;
 }
 
+/* Whether a bool mask says exactly what is_causal says (key j visible to query i iff j <= i)
+ * for every batch and head it is broadcast over. Compiled models pass causal attention this
+ * way (transformers builds the mask explicitly under torch.compile), and the causal path
+ * skips the tiles above the diagonal: GPT-2's [4, 4, 128, 64] attention forward and backward
+ * took 12.8 ms per training step with the mask against 9.7 ms causal. Returns at the first
+ * element that differs, so another mask costs a few reads. */
+static int bool_mask_is_causal(const sdpa_args* g) {
+  int64_t nb = g->sm[0] ? g->B : 1, nh = g->sm[1] ? g->H : 1;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t h = 0; h < nh; h++)
+      for (int64_t i = 0; i < g->L; i++) {
+        const uint8_t* row = g->mb + b * g->sm[0] + h * g->sm[1] + i * g->sm[2];
+        for (int64_t j = 0; j < g->S; j++)
+          if ((row[j * g->sm[3]] != 0) != (j <= i)) return 0;
+      }
+  return 1;
+}
+
 /* The mask's broadcast strides and pointer, is_causal (scalar 1) and scale (scalar 2, default
- * 1/sqrt(E)) into g, whose shapes and has_mask are set. */
+ * 1/sqrt(E)) into g, whose shapes and has_mask are set. A bool mask equal to the causal one
+ * becomes is_causal. */
 static ral_status sdpa_mask_and_scalars(const ral_kernel_call* c, const ral_tensor* mk, sdpa_args* g) {
   int64_t mshape[4] = {g->B, g->H, g->L, g->S}, iv;
   if (g->has_mask && !bcast_strides4(mk, mshape, g->sm))
@@ -170,6 +189,10 @@ static ral_status sdpa_mask_and_scalars(const ral_kernel_call* c, const ral_tens
   if (g->has_mask == 1) g->mf = base_of(mk);
   if (g->has_mask == 2) g->mb = base_of(mk);
   g->causal = host_scalar_int(c, 1, 0) != 0;
+  if (g->has_mask == 2 && !g->causal && g->L > 0 && g->S > 0 && bool_mask_is_causal(g)) {
+    g->has_mask = 0;
+    g->causal = 1;
+  }
   double sc;
   g->scale = host_scalar_num(c, 2, &sc, &iv) ? (float)sc : (g->E > 0 ? (float)(1.0 / sqrt((double)g->E)) : 1.0f);
   return RAL_OK;
