@@ -585,9 +585,7 @@ def test_large_k_matmul_does_not_depend_on_the_thread_budget():
     assert len(digests) == 1, digests
 
 
-@pytest.mark.parametrize(
-    "m, k, n", [(512, 256, 768), (256, 512, 2048), (48, 256, 768), (768, 256, 40)], ids=str
-)
+@pytest.mark.parametrize("m, k, n", [(512, 256, 768), (256, 512, 2048), (48, 256, 768), (768, 256, 40)], ids=str)
 def test_matmul_panels(m, k, n):
     """Matrices split into panels of C: row panels where C has rows enough (also when it is
     wider than tall), column panels where it has few rows; and an in-place product into a
