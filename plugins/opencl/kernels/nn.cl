@@ -215,12 +215,13 @@ __kernel void sdpa_fwd(__global float* out, __global float* lse, __global const 
   float m = -INFINITY, l = 0.0f;
   long jend = g.causal ? min(i + 1, g.S) : g.S;
   for (long j = 0; j < jend; j++) {
+    /* bool mask: False = not attended; tested before the dot product, which it would discard */
+    if (g.has_mask == 2 && !bi[j * g.sm[3]]) continue;
     __global const float* kj = kb + j * g.sk[2];
     float s = 0.0f;
     for (long e = 0; e < g.E; e++) s = fma(qr[e], kj[e * g.sk[3]], s);
     s *= g.scale;
     if (g.has_mask == 1) s += mi[j * g.sm[3]];
-    if (g.has_mask == 2 && !bi[j * g.sm[3]]) continue; /* bool mask: False = not attended */
     if (s == -INFINITY) continue; /* a masked key adds nothing (and would make exp(-inf+inf)) */
     if (s > m) {
       float corr = exp(m - s);
@@ -284,12 +285,15 @@ __kernel void sdpa_fwd_c(__global float* out, __global float* lse, __global cons
           continue;
         }
         long j = j0 + jj;
+        if (g.has_mask == 2 && !bmask[moff + j * g.sm[3]]) { /* hidden: skip its dot product */
+          s[jj] = -INFINITY;
+          continue;
+        }
         __global const float* kj = kb + j * g.sk[2];
         float16 p = qv[0] * vload16(0, kj);
         for (int t = 1; t < nv; t++) p = mad(qv[t], vload16(t, kj), p);
         float sc = hsum16(p) * g.scale;
         if (g.has_mask == 1) sc += mask[moff + j * g.sm[3]];
-        if (g.has_mask == 2 && !bmask[moff + j * g.sm[3]]) sc = -INFINITY;
         s[jj] = sc;
       }
       float16 sv = vload16(0, s);
