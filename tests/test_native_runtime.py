@@ -97,6 +97,44 @@ def test_stream_ordered_reuse(faulty_root):
     )
 
 
+def test_record_stream_delays_reuse(faulty_root):
+    run_on(
+        faulty_root,
+        """
+        s = ffi.new("int32_t*")
+        streams = []
+        for _ in range(7):
+            ok(lib.rt_stream_create(0, s)); streams.append(s[0])
+        a, b, c = streams[:3]
+        noop = kernel(0, "faulty_noop_kernel")
+        block = malloc(0, 4096, a)
+        ok(lib.rt_record_stream(0, block, b))
+        ok(lib.rt_record_stream(0, block, b))  # recording twice is recording once
+        ok(launch(0, noop, [tensor(block, 1024)], [], stream=b))  # b busy until synchronized
+        ok(lib.rt_free(0, block))
+        # Not even the owning stream may reuse it while b has queued work; nor may c.
+        fresh = malloc(0, 4096, a)
+        assert fresh != block
+        assert malloc(0, 4096, c) not in (block, fresh)
+        ok(lib.rt_stream_synchronize(0, b))
+        assert malloc(0, 4096, a) == block
+        ok(lib.rt_free(0, block))
+        # More streams than a block records: then every stream must be idle.
+        block = malloc(0, 8192, a)
+        for sid in streams[1:]:
+            ok(lib.rt_record_stream(0, block, sid))
+        last = streams[-1]
+        ok(launch(0, noop, [tensor(block, 2048)], [], stream=last))
+        ok(lib.rt_free(0, block))
+        assert malloc(0, 8192, a) != block
+        ok(lib.rt_stream_synchronize(0, last))
+        assert malloc(0, 8192, a) == block
+        fails(lib.rt_record_stream(0, 12345, a), "RAL_ERROR_INVALID_ARGUMENT")
+        fails(lib.rt_record_stream(0, block, 99), "RAL_ERROR_INVALID_ARGUMENT")
+        """,
+    )
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [("512MB", 512 * 10**6), ("1GiB", 1 << 30), ("1048576", 1048576), ("2 mib", 2 << 20), ("1.5K", 1536), ("0", 0)],

@@ -1,7 +1,10 @@
 """Capability: streams, events and asynchronous execution."""
 
+import pytest
 import torch
 from conftest import assert_close
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
 
 
 def test_stream_ordering_and_events(dev):
@@ -50,3 +53,77 @@ def test_async_work_completes_before_readback(dev):
     for _ in range(5):
         expected = expected * 1.0001 + 0.5
     assert_close(r, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_stream_is_a_torch_stream(dev):
+    """torch.ral.Stream is a torch.Stream (as torch.cuda.Stream is): APIs typed on
+    torch.Stream accept it, and `with s:` makes it current like torch.ral.stream(s)."""
+    s = torch.ral.Stream(dev)
+    assert isinstance(s, torch.Stream)
+    assert s.device == torch.device(dev) and s.device_index == torch.device(dev).index
+    assert s.device_type == torch.accelerator.current_stream(dev).device_type
+    assert s != torch.ral.current_stream(dev)
+    with s:
+        assert torch.ral.current_stream(dev) == s
+        with torch.ral.default_stream(dev):
+            assert torch.ral.current_stream(dev).stream_id == 0
+        assert torch.ral.current_stream(dev) == s
+    assert torch.ral.current_stream(dev) == torch.ral.default_stream(dev)
+
+
+def _busy(s, dev, n=1024, rounds=12):
+    """Queue a few hundred milliseconds of work on s."""
+    with torch.ral.stream(s):
+        m = torch.full((n, n), 1.0 / n, device=dev)
+        for _ in range(rounds):
+            m = m @ m
+    return m
+
+
+def _free_then_reuse(dev, record: bool):
+    """x is made on the default stream and read on a busy side stream; x is then freed and a
+    tensor of the same size is filled on the default stream. Returns (x's values, the side
+    stream's copy of x, whether the new tensor took x's block, whether s was still busy)."""
+    s = torch.ral.Stream(dev)
+    x = torch.arange(65536, dtype=torch.float32, device=dev)
+    expected = x.cpu()
+    s.wait_stream(torch.ral.current_stream(dev))
+    _busy(s, dev)
+    with torch.ral.stream(s):
+        y = x * 1.0
+    if record:
+        x.record_stream(s)
+    block = x._buf.ptr
+    del x
+    z = torch.full((65536,), 7.0, device=dev)
+    busy = not s.query()
+    reused = z._buf.ptr == block
+    s.synchronize()
+    return expected, y, reused, busy
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_record_stream_keeps_freed_memory_until_the_stream_is_done(dev):
+    expected, y, reused, busy = _free_then_reuse(dev, record=True)
+    assert_close(y, expected, rtol=0, atol=0)
+    if busy:  # the side stream still had work queued when z was allocated
+        assert not reused
+    # control: without record_stream the default stream reuses the block at once (stream
+    # order covers only its own work), which is the hazard record_stream exists for
+    _, _, reused, _ = _free_then_reuse(dev, record=False)
+    assert reused
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_record_stream_errors(dev):
+    t = torch.ones(4, device=dev)
+    t.record_stream(torch.ral.current_stream(dev))  # the tensor's own stream: accepted
+    other = "ral:1" if torch.device(dev).index == 0 else "ral:0"
+    try:
+        s_other = torch.ral.Stream(other)
+    except RuntimeError:
+        pytest.skip(f"{other} does not exist: no second device to mismatch")
+    with pytest.raises(RuntimeError, match="record_stream: the stream is on"):
+        t.record_stream(s_other)
+    assert t.sum().item() == 4

@@ -3,7 +3,8 @@
  * Size classes: multiples of 512 bytes below 1 MiB, multiples of 2 MiB above; a
  * request is served only from its exact class. A freed block remembers its stream:
  * that stream may reuse it at once (stream order makes it safe); another stream may
- * take it only once the owning stream is idle. The limit counts reserved bytes. When
+ * take it only once the owning stream is idle. A block recorded on other streams
+ * (rt_record_stream) waits for those to be idle too. The limit counts reserved bytes. When
  * a request would pass the limit, or the plugin's malloc fails, the pool drains the
  * device's streams, hands every cached block back and tries once more.
  * Everything here runs under dev->lock; the fast path is a class lookup, a list pop
@@ -45,16 +46,28 @@ static rt_block* unlink_at(rt_block** link) {
   return b;
 }
 
+/* Whether every stream a block was recorded on (besides `sid`) is idle. */
+static int uses_done(rt_device* dev, const rt_block* b, int32_t sid) {
+  if (b->n_uses == RT_BLOCK_USES_ALL) {
+    for (int32_t u = 0; u < dev->n_streams; u++)
+      if (u != sid && !rt_stream_idle_locked(dev, u)) return 0;
+    return 1;
+  }
+  for (int32_t i = 0; i < b->n_uses; i++)
+    if (b->uses[i] != sid && !rt_stream_idle_locked(dev, b->uses[i])) return 0;
+  return 1;
+}
+
 /* A cached block of class `cls` that stream `sid` may use now, or NULL. */
 static rt_block* take_cached(rt_device* dev, uint64_t cls, int32_t sid) {
   rt_block** head = bucket(&dev->pool, cls, 0);
   if (!head || !*head) return NULL;
   int n = 0;
   for (rt_block** link = head; *link && n < MAX_SCAN; link = &(*link)->next, n++)
-    if ((*link)->stream == sid) return unlink_at(link);
+    if ((*link)->stream == sid && uses_done(dev, *link, sid)) return unlink_at(link);
   n = 0;
   for (rt_block** link = head; *link && n < MAX_SCAN; link = &(*link)->next, n++)
-    if (rt_stream_idle_locked(dev, (*link)->stream)) return unlink_at(link);
+    if (rt_stream_idle_locked(dev, (*link)->stream) && uses_done(dev, *link, sid)) return unlink_at(link);
   return NULL;
 }
 
@@ -160,6 +173,7 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr) {
   }
   b->requested = nbytes;
   b->stream = stream;
+  b->n_uses = 0;
   if (u64map_put(&dev->live, b->ptr, b) != 0) {
     b->next = NULL;
     s->num_cached_blocks++;
@@ -200,6 +214,32 @@ int rt_free(int32_t device, uint64_t ptr) {
     }
   } else {
     st = rt_sc_check_locked(dev, ptr, 0, 0);
+  }
+  pthread_mutex_unlock(&dev->lock);
+  return st;
+}
+
+/* Public: remember that a live block is also used by `stream` (Tensor.record_stream). */
+int rt_record_stream(int32_t device, uint64_t ptr, int32_t stream) {
+  rt_device* dev;
+  int st = rt_dev_get(device, &dev);
+  if (st != RAL_OK) return st;
+  pthread_mutex_lock(&dev->lock);
+  rt_block* b = u64map_get(&dev->live, ptr);
+  if ((st = rt_stream_check_locked(dev, stream)) != RAL_OK) {
+    /* keep the stream's own error */
+  } else if (!b) {
+    st = rt_fail(RAL_ERROR_INVALID_ARGUMENT, "record_stream: 0x%" PRIx64 " is not a live allocation of device %d",
+                 ptr, dev->global);
+  } else if (stream != b->stream && b->n_uses != RT_BLOCK_USES_ALL) {
+    int known = 0;
+    for (int32_t i = 0; i < b->n_uses; i++) known |= b->uses[i] == stream;
+    if (!known) {
+      if (b->n_uses < RT_BLOCK_USES)
+        b->uses[b->n_uses++] = stream;
+      else
+        b->n_uses = RT_BLOCK_USES_ALL;
+    }
   }
   pthread_mutex_unlock(&dev->lock);
   return st;

@@ -29,11 +29,18 @@ typedef struct rt_plugin {
 } rt_plugin;
 
 /* ---- memory pool (memory_pool.c) ---- */
+#define RT_BLOCK_USES 4
+#define RT_BLOCK_USES_ALL (-1)
 typedef struct rt_block {
   uint64_t ptr;
   uint64_t size;      /* size class: bytes held from the plugin */
   uint64_t requested; /* bytes the caller asked for: the SecureContext extent */
   int32_t stream;     /* stream that last used it (stream-ordered reuse) */
+  /* Other streams the block was used on (rt_record_stream): a freed block is reused only
+   * once each of them is idle. n_uses is RT_BLOCK_USES_ALL when more were recorded than
+   * fit: then every stream of the device must be idle. */
+  int32_t n_uses;
+  int32_t uses[RT_BLOCK_USES];
   struct rt_block* next;
 } rt_block;
 

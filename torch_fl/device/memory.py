@@ -65,6 +65,11 @@ class Buffer:
 _tls = threading.local()
 
 
+def record_stream(buf: Buffer, stream: int) -> None:
+    """Keep buf's block from reuse, once freed, until `stream` finishes its queued work."""
+    check(lib.rt_record_stream(buf.device, buf.ptr, stream))
+
+
 def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
     """Allocate nbytes on a device for use on a stream; raises torch_fl.OutOfMemoryError."""
     if fork.in_child:

@@ -11,29 +11,44 @@ from torch_fl.device.index import device_index
 from torch_fl.device.stream_state import current, set_current
 from torch_fl.device.sync import synchronize_event, synchronize_stream
 
+# c10::DeviceType::PrivateUse1: the device_type a torch.Stream of the ral device carries.
+PRIVATEUSE1_TYPE = 20
 
-class Stream:
-    """An in-order work queue on a ral device (the plugin's stream, command queue, ...)."""
+
+class Stream(torch.Stream):
+    """An in-order work queue on a ral device (the plugin's stream, command queue, ...).
+
+    A torch.Stream, as torch.cuda.Stream is, so APIs typed on torch.Stream take it
+    (`Tensor.record_stream(s)`); stream_id is the runtime's stream id."""
+
+    def __new__(cls, device=None, priority: int = 0):
+        index = device_index(device)
+        out = ffi.new("int32_t*")
+        check(lib.rt_stream_create(index, out))
+        s = torch.Stream.__new__(cls, stream_id=out[0], device_index=index, device_type=PRIVATEUSE1_TYPE)
+        s._owned = True
+        s._contexts = []
+        return s
 
     def __init__(self, device=None, priority: int = 0):
-        self.device_index = device_index(device)
-        out = ffi.new("int32_t*")
-        check(lib.rt_stream_create(self.device_index, out))
-        self.stream_id = out[0]
-        self._owned = True
+        pass  # everything happens in __new__ (torch.Stream's fields are read-only)
 
     @classmethod
     def _wrap(cls, device_index: int, stream_id: int) -> Stream:
-        s = cls.__new__(cls)
-        s.device_index = device_index
-        s.stream_id = stream_id
+        s = torch.Stream.__new__(cls, stream_id=stream_id, device_index=device_index, device_type=PRIVATEUSE1_TYPE)
         s._owned = False
+        s._contexts = []
         return s
 
-    @property
-    def device(self):
-        """The torch.device of this stream."""
-        return torch.device("ral", self.device_index)
+    def __enter__(self):
+        # torch.Stream's own __enter__ asks the C++ device guard, which does not track ral
+        # streams: make this the current stream the way torch.ral.stream(s) does.
+        ctx = StreamContext(self)
+        self._contexts.append(ctx)
+        return ctx.__enter__()
+
+    def __exit__(self, *exc):
+        self._contexts.pop().__exit__(*exc)
 
     def synchronize(self) -> None:
         """Wait until all work queued on this stream is done."""

@@ -10,6 +10,7 @@ import torch
 
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.device.index import parse_device
+from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -166,7 +167,15 @@ def _strided_as_meta(func, args, kwargs, results):
 
 
 @special(aten.record_stream.default)
-def _noop(func, args, kwargs):
+def _record_stream(func, args, kwargs):
+    """Tensor.record_stream(s): the tensor's memory, once freed, waits for s's queued work
+    before any stream reuses it (the pool remembers s on the block)."""
+    t, stream = args
+    if stream.device != t.device:
+        raise RuntimeError(f"record_stream: the stream is on {stream.device}, the tensor on {t.device}")
+    buf = t._buf
+    if buf.ptr:  # a storage resized to 0 bytes holds no block
+        record_stream(buf, stream.stream_id)
     return None
 
 

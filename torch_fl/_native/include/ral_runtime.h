@@ -132,6 +132,10 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr);
 /* Return a block to the pool. Reused by the same stream at once (stream order makes
  * that safe); by other streams only after the work queued before the free completes. */
 int rt_free(int32_t device, uint64_t ptr);
+/* Mark the live block at `ptr` (an rt_malloc result) as used by `stream` too, as
+ * torch's Tensor.record_stream does: once freed, the block is not reused by any stream
+ * until `stream` has finished the work queued on it. */
+int rt_record_stream(int32_t device, uint64_t ptr, int32_t stream);
 /* Check that [ptr+offset, ptr+offset+nbytes) lies in a live allocation of `device`. */
 int rt_check_pointer(int32_t device, uint64_t ptr, uint64_t offset, uint64_t nbytes);
 /* Copy the pool statistics (named _get: rt_memory_stats is the struct type). */
