@@ -90,10 +90,13 @@ def _latency(style: str):
     n = 200
     torch.manual_seed(0)
     lin, x = torch.nn.Linear(64, 64), torch.randn(32, 64)
-    if style == "to":
+    if style in ("to", "to_empty_mode"):
         _ral()
         lin, x = lin.to(DEV), x.to(DEV)
     ctx = _ral().ral_mode(DEV) if style == "mode" else contextlib.nullcontext()
+    if style == "to_empty_mode":
+        # ral_mode's floor: model.to's per-op cost plus a TorchFunctionMode that does nothing
+        ctx = _empty_function_mode()
 
     def fn():
         with torch.no_grad(), ctx:
@@ -101,6 +104,16 @@ def _latency(style: str):
                 lin(x).sum().item()
 
     return fn, n
+
+
+def _empty_function_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class Empty(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    return Empty()
 
 
 def _add16(style: str):
@@ -221,7 +234,7 @@ def _sides(make, names):
 SIDES = {
     "gpt2_forward": _sides(_forward, ["cpu", "to", "mode"]),
     "gpt2_train": _sides(_train, ["cpu", "to", "mode"]),
-    "latency": _sides(_latency, ["cpu", "to", "mode"]),
+    "latency": _sides(_latency, ["cpu", "to", "to_empty_mode", "mode"]),
     "add16": _sides(_add16, ["eager", "empty_mode", "empty_subclass", "to", "mode"]),
     "linear": _sides(_linear, ["cpu", "to", "mode"]),
     "large_add": _sides(_large_add, ["cpu", "to", "mode"]),
@@ -236,7 +249,13 @@ SPEC = {
     "linear": ("Linear(1024,1024) batch 2048", "cpu", {"to": 1.00, "mode": 1.00}, 5, "ms"),
     "large_add": ("4096^2 add", "cpu", {"to": 0.30, "mode": 0.30}, 7, "ms"),
 }
-STYLE = {"to": "model.to", "mode": "ral_mode", "empty_mode": "empty mode", "empty_subclass": "empty wrapper subclass"}
+STYLE = {
+    "to": "model.to",
+    "mode": "ral_mode",
+    "to_empty_mode": "model.to + empty TorchFunctionMode",
+    "empty_mode": "empty mode",
+    "empty_subclass": "empty wrapper subclass",
+}
 SCALE = {"ms": 1e3, "us": 1e6}
 
 
@@ -257,6 +276,8 @@ def run_case(name: str, dev: str, rounds: int) -> list[Result]:
             note += f"; empty-subclass floor {med['empty_subclass'] * k:.1f} {unit}"
         if name == "add16" and s == "mode":
             note += f"; empty-mode floor {med['empty_mode'] * k:.1f} {unit}"
+        if name == "latency" and s == "mode":
+            note += f"; floor (model.to + empty mode) {med['to_empty_mode'] * k:.1f} {unit}"
         subject = "cpu" if s in ("empty_mode", "empty_subclass") else dev
         row = Result(f"{title} [{STYLE[s]}]", subject, med[s], f"{base} (own process)", med[base], targets.get(s))
         row.note, row.rounds_ratio = note, median_ratio(times, s, base)
