@@ -105,6 +105,32 @@ print("still alive", keep.tolist(), (keep - keep).tolist())
     assert "still alive [0.0, 1.0, 2.0, 3.0] [0.0, 0.0, 0.0, 0.0]" in out
 
 
+def test_async_kernel_error_reaches_torch_accelerator_synchronize(bad_root):
+    """Device-generic code syncs through torch.accelerator (the C++ guard), not torch.ral."""
+    out = _run(
+        bad_root,
+        """
+d = dev_of("faulty")
+a = torch.ones(4, device=d)
+b = a + a                       # queued: fails at the next sync point
+try:
+    torch.accelerator.synchronize(torch.device(d).index)
+except RuntimeError as exc:
+    print("accelerator:", exc)
+c = a + a
+try:
+    torch.accelerator.current_stream(d).synchronize()
+except RuntimeError as exc:
+    print("stream:", exc)
+torch.accelerator.synchronize(torch.device(d).index)  # the error was reported once
+print("still alive", a.tolist())
+""",
+    )
+    assert "accelerator: ral:" in out and "injected failure" in out.split("stream:")[0]
+    assert "stream: ral:" in out and "injected failure" in out.split("stream:")[1]
+    assert "still alive [1.0, 1.0, 1.0, 1.0]" in out
+
+
 def test_invalid_pointer_never_reaches_plugin(dev):
     from torch_fl.device.memory import Buffer
     from torch_fl.tensor.ral_tensor import wrap

@@ -127,3 +127,25 @@ def test_record_stream_errors(dev):
     with pytest.raises(RuntimeError, match="record_stream: the stream is on"):
         t.record_stream(s_other)
     assert t.sum().item() == 4
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_torch_accelerator_synchronize_and_stream_query(dev):
+    """torch.accelerator.synchronize() and torch.Stream's own query()/synchronize() (the
+    C++ device guard's path, which device-generic code takes) reach the device."""
+    index = torch.device(dev).index
+    s = torch.ral.Stream(dev)
+    s.wait_stream(torch.ral.current_stream(dev))
+    m = _busy(s, dev)  # some hundred milliseconds of queued work
+    torch.accelerator.synchronize(index)
+    assert s.query()  # the runtime's own view: nothing left on s
+    assert torch.Stream.query(s) is True
+    m = _busy(s, dev)
+    busy = torch.Stream.query(s)
+    assert busy is False or s.query()  # C++ says idle only when the runtime agrees
+    torch.Stream.synchronize(s)
+    assert s.query()
+    expected = torch.full((1024, 1024), 1.0 / 1024)
+    for _ in range(12):
+        expected = expected @ expected
+    assert_close(m, expected, rtol=1e-4, atol=1e-12)

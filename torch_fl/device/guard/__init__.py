@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from torch_fl._native import ffi, lib
 from torch_fl.device import compat
 
 _SOURCE = Path(__file__).with_name("ral_guard.cpp")
@@ -79,7 +80,21 @@ def load(device_count: int) -> bool:
             )
             return False
     _loaded.ral_guard_set_device_count(max(device_count, 8))
+    _hand_over_runtime(_loaded)
     return True
+
+
+def _hand_over_runtime(shim: ctypes.CDLL) -> None:
+    """Give the shim the runtime's synchronization calls (torch.accelerator.synchronize,
+    torch.Stream.synchronize and query reach the device through them)."""
+
+    def address(name: str) -> int:
+        return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+
+    names = ("rt_device_synchronize", "rt_stream_synchronize", "rt_stream_query", "rt_last_error")
+    shim.ral_guard_set_runtime.argtypes = [ctypes.c_void_p] * len(names) + [ctypes.c_int]
+    shim.ral_guard_set_runtime.restype = None
+    shim.ral_guard_set_runtime(*(address(n) for n in names), lib.RAL_ERROR_NOT_READY)
 
 
 def register_hooks(device_count: int) -> bool:

@@ -5,7 +5,10 @@
 // backward pass on ral:1 trips an internal assert. This shim reports as many devices as the
 // runtime found (plus headroom for hot-plug) and tracks the current device per thread.
 // It is compiled against the installed torch at first import (see __init__.py) and contains
-// no torch_fl logic: streams and events stay in the Python/native layers.
+// no torch_fl logic: streams and events stay in the Python/native layers. Synchronization
+// that torch asks of the guard (torch.accelerator.synchronize(), torch.Stream.synchronize()
+// and query()) is forwarded to the runtime's C entry points, which torch_fl hands over
+// with ral_guard_set_runtime: plain thread-safe C, so no Python and no GIL is involved.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -19,6 +22,29 @@ namespace {
 
 thread_local c10::DeviceIndex current_device = 0;
 std::atomic<int> visible_devices{8};
+
+// The runtime's calls (ral_runtime.h); null until torch_fl registers them.
+struct RuntimeCalls {
+  int (*device_synchronize)(int32_t device);
+  int (*stream_synchronize)(int32_t device, int32_t stream);
+  int (*stream_query)(int32_t device, int32_t stream);
+  const char* (*last_error)();
+  int not_ready;  // RAL_ERROR_NOT_READY
+};
+RuntimeCalls runtime_calls;
+std::atomic<const RuntimeCalls*> runtime{nullptr};
+
+const RuntimeCalls& calls() {
+  const RuntimeCalls* rt = runtime.load();
+  TORCH_CHECK(rt, "ral: the runtime has not registered its synchronization calls with the device guard");
+  return *rt;
+}
+
+void check_status(const RuntimeCalls& rt, int status, const char* what, c10::DeviceIndex d) {
+  if (status == 0) return;
+  const char* msg = rt.last_error ? rt.last_error() : nullptr;
+  TORCH_CHECK(false, "ral:", static_cast<int>(d), " ", what, ": ", msg ? msg : "runtime error ", status);
+}
 
 struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
@@ -53,8 +79,22 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void block(void*, const c10::Stream&) const override {}
   bool queryEvent(void*) const override { return true; }
   void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
+  bool queryStream(const c10::Stream& s) const override {
+    const RuntimeCalls& rt = calls();
+    int st = rt.stream_query(s.device_index(), static_cast<int32_t>(s.id()));
+    if (st == rt.not_ready) return false;
+    check_status(rt, st, "stream query", s.device_index());
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    const RuntimeCalls& rt = calls();
+    check_status(rt, rt.stream_synchronize(s.device_index(), static_cast<int32_t>(s.id())), "stream synchronize",
+                 s.device_index());
+  }
+  void synchronizeDevice(const c10::DeviceIndex d) const override {
+    const RuntimeCalls& rt = calls();
+    check_status(rt, rt.device_synchronize(d), "synchronize", d);
+  }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, RalGuardImpl);
@@ -128,4 +168,12 @@ extern "C" __attribute__((visibility("default"))) int ral_guard_register_hooks(i
 // Called once by torch_fl after device discovery, before any backward pass.
 extern "C" __attribute__((visibility("default"))) void ral_guard_set_device_count(int n) {
   visible_devices.store(n < 1 ? 1 : n);
+}
+
+// Called once by torch_fl with the runtime's entry points (see RuntimeCalls).
+extern "C" __attribute__((visibility("default"))) void ral_guard_set_runtime(
+    int (*device_synchronize)(int32_t), int (*stream_synchronize)(int32_t, int32_t),
+    int (*stream_query)(int32_t, int32_t), const char* (*last_error)(), int not_ready) {
+  runtime_calls = {device_synchronize, stream_synchronize, stream_query, last_error, not_ready};
+  runtime.store(&runtime_calls);
 }
