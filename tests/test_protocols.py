@@ -2,6 +2,7 @@
 style applies: __format__, .numpy() rules, pickling, safetensors save/load, DataLoader with
 pin_memory=True, and DataLoader workers forked inside ral_mode (fork safety)."""
 
+import copy
 import pickle
 
 import pytest
@@ -50,6 +51,49 @@ def test_pickle_roundtrip(dev):
     u, q = pickle.loads(pickle.dumps((t, p)))
     assert u.device == t.device and torch.equal(u.cpu(), t.cpu())
     assert q.requires_grad and q.device == p.device
+
+
+def _copies(obj):
+    return copy.deepcopy(obj), pickle.loads(pickle.dumps(obj))
+
+
+def _grad_and_attr(t):
+    return (None if t.grad is None else t.grad.cpu()), getattr(t, "tag", None)
+
+
+@each_device
+def test_deepcopy_and_pickle_match_cpu(dev):
+    """Copies of ral tensors and modules keep what CPU copies keep: a Parameter stays a
+    Parameter (so `copy.deepcopy(model).cpu()` works); a plain tensor's deepcopy brings its
+    gradient; attributes follow CPU's rules for each kind of copy."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Linear(5, 2)
+    m = torch.nn.Linear(5, 2)
+    m.load_state_dict(cpu.state_dict())
+    m = m.to(dev)
+    x = torch.randn(3, 5)
+    cpu(x).sum().backward()
+    m(x.to(dev)).sum().backward()
+    t_cpu = torch.ones(3, requires_grad=True)
+    (t_cpu * 2).sum().backward()
+    t = torch.ones(3, device=dev, requires_grad=True)
+    (t * 2).sum().backward()
+    for a in (m.weight, cpu.weight, t, t_cpu):
+        a.tag = "encoder"
+    for got, want in zip(_copies(t), _copies(t_cpu)):
+        assert torch.equal(got.detach().cpu(), want.detach()) and got.requires_grad
+        g, tag = _grad_and_attr(got)
+        gw, tag_w = _grad_and_attr(want)
+        assert tag == tag_w and (g is None) == (gw is None)
+        assert g is None or torch.equal(g, gw)
+    for got, want in zip(_copies(m.weight), _copies(cpu.weight)):
+        assert isinstance(got, torch.nn.Parameter) and got.device == torch.device(dev)
+        assert _grad_and_attr(got)[1] == _grad_and_attr(want)[1] and got.grad is None and want.grad is None
+    for got, want in zip(_copies(m), _copies(cpu)):
+        assert all(isinstance(p, torch.nn.Parameter) for p in got.parameters())
+        back = got.cpu()  # failed with "param must be a Parameter" after a deepcopy
+        assert type(back.weight) is torch.nn.Parameter and back.weight.device.type == "cpu"
+        torch.testing.assert_close(back(x), want(x), rtol=0, atol=0)
 
 
 @each_device

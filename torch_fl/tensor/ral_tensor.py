@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 
 import torch
 
 from torch_fl.device.memory import Buffer
 from torch_fl.tensor.host_copy import to_cpu
-from torch_fl.tensor.serialization import reduce_ral_tensor
+from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
 
@@ -151,6 +152,17 @@ class RalTensor(torch.Tensor):
         if self.requires_grad:
             new.requires_grad_(True)
         memo[id(self)] = new
+        attrs = user_attrs(self)
+        if attrs.get("_is_param"):
+            # as nn.Parameter.__deepcopy__: a Parameter again (else `copy.deepcopy(model).cpu()`
+            # fails), without its gradient or other attributes
+            new._is_param = True
+            return new
+        # as torch.Tensor.__deepcopy__: the gradient and the Python attributes come along
+        if self.is_leaf and self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for k, v in attrs.items():
+            setattr(new, k, copy.deepcopy(v, memo))
         return new
 
     @property

@@ -36,14 +36,29 @@ def _deserializer(storage, location: str):
     return storage
 
 
-def _rebuild_ral(typed_storage, storage_offset, size, stride, requires_grad):
+# Attributes a RalTensor keeps in its __dict__ for itself (the device payload and caches):
+# never copied or pickled as the user's attributes.
+PAYLOAD_ATTRS = frozenset({"_buf", "_dev", "_sig", "_flat_inner"})
+
+
+def user_attrs(t) -> dict:
+    """The Python attributes a user (or nn.Parameter's `_is_param` mark) put on tensor t."""
+    return {k: v for k, v in t.__dict__.items() if k not in PAYLOAD_ATTRS}
+
+
+def _rebuild_ral(typed_storage, storage_offset, size, stride, requires_grad, state=None):
     """Unpickle a ral tensor: CPU data, moved to the ral device its location tag names."""
     untyped = typed_storage._untyped_storage
     cpu = torch.empty(0, dtype=typed_storage.dtype).set_(untyped, storage_offset, size, stride)
     tag = _tag_of(untyped)
     t = cpu.to(tag) if tag is not None else cpu
-    if requires_grad:
+    state = dict(state or {})
+    if state.pop("_is_param", False):  # a parameter stays one (torch.save(model), deepcopy)
+        t = torch.nn.Parameter(t, requires_grad=requires_grad)
+    elif requires_grad:
         t.requires_grad_(True)
+    for k, v in state.items():
+        setattr(t, k, v)
     return t
 
 
@@ -53,7 +68,9 @@ def reduce_ral_tensor(t):
     untyped = cpu.untyped_storage()
     _mark(untyped, f"ral:{t._dev}")
     typed = torch.storage.TypedStorage(wrap_storage=untyped, dtype=cpu.dtype, _internal=True)
-    return (_rebuild_ral, (typed, cpu.storage_offset(), tuple(cpu.shape), cpu.stride(), t.requires_grad))
+    args = (typed, cpu.storage_offset(), tuple(cpu.shape), cpu.stride(), t.requires_grad)
+    state = user_attrs(t)
+    return (_rebuild_ral, (*args, state) if state else args)
 
 
 def register() -> None:
