@@ -173,3 +173,15 @@ def test_fp16_gpt2_training_follows_fp32_cpu(dev):
         dopt.zero_grad()
     ref, got = loss.item(), dloss.item()
     assert abs(got - ref) <= 0.02 * abs(ref), f"fp16 loss {got} vs CPU fp32 {ref} after {steps} steps"
+
+
+def test_is_bf16_supported(anydev):
+    """torch.ral.is_bf16_supported() says yes only where a bfloat16 matmul computes what CPU's does."""
+    with torch.ral.device(int(anydev.split(":")[1])):
+        supported = torch.ral.is_bf16_supported()
+    assert supported == (torch.bfloat16 in _dtypes(anydev))
+    if supported:
+        a, b = torch.randn(8, 16).bfloat16(), torch.randn(16, 4).bfloat16()
+        out = a.to(anydev) @ b.to(anydev)
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.cpu(), a @ b, rtol=1.6e-2, atol=1e-2)

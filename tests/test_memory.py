@@ -89,3 +89,21 @@ def test_set_memory_limit_api(dev):
         assert small.sum().item() == 10
     finally:
         torch.ral.set_memory_limit(0, dev)
+
+
+def test_mem_get_info(dev):
+    """(free, total) as torch.cuda.mem_get_info: total is the device's memory or the pool
+    limit, free shrinks by what the pool reserves."""
+    index = torch.device(dev).index
+    total = torch.ral.get_device_properties(index).total_memory
+    free, reported = torch.ral.mem_get_info(dev)
+    assert reported == total and 0 <= free <= total
+    assert free == total - torch.ral.memory_reserved(dev)
+    try:
+        torch.ral.set_memory_limit(64 << 20, dev)
+        keep = torch.empty(4 << 20, device=dev)  # 16 MiB
+        free, reported = torch.ral.mem_get_info(dev)
+        assert reported == 64 << 20
+        assert free == reported - torch.ral.memory_reserved(dev) and free <= (64 << 20) - keep.numel() * 4
+    finally:
+        torch.ral.set_memory_limit(0, dev)

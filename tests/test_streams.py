@@ -149,3 +149,18 @@ def test_torch_accelerator_synchronize_and_stream_query(dev):
     for _ in range(12):
         expected = expected @ expected
     assert_close(m, expected, rtol=1e-4, atol=1e-12)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_set_stream(dev):
+    """torch.ral.set_stream, as torch.cuda.set_stream: ops of this thread go to the stream."""
+    s = torch.ral.Stream(dev)
+    torch.ral.set_stream(s)
+    try:
+        assert torch.ral.current_stream(dev) == s
+        y = torch.ones(8, device=dev) * 2
+    finally:
+        torch.ral.set_stream(torch.ral.default_stream(dev))
+    assert torch.ral.current_stream(dev).stream_id == 0
+    s.synchronize()
+    assert y.sum().item() == 16

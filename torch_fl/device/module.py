@@ -11,6 +11,7 @@ from torch_fl.device import index as _index
 from torch_fl.device import rng
 from torch_fl.device.index import current_device, device_index, set_device  # noqa: F401 (torch.ral API)
 from torch_fl.device.memory import memory_stats_dict
+from torch_fl.device.stream_state import set_current
 from torch_fl.device.streams import Event, Stream, StreamContext, current_stream, default_stream, stream  # noqa: F401 (torch.ral API)
 from torch_fl.device.sync import synchronize_device
 
@@ -80,6 +81,34 @@ def max_memory_reserved(device=None) -> int:
 def reset_peak_memory_stats(device=None) -> None:
     """Reset the peak counters."""
     check(lib.rt_reset_peak_stats(device_index(device)))
+
+
+# torch.cuda's older name for the same reset
+reset_max_memory_allocated = reset_peak_memory_stats
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of a device, as torch.cuda.mem_get_info: total is the device's
+    memory (or the pool's limit when one is set and smaller), free is what this process's
+    pool has not reserved of it (plugins report no live device-wide free figure)."""
+    index = device_index(device)
+    stats = memory_stats_dict(index)
+    total = device_records()[index].total_memory
+    limit = stats["limit_bytes"]
+    if limit and (not total or limit < total):
+        total = limit
+    return max(total - stats["reserved_bytes.all.current"], 0), total
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the current ral device computes in bfloat16 (autocast may use it)."""
+    return torch.bfloat16 in get_amp_supported_dtype()
+
+
+def set_stream(stream: Stream) -> None:
+    """Make `stream` the current stream of its device in this thread (torch.cuda.set_stream)."""
+    if stream is not None:
+        set_current(stream.device_index, stream.stream_id)
 
 
 def empty_cache() -> None:
