@@ -105,7 +105,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return torch.bfloat16 in get_amp_supported_dtype()
 
 
-def set_stream(stream: Stream) -> None:
+def set_stream(stream: Stream) -> None:  # noqa: F811 (torch.cuda.set_stream's parameter name)
     """Make `stream` the current stream of its device in this thread (torch.cuda.set_stream)."""
     if stream is not None:
         set_current(stream.device_index, stream.stream_id)
