@@ -147,6 +147,22 @@ void rt_stream_release(rt_device* dev, int32_t sid) {
   free(saved);
 }
 
+/* Current stream per thread and device index; zero-initialized: the default stream. */
+static _Thread_local int32_t tl_current[RT_MAX_DEVICES];
+
+/* Public: this thread's current stream of a device. */
+int32_t rt_current_stream(int32_t device) {
+  return device >= 0 && device < RT_MAX_DEVICES ? tl_current[device] : 0;
+}
+
+/* Public: make `stream` this thread's current stream of a device. */
+int rt_set_current_stream(int32_t device, int32_t stream) {
+  if (device < 0 || device >= RT_MAX_DEVICES || stream < 0)
+    return rt_fail(RAL_ERROR_INVALID_ARGUMENT, "current stream: device %d, stream %d out of range", device, stream);
+  tl_current[device] = stream;
+  return RAL_OK;
+}
+
 /* Public: create a stream; ids are reused after destroy. */
 int rt_stream_create(int32_t device, int32_t* stream) {
   rt_device* dev;

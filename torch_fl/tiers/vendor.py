@@ -14,7 +14,6 @@ from torch_fl.core.runtime import check, raise_status
 from torch_fl.device import rng
 from torch_fl.device.dtypes import CODE_OF_TORCH
 from torch_fl.device.memory import ALLOC_OBSERVERS, Buffer, allocate
-from torch_fl.device.stream_state import _TLS as _STREAM_TLS
 from torch_fl.device.stream_state import current
 from torch_fl.tensor.layout import contiguous_strides, is_dense
 from torch_fl.tensor.op_schema import BROADCASTING_OPS, NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
@@ -656,7 +655,6 @@ def _specialize(run, fast):
         "_ident": get_ident,
         "_per_thread": per_thread,
         "_thread_state": thread_state,
-        "_tls": _STREAM_TLS,
         "_current": current,
         "_launch": rt_launch,
         "_handle": run.handle,
@@ -681,8 +679,7 @@ def _specialize(run, fast):
         "    if state is None:",
         "        state = _thread_state()",
         "    arr, farr, cell = state",
-        "    ids = _tls.ids",
-        f"    stream = ids[{dev}] if len(ids) > {dev} else _current({dev})",
+        f"    stream = _current({dev})",
     ]
     outs = []
     if run.fresh:

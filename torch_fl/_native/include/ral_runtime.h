@@ -187,6 +187,12 @@ int rt_event_synchronize(int32_t device, int32_t event);
 int rt_event_query(int32_t device, int32_t event);
 int rt_stream_wait_event(int32_t device, int32_t stream, int32_t event);
 int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms);
+/* The calling thread's current stream of a device (0, the default stream, until set), as
+ * CUDA's per-thread current stream: torch_fl issues the thread's ops there, and PyTorch's
+ * device guard reads and switches it (the autograd engine runs each backward op on the
+ * stream of its forward op). Not validated: a destroyed id fails at its next use. */
+int32_t rt_current_stream(int32_t device);
+int rt_set_current_stream(int32_t device, int32_t stream);
 
 /* ---- observation -------------------------------------------------------------- */
 /* Number of calls that reached the plugins' launch entry for this device (a failed

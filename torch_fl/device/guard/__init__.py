@@ -84,17 +84,37 @@ def load(device_count: int) -> bool:
     return True
 
 
+# The shim's RuntimeCalls, field by field (ral_guard.cpp): the runtime's entry points it
+# forwards to, then RAL_ERROR_NOT_READY.
+_RUNTIME_CALLS = (
+    "rt_device_synchronize",
+    "rt_stream_synchronize",
+    "rt_stream_query",
+    "rt_last_error",
+    "rt_current_stream",
+    "rt_set_current_stream",
+    "rt_event_create",
+    "rt_event_destroy",
+    "rt_event_record",
+    "rt_event_synchronize",
+    "rt_event_query",
+    "rt_stream_wait_event",
+)
+
+
+class _RuntimeCalls(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in _RUNTIME_CALLS] + [("not_ready", ctypes.c_int)]
+
+
 def _hand_over_runtime(shim: ctypes.CDLL) -> None:
-    """Give the shim the runtime's synchronization calls (torch.accelerator.synchronize,
-    torch.Stream.synchronize and query reach the device through them)."""
-
-    def address(name: str) -> int:
-        return int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
-
-    names = ("rt_device_synchronize", "rt_stream_synchronize", "rt_stream_query", "rt_last_error")
-    shim.ral_guard_set_runtime.argtypes = [ctypes.c_void_p] * len(names) + [ctypes.c_int]
+    """Give the shim the runtime's stream, event and synchronization calls: PyTorch's
+    device-generic paths (the autograd engine's stream handling, torch.accelerator,
+    torch.Stream, torch.Event) reach the device through them."""
+    addresses = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in _RUNTIME_CALLS]
+    calls = _RuntimeCalls(*addresses, lib.RAL_ERROR_NOT_READY)
+    shim.ral_guard_set_runtime.argtypes = [ctypes.POINTER(_RuntimeCalls)]
     shim.ral_guard_set_runtime.restype = None
-    shim.ral_guard_set_runtime(*(address(n) for n in names), lib.RAL_ERROR_NOT_READY)
+    shim.ral_guard_set_runtime(ctypes.byref(calls))  # copied by the shim
 
 
 def register_hooks(device_count: int) -> bool:

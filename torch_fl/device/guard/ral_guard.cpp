@@ -5,10 +5,12 @@
 // backward pass on ral:1 trips an internal assert. This shim reports as many devices as the
 // runtime found (plus headroom for hot-plug) and tracks the current device per thread.
 // It is compiled against the installed torch at first import (see __init__.py) and contains
-// no torch_fl logic: streams and events stay in the Python/native layers. Synchronization
-// that torch asks of the guard (torch.accelerator.synchronize(), torch.Stream.synchronize()
-// and query()) is forwarded to the runtime's C entry points, which torch_fl hands over
-// with ral_guard_set_runtime: plain thread-safe C, so no Python and no GIL is involved.
+// no torch_fl logic: the current stream, streams and events live in the native runtime, and
+// what torch asks of the guard (the current stream, which the autograd engine switches to
+// run each backward op on its forward op's stream; events, with which it orders streams;
+// torch.accelerator.synchronize(), torch.Stream/torch.Event calls) is forwarded to the
+// runtime's C entry points, handed over with ral_guard_set_runtime: plain thread-safe C,
+// so no Python and no GIL is involved.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -29,10 +31,29 @@ struct RuntimeCalls {
   int (*stream_synchronize)(int32_t device, int32_t stream);
   int (*stream_query)(int32_t device, int32_t stream);
   const char* (*last_error)();
+  int32_t (*current_stream)(int32_t device);
+  int (*set_current_stream)(int32_t device, int32_t stream);
+  int (*event_create)(int32_t device, int32_t* event);
+  int (*event_destroy)(int32_t device, int32_t event);
+  int (*event_record)(int32_t device, int32_t event, int32_t stream);
+  int (*event_synchronize)(int32_t device, int32_t event);
+  int (*event_query)(int32_t device, int32_t event);
+  int (*stream_wait_event)(int32_t device, int32_t stream, int32_t event);
   int not_ready;  // RAL_ERROR_NOT_READY
 };
 RuntimeCalls runtime_calls;
 std::atomic<const RuntimeCalls*> runtime{nullptr};
+
+// A c10 event handle (void*) packs the runtime's per-device event id with its device:
+// (device << 32) | (id + 1), so null stays "never recorded".
+void* pack_event(c10::DeviceIndex d, int32_t id) {
+  return reinterpret_cast<void*>((static_cast<uintptr_t>(static_cast<uint16_t>(d)) << 32) |
+                                 (static_cast<uint32_t>(id) + 1u));
+}
+c10::DeviceIndex event_device(void* e) {
+  return static_cast<c10::DeviceIndex>(static_cast<int16_t>(reinterpret_cast<uintptr_t>(e) >> 32));
+}
+int32_t event_id(void* e) { return static_cast<int32_t>((reinterpret_cast<uintptr_t>(e) & 0xffffffffu) - 1u); }
 
 const RuntimeCalls& calls() {
   const RuntimeCalls* rt = runtime.load();
@@ -58,27 +79,70 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void setDevice(c10::Device d) const override { current_device = d.index(); }
   void uncheckedSetDevice(c10::Device d) const noexcept override { current_device = d.index(); }
+  // The current stream lives in the runtime (per thread), where torch_fl's ops read it.
   c10::Stream getStream(c10::Device d) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    const RuntimeCalls* rt = runtime.load();
+    int32_t id = rt ? rt->current_stream(d.index()) : 0;
+    return id ? c10::Stream(c10::Stream::UNSAFE, d, id) : c10::Stream(c10::Stream::DEFAULT, d);
   }
+  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    c10::Stream old = getStream(s.device());
+    const RuntimeCalls* rt = runtime.load();
+    if (rt) rt->set_current_stream(s.device_index(), static_cast<int32_t>(s.id()));
+    return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(visible_devices.load());
   }
 
-  // Events. The autograd engine records and waits on events when gradients cross devices.
-  // Every torch_fl transfer between devices is already synchronous on both sides (the
-  // runtime stages it through the host and synchronizes), so there is nothing to order:
-  // recording is a no-op and an event is always complete.
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex,
+  // Events: the autograd engine records one on a producer stream and makes the consumer
+  // stream wait for it whenever a gradient crosses streams (a forward run under
+  // torch.ral.stream(s)); torch.Event uses them too.
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag) const override {
-    if (event) *event = nullptr;
+    const RuntimeCalls& rt = calls();
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "ral: event device ",
+                static_cast<int>(device_index), " does not match the stream's device ",
+                static_cast<int>(stream.device_index()));
+    if (!*event) {
+      int32_t id = 0;
+      check_status(rt, rt.event_create(stream.device_index(), &id), "event create", stream.device_index());
+      *event = pack_event(stream.device_index(), id);
+    }
+    c10::DeviceIndex d = event_device(*event);
+    TORCH_CHECK(d == stream.device_index(), "ral: an event of ral:", static_cast<int>(d),
+                " cannot be recorded on a stream of ral:", static_cast<int>(stream.device_index()));
+    check_status(rt, rt.event_record(d, event_id(*event), static_cast<int32_t>(stream.id())), "event record", d);
   }
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void block(void* event, const c10::Stream& stream) const override {
+    if (!event) return;
+    const RuntimeCalls& rt = calls();
+    c10::DeviceIndex d = event_device(event);
+    if (d == stream.device_index())
+      check_status(rt, rt.stream_wait_event(d, static_cast<int32_t>(stream.id()), event_id(event)),
+                   "stream wait", d);
+    else  // event ids are per device: wait on the host (cross-device copies synchronize anyway)
+      check_status(rt, rt.event_synchronize(d, event_id(event)), "event synchronize", d);
+  }
+  bool queryEvent(void* event) const override {
+    if (!event) return true;
+    const RuntimeCalls& rt = calls();
+    int st = rt.event_query(event_device(event), event_id(event));
+    if (st == rt.not_ready) return false;
+    check_status(rt, st, "event query", event_device(event));
+    return true;
+  }
+  void synchronizeEvent(void* event) const override {
+    if (!event) return;
+    const RuntimeCalls& rt = calls();
+    check_status(rt, rt.event_synchronize(event_device(event), event_id(event)), "event synchronize",
+                 event_device(event));
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    const RuntimeCalls* rt = runtime.load();
+    if (event && rt) rt->event_destroy(event_device(event), event_id(event));
+  }
   bool queryStream(const c10::Stream& s) const override {
     const RuntimeCalls& rt = calls();
     int st = rt.stream_query(s.device_index(), static_cast<int32_t>(s.id()));
@@ -170,10 +234,8 @@ extern "C" __attribute__((visibility("default"))) void ral_guard_set_device_coun
   visible_devices.store(n < 1 ? 1 : n);
 }
 
-// Called once by torch_fl with the runtime's entry points (see RuntimeCalls).
-extern "C" __attribute__((visibility("default"))) void ral_guard_set_runtime(
-    int (*device_synchronize)(int32_t), int (*stream_synchronize)(int32_t, int32_t),
-    int (*stream_query)(int32_t, int32_t), const char* (*last_error)(), int not_ready) {
-  runtime_calls = {device_synchronize, stream_synchronize, stream_query, last_error, not_ready};
+// Called once by torch_fl with the runtime's entry points (see RuntimeCalls), in its order.
+extern "C" __attribute__((visibility("default"))) void ral_guard_set_runtime(const RuntimeCalls* calls) {
+  runtime_calls = *calls;
   runtime.store(&runtime_calls);
 }
