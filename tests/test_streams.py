@@ -224,3 +224,23 @@ def test_torch_accelerator_streams_and_events(dev):
     for _ in range(6):
         expected = expected @ expected
     assert_close(y, expected, rtol=1e-4, atol=1e-12)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_torch_stream_from_the_pool(dev):
+    """torch.Stream(device=...) (device-generic code) hands out ral streams from a small pool,
+    as CUDA's pool does; `with s:` sends this thread's ops there."""
+    streams = [torch.Stream(device=dev) for _ in range(5)]
+    ids = [s.stream_id for s in streams]
+    assert all(i > 0 for i in ids) and len(set(ids)) == 4  # a pool of four, round robin
+    s = streams[0]
+    with s:
+        assert torch.ral.current_stream(dev).stream_id == s.stream_id
+        m = _busy(s, dev, n=256, rounds=3)
+    assert torch.ral.current_stream(dev).stream_id == 0
+    s.synchronize()
+    assert s.query()
+    expected = torch.full((256, 256), 1.0 / 256)
+    for _ in range(3):
+        expected = expected @ expected
+    assert_close(m, expected, rtol=1e-4, atol=1e-12)

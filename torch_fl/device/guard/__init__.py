@@ -99,6 +99,7 @@ _RUNTIME_CALLS = (
     "rt_event_synchronize",
     "rt_event_query",
     "rt_stream_wait_event",
+    "rt_stream_create",
 )
 
 

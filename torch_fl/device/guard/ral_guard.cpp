@@ -19,6 +19,8 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -39,6 +41,7 @@ struct RuntimeCalls {
   int (*event_synchronize)(int32_t device, int32_t event);
   int (*event_query)(int32_t device, int32_t event);
   int (*stream_wait_event)(int32_t device, int32_t stream, int32_t event);
+  int (*stream_create)(int32_t device, int32_t* stream);
   int not_ready;  // RAL_ERROR_NOT_READY
 };
 RuntimeCalls runtime_calls;
@@ -67,6 +70,22 @@ void check_status(const RuntimeCalls& rt, int status, const char* what, c10::Dev
   TORCH_CHECK(false, "ral:", static_cast<int>(d), " ", what, ": ", msg ? msg : "runtime error ", status);
 }
 
+constexpr int kPoolStreams = 4;
+std::mutex pool_mutex;
+std::map<c10::DeviceIndex, std::pair<std::vector<int32_t>, unsigned>> stream_pool;  // ids, next
+
+c10::Stream pooled(c10::Device d) {
+  const RuntimeCalls& rt = calls();
+  std::lock_guard<std::mutex> lock(pool_mutex);
+  auto& [ids, next] = stream_pool[d.index()];
+  if (ids.size() < kPoolStreams) {
+    int32_t id = 0;
+    check_status(rt, rt.stream_create(d.index(), &id), "stream create", d.index());
+    ids.push_back(id);
+  }
+  return c10::Stream(c10::Stream::UNSAFE, d, ids[next++ % ids.size()]);
+}
+
 struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -86,6 +105,11 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return id ? c10::Stream(c10::Stream::UNSAFE, d, id) : c10::Stream(c10::Stream::DEFAULT, d);
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  // torch.Stream(device="ral:N") and other pool users: like CUDA's stream pool, a few streams
+  // per device created on first use and handed out round robin (a c10::Stream has no owner
+  // to destroy it, so streams made here live as long as the process).
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override { return pooled(d); }
+  c10::Stream getNewStream(c10::Device d, int) const override { return pooled(d); }
   c10::Stream exchangeStream(c10::Stream s) const noexcept override {
     c10::Stream old = getStream(s.device());
     const RuntimeCalls* rt = runtime.load();
