@@ -148,3 +148,13 @@ def test_cpu_mixing_error_matches_cuda_kind(dev):
 
 def test_is_torch_fl_exported():
     assert issubclass(torch_fl.OutOfMemoryError, torch.OutOfMemoryError)
+
+
+def test_data_ptr_identifies_memory(dev):
+    """data_ptr() as on CUDA: distinct for tensors that do not share memory, offset by the
+    view's start for views (libraries find aliasing and tied weights this way)."""
+    a, b = torch.ones(4, 4, device=dev), torch.ones(4, 4, device=dev)
+    assert a.data_ptr() != b.data_ptr() and a.data_ptr() != 0
+    assert a[1].data_ptr() == a.data_ptr() + 4 * a.element_size()
+    assert a.t().data_ptr() == a.data_ptr() and a.storage().data_ptr() == a.data_ptr()
+    assert len({t.data_ptr() for t in torch.nn.Linear(3, 3).to(dev).parameters()}) == 2

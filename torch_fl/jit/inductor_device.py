@@ -3,8 +3,8 @@
 ral:0 is host-mappable: its buffers are host memory. Inductor's C++ CPU code generator is
 registered for the "ral" device (`register_backend_for_device`, `register_device_op_overrides`,
 Dynamo's `register_interface_for_device`), so the kernels it generates are ordinary host C++.
-The one thing they cannot do is read a RalTensor's address (a wrapper tensor has no storage,
-its `data_ptr()` is 0), so the wrapper code passes each kernel zero-copy CPU views of its ral
+The one thing they cannot do is read a RalTensor's memory (a wrapper tensor has no storage;
+its `data_ptr()` is a device address), so the wrapper code passes each kernel zero-copy CPU views of its ral
 buffers (`host_args`); buffers are allocated with `torch.empty_strided(device="ral:N")` and
 views with `as_strided`, so every tensor the compiled graph hands out is a RalTensor.
 

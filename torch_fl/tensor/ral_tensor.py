@@ -193,6 +193,13 @@ class RalTensor(torch.Tensor):
             return self.item().__format__(spec)
         return object.__format__(self, spec)
 
+    def data_ptr(self) -> int:
+        """The device address of the first element, as a CUDA tensor's data_ptr(): distinct for
+        tensors that do not share memory (a wrapper tensor's own data_ptr() is the storage
+        offset alone, so unrelated tensors compared equal), not dereferenceable on the host
+        unless the device is host-mappable."""
+        return self._buf.ptr + self.storage_offset() * self.dtype.itemsize
+
     def storage(self):
         """A stand-in for the (deprecated) typed storage: the device buffer's identity and size.
 
