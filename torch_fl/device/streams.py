@@ -27,7 +27,6 @@ class Stream(torch.Stream):
         check(lib.rt_stream_create(index, out))
         s = torch.Stream.__new__(cls, stream_id=out[0], device_index=index, device_type=PRIVATEUSE1_TYPE)
         s._owned = True
-        s._contexts = []
         return s
 
     def __init__(self, device=None, priority: int = 0):
@@ -37,18 +36,7 @@ class Stream(torch.Stream):
     def _wrap(cls, device_index: int, stream_id: int) -> Stream:
         s = torch.Stream.__new__(cls, stream_id=stream_id, device_index=device_index, device_type=PRIVATEUSE1_TYPE)
         s._owned = False
-        s._contexts = []
         return s
-
-    def __enter__(self):
-        # torch.Stream's own __enter__ asks the C++ device guard, which does not track ral
-        # streams: make this the current stream the way torch.ral.stream(s) does.
-        ctx = StreamContext(self)
-        self._contexts.append(ctx)
-        return ctx.__enter__()
-
-    def __exit__(self, *exc):
-        self._contexts.pop().__exit__(*exc)
 
     def synchronize(self) -> None:
         """Wait until all work queued on this stream is done."""
