@@ -72,13 +72,22 @@ def test_stream_is_a_torch_stream(dev):
     assert torch.ral.current_stream(dev) == torch.ral.default_stream(dev)
 
 
-def _busy(s, dev, n=1024, rounds=12):
-    """Queue a few hundred milliseconds of work on s."""
-    with torch.ral.stream(s):
-        m = torch.full((n, n), 1.0 / n, device=dev)
-        for _ in range(rounds):
-            m = m @ m
+def _powers(m, rounds):
+    """m squared `rounds` times over."""
+    for _ in range(rounds):
+        m = m @ m
     return m
+
+
+def _busy(s, dev, n=1024, rounds=12):
+    """Queue a few hundred milliseconds of work on s; its result is _busy_expected(n, rounds)."""
+    with torch.ral.stream(s):
+        return _powers(torch.full((n, n), 1.0 / n, device=dev), rounds)
+
+
+def _busy_expected(n=1024, rounds=12):
+    """_busy's result, computed on CPU."""
+    return _powers(torch.full((n, n), 1.0 / n), rounds)
 
 
 def _free_then_reuse(dev, record: bool):
@@ -145,10 +154,7 @@ def test_torch_accelerator_synchronize_and_stream_query(dev):
     assert busy is False or s.query()  # C++ says idle only when the runtime agrees
     torch.Stream.synchronize(s)
     assert s.query()
-    expected = torch.full((1024, 1024), 1.0 / 1024)
-    for _ in range(12):
-        expected = expected @ expected
-    assert_close(m, expected, rtol=1e-4, atol=1e-12)
+    assert_close(m, _busy_expected(), rtol=1e-4, atol=1e-12)
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -220,10 +226,7 @@ def test_torch_accelerator_streams_and_events(dev):
     y = m + 0  # on the default stream
     done.synchronize()
     assert done.query()
-    expected = torch.full((512, 512), 1.0 / 512)
-    for _ in range(6):
-        expected = expected @ expected
-    assert_close(y, expected, rtol=1e-4, atol=1e-12)
+    assert_close(y, _busy_expected(n=512, rounds=6), rtol=1e-4, atol=1e-12)
 
 
 @pytest.mark.parametrize("dev", DEVICES)
@@ -240,7 +243,4 @@ def test_torch_stream_from_the_pool(dev):
     assert torch.ral.current_stream(dev).stream_id == 0
     s.synchronize()
     assert s.query()
-    expected = torch.full((256, 256), 1.0 / 256)
-    for _ in range(3):
-        expected = expected @ expected
-    assert_close(m, expected, rtol=1e-4, atol=1e-12)
+    assert_close(m, _busy_expected(n=256, rounds=3), rtol=1e-4, atol=1e-12)
