@@ -60,7 +60,7 @@ int32_t event_id(void* e) { return static_cast<int32_t>((reinterpret_cast<uintpt
 
 const RuntimeCalls& calls() {
   const RuntimeCalls* rt = runtime.load();
-  TORCH_CHECK(rt, "ral: the runtime has not registered its synchronization calls with the device guard");
+  TORCH_CHECK(rt, "ral: the runtime has not handed its stream and event calls to the device guard");
   return *rt;
 }
 
@@ -68,6 +68,13 @@ void check_status(const RuntimeCalls& rt, int status, const char* what, c10::Dev
   if (status == 0) return;
   const char* msg = rt.last_error ? rt.last_error() : nullptr;
   TORCH_CHECK(false, "ral:", static_cast<int>(d), " ", what, ": ", msg ? msg : "runtime error ", status);
+}
+
+// A query's answer: RAL_OK is done, RAL_ERROR_NOT_READY is not yet, anything else raises.
+bool query_done(const RuntimeCalls& rt, int status, const char* what, c10::DeviceIndex d) {
+  if (status == rt.not_ready) return false;
+  check_status(rt, status, what, d);
+  return true;
 }
 
 constexpr int kPoolStreams = 4;
@@ -152,10 +159,7 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryEvent(void* event) const override {
     if (!event) return true;
     const RuntimeCalls& rt = calls();
-    int st = rt.event_query(event_device(event), event_id(event));
-    if (st == rt.not_ready) return false;
-    check_status(rt, st, "event query", event_device(event));
-    return true;
+    return query_done(rt, rt.event_query(event_device(event), event_id(event)), "event query", event_device(event));
   }
   void synchronizeEvent(void* event) const override {
     if (!event) return;
@@ -169,10 +173,8 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   bool queryStream(const c10::Stream& s) const override {
     const RuntimeCalls& rt = calls();
-    int st = rt.stream_query(s.device_index(), static_cast<int32_t>(s.id()));
-    if (st == rt.not_ready) return false;
-    check_status(rt, st, "stream query", s.device_index());
-    return true;
+    return query_done(rt, rt.stream_query(s.device_index(), static_cast<int32_t>(s.id())), "stream query",
+                      s.device_index());
   }
   void synchronizeStream(const c10::Stream& s) const override {
     const RuntimeCalls& rt = calls();
