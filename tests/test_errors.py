@@ -191,3 +191,33 @@ print("other device", w.grad.tolist())
     ), out
     assert "grad None" in out
     assert "same device [1.0, 1.0, 1.0]" in out and "other device [2.0, 2.0, 2.0]" in out
+
+
+_BOOL_SUBTRACTIONS = {
+    "float - bool": lambda x, b: x - b,
+    "bool - int": lambda x, b: b - 1,
+    "float - True": lambda x, b: x - True,
+    "int - bool (rsub)": lambda x, b: 1 - b,
+    "sub_ in place": lambda x, b: x.clone().sub_(b),
+    "torch.rsub": lambda x, b: torch.rsub(x, b),
+    "bool - bool": lambda x, b: b - b,
+}
+
+
+@pytest.mark.parametrize("case", list(_BOOL_SUBTRACTIONS))
+@pytest.mark.parametrize("device", [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))])
+def test_bool_subtraction_raises_cpus_error(device, case):
+    # ATen checks this in its CPU/CUDA kernels, not in the meta functions ral plans from
+    # (dispatch/argument_checks.py): without the check ral returned a value.
+    fn = _BOOL_SUBTRACTIONS[case]
+    x, b = torch.randn(3), torch.randn(3) > 0
+    with pytest.raises(RuntimeError) as cpu_error:
+        fn(x, b)
+    with pytest.raises(RuntimeError) as ral_error:
+        fn(x.to(device), b.to(device))
+    assert str(ral_error.value) == str(cpu_error.value)
+    with pytest.raises(RuntimeError) as mode_error, torch_fl.ral_mode(device):
+        fn(x, b)
+    assert str(mode_error.value) == str(cpu_error.value)
+    after = (x.to(device) - b.to(device).float()).cpu()  # the process and the device go on
+    torch.testing.assert_close(after, x - b.float(), rtol=0, atol=0)

@@ -15,6 +15,7 @@ import warnings
 from functools import partial
 
 from torch_fl.core.registry import canonical_op
+from torch_fl.dispatch.argument_checks import check_arguments
 from torch_fl.dispatch.special import SPECIAL
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tiers import cpu, decomp, vendor
@@ -166,6 +167,7 @@ def _warn_forced_declined(op: str, tier: str, dev: int, why: str) -> None:
 
 def decide(sch, args, kwargs, full, dev, key):
     """Choose and cache the run object for this call."""
+    check_arguments(sch.name, full)
     forced = override_for(sch.name)
     order = TIERS
     run = None

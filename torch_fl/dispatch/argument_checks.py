@@ -1,0 +1,49 @@
+"""Argument checks CPU kernels make and PyTorch's meta functions do not.
+
+The router plans a call from its meta result (tiers/vendor.py `meta_run`), so a check that
+lives only in ATen's CPU/CUDA kernel would be skipped on ral and the call would return a
+value where CPU raises. Each check here repeats one, with CPU's message and exception type.
+They run when the router decides a signature (dtypes are part of the key): a call that
+raises is never cached, so every such call raises.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _dtype(v):
+    if isinstance(v, torch.Tensor):
+        return v.dtype
+    return torch.bool if type(v) is bool else None
+
+
+def _sub_check(full) -> None:
+    # ATen BinaryOps.h sub_check: `-` on bool operands is refused, whatever the other one is.
+    a, b = _dtype(full[0]), _dtype(full[1])
+    if a is torch.bool and b is torch.bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if a is torch.bool or b is torch.bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+
+
+# op name (as the router's schemas name it) -> check of the normalized arguments
+CHECKS = {
+    name: _sub_check
+    for name in ("aten::sub.Tensor", "aten::sub_.Tensor", "aten::sub.out", "aten::sub.Scalar", "aten::sub_.Scalar")
+}
+CHECKS["aten::rsub.Tensor"] = _sub_check
+CHECKS["aten::rsub.Scalar"] = _sub_check
+
+
+def check_arguments(op: str, full) -> None:
+    """Raise CPU's error for a call CPU's kernel refuses and the meta function lets through."""
+    check = CHECKS.get(op)
+    if check is not None:
+        check(full)
