@@ -30,6 +30,7 @@ from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError
 from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
 from torch_fl.dispatch import sdpa_entry as _sdpa_entry
+from torch_fl.dispatch import shortcuts as _shortcuts
 from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
@@ -47,6 +48,7 @@ _backend.register()
 _amp.register()
 _factories.register()
 _sdpa_entry.register()
+_shortcuts.register()
 _lazy_params.register()
 _serialization.register()
 _safetensors_compat.register()

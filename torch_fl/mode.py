@@ -27,6 +27,8 @@ from torch_fl.device import fork
 from torch_fl.device.amp import cpu_autocast_needs_mirror as _cpu_amp_needs_mirror
 from torch_fl.device.amp import mirror_cpu_autocast as _mirror_cpu_amp
 from torch_fl.device.index import parse_device
+from torch_fl.dispatch import shortcuts
+from torch_fl.dispatch.shortcuts import SHORTCUTS
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.import_hooks import when_imported
@@ -276,11 +278,9 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     return copy
 
 
-def _cached_twin(a, dev: int, uploaded: list):
-    """The cached device twin of tensor a when it is a current hit that needs no
-    differentiable upload (recorded in `uploaded` for the write-back check), else _MISS."""
-    if type(a) is RalTensor:
-        return a
+def _twin_hit(a, dev: int):
+    """The cached device twin of CPU tensor a when it is current and needs no differentiable
+    upload, else _MISS."""
     # Only CPU strided tensors without a functorch wrapper ever get an entry, and the weak
     # ref's identity check rules out a reused id: a hit is one of them.
     e = _CACHE.get(id(a))
@@ -293,8 +293,16 @@ def _cached_twin(a, dev: int, uploaded: list):
         or (a.requires_grad and _grad_enabled())
     ):
         return _MISS
-    twin = e[4]
-    uploaded.append((a, twin, _version_of(twin)))
+    return e[4]
+
+
+def _cached_twin(a, dev: int, uploaded: list):
+    """_twin_hit of tensor a, recorded in `uploaded` for the write-back check."""
+    if type(a) is RalTensor:
+        return a
+    twin = _twin_hit(a, dev)
+    if twin is not _MISS:
+        uploaded.append((a, twin, _version_of(twin)))
     return twin
 
 
@@ -500,6 +508,7 @@ def _install_checkpoint_support() -> None:
 
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
 _MISS = object()  # _compute_cached: not served, take the general path
 
 
@@ -667,6 +676,22 @@ class ral_mode(TorchFunctionMode):
         out = up(result.detach())
         return out.requires_grad_(True) if requires_grad else out
 
+    def _shortcut(self, short, args, kwargs):
+        """A shortcut (dispatch/shortcuts.py: the same values, no operand mutated) called on
+        the cached twins of its positional CPU operands; _MISS when one is not a current hit."""
+        dev = self.index
+        twins = []
+        for a in args:
+            if type(a) is not RalTensor and isinstance(a, torch.Tensor):
+                a = _twin_hit(a, dev)
+                if a is _MISS:
+                    return _MISS
+            twins.append(a)
+        for v in kwargs.values():
+            if type(v) is not RalTensor and isinstance(v, torch.Tensor):
+                return _MISS
+        return short(*twins, **kwargs)
+
     def _compute_cached(self, func, args, kwargs):
         """A computing op whose CPU operands are all current upload-cache hits (the steady
         state of a loop): the general path below, minus its per-operand walks. Returns
@@ -777,10 +802,15 @@ class ral_mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if _compiling():  # Dynamo is tracing this mode: record the placement in the graph
             return self._traced(func, args, kwargs or {})
-        if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
+        if _any_autocast() and _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
             with _mirror_cpu_amp():
                 return self.__torch_function__(func, types, args, kwargs)
         kwargs = kwargs or {}
+        short = SHORTCUTS.get(func)
+        if short is not None and not _open_steps[0]:
+            out = self._shortcut(short, args, kwargs)
+            if out is not _MISS:
+                return out
         kind = _KINDS.get(func)
         if kind is None:
             kind = _kind(func)
@@ -850,6 +880,24 @@ class ral_mode(TorchFunctionMode):
             if any(t is f for f in forced) or _version_of(twin) != version:
                 _write_back(t, twin)
         return out
+
+
+_stack_len = torch._C._len_torch_function_stack
+_stack_at = torch._C._get_function_stack_at
+
+
+def _pass_device_calls() -> bool:
+    """Every active torch-function mode is a ral_mode outside an optimizer's CPU step: a call
+    on device tensors only would go straight through (dispatch/shortcuts.py asks)."""
+    if _open_steps[0]:
+        return False
+    n = _stack_len()
+    if n == 1:  # the common case, without building a range
+        return type(_stack_at(0)) is ral_mode
+    return all(type(_stack_at(i)) is ral_mode for i in range(n))
+
+
+shortcuts.modes_pass_device_calls = _pass_device_calls
 
 
 def _plain_cpu(self, func, types, args=(), kwargs=None):

@@ -63,11 +63,9 @@ def signature(sch, full):
             if t is None:
                 key.append(None)
             elif type(t) is RalTensor:
-                sig = t._sig
-                if sig is None:
-                    # Contiguous: True; strided: the strides themselves, so a cached
-                    # plan may bake them (tiers/vendor.py _compile_fast).
-                    sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
+                # Contiguous: True; strided: the strides themselves, so a cached plan may
+                # bake them (tiers/vendor.py _compile_fast).
+                sig = t._sig or tensor_sig(t)
                 d = sig[0]
                 if dev != d:
                     if dev >= 0:
@@ -87,6 +85,14 @@ def signature(sch, full):
             else:  # a wrapped Python number in a Tensor slot: its type drives promotion
                 key.append(type(t))
     return dev, tuple(key)
+
+
+def tensor_sig(t) -> tuple:
+    """A RalTensor's routing signature (device, shape, dtype, True or strides), cached on it."""
+    sig = t._sig
+    if sig is None:
+        sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
+    return sig
 
 
 def _info(func):
@@ -109,10 +115,7 @@ def _fast_key(func, args):
     for a in args:
         ta = type(a)
         if ta is RalTensor:
-            sig = a._sig
-            if sig is None:  # as signature() computes it
-                sig = a._sig = (a._dev, tuple(a.shape), a.dtype, True if a.is_contiguous() else a.stride())
-            key.append(sig)
+            key.append(a._sig or tensor_sig(a))
             seen = True
         elif ta is int or ta is float or ta is bool:
             key.append(ta)  # 1, 1.0 and True hash alike but mean different things

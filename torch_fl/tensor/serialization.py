@@ -36,9 +36,11 @@ def _deserializer(storage, location: str):
     return storage
 
 
+# A weight's transpose, kept on the weight by the linear shortcut (dispatch/shortcuts.py).
+CACHED_TRANSPOSE = "_ral_t"
 # Attributes a RalTensor keeps in its __dict__ for itself (the device payload and caches):
 # never copied or pickled as the user's attributes.
-PAYLOAD_ATTRS = frozenset({"_buf", "_dev", "_sig", "_flat_inner"})
+PAYLOAD_ATTRS = frozenset({"_buf", "_dev", "_sig", "_flat_inner", CACHED_TRANSPOSE})
 
 
 def user_attrs(t) -> dict:
