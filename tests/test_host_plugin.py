@@ -795,3 +795,19 @@ def test_compile_rejects_other_languages():
 
     h = ffi.new("int64_t*")
     assert lib.rt_kernel_compile(0, b"opencl-c", b"", b"", b"k", h) == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_contiguous_sums_round_the_exact_sum(dtype):
+    # Contiguous rows add in eight double lanes plus a tail (reduce.c). For randn data in
+    # these dtypes every partial sum is exact in double, whatever the order, so the result
+    # must be the exact sum rounded once (float64 input: within a few ulps).
+    torch.manual_seed(0)
+    for n in [0, 1, 7, 8, 9, 15, 17, 1023, 2049, 8195]:
+        x = torch.randn(n).to(dtype)
+        tol = {"rtol": 1e-13, "atol": 1e-13} if dtype == torch.float64 else {"rtol": 0, "atol": 0}
+        got = x.to(DEV).sum().cpu()
+        assert got.dtype == dtype
+        torch.testing.assert_close(got, x.double().sum().to(dtype), **tol)
+        rows = (x[: n - n % 4].reshape(-1, 4) if n >= 4 else x.reshape(1, -1)).T.contiguous()
+        torch.testing.assert_close(rows.to(DEV).sum(1).cpu(), rows.double().sum(1).to(dtype), **tol)

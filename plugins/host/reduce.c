@@ -39,6 +39,18 @@ static inline int better_f(double v, double best, int max) {
     double acc = a->f;                                                                  \
     switch (op) {                                                                       \
       case R_SUM:                                                                       \
+        if (s == (int64_t)sizeof(ST)) {                                                 \
+          /* contiguous: eight independent lanes, so the adds pipeline instead of each  \
+           * waiting for the last (one accumulator costs an add's latency per element) */ \
+          const ST* q = (const ST*)p;                                                   \
+          double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                       \
+          int64_t k = 0;                                                                \
+          for (; k + 8 <= n; k += 8)                                                    \
+            for (int j = 0; j < 8; j++) l[j] += (double)HOST_TO_##N(q[k + j]);          \
+          for (; k < n; k++) l[k & 7] += (double)HOST_TO_##N(q[k]);                     \
+          acc += ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));    \
+          break;                                                                        \
+        }                                                                               \
         for (int64_t k = 0; k < n; k++) acc += (double)HOST_TO_##N(*(const ST*)(p + k * s)); \
         break;                                                                          \
       case R_SQDEV:                                                                     \
