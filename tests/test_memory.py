@@ -1,5 +1,6 @@
 """Capability: the MemoryPool as seen from torch (stats, caching, limits, OOM)."""
 
+import pytest
 import torch
 from conftest import run_python
 
@@ -107,3 +108,67 @@ def test_mem_get_info(dev):
         assert free == reported - torch.ral.memory_reserved(dev) and free <= (64 << 20) - keep.numel() * 4
     finally:
         torch.ral.set_memory_limit(0, dev)
+
+
+@pytest.mark.parametrize("device", [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))])
+def test_torch_accelerator_memory_functions(device):
+    """torch.accelerator's memory functions read the MemoryPool (guard/ral_allocator.cpp)."""
+    from torch_fl.device import guard
+
+    if guard._allocator is None:
+        pytest.skip("the DeviceAllocator shim could not be built against this torch (see load_allocator)")
+    index = torch.device(device).index
+    torch.accelerator.empty_cache()
+    before = torch.accelerator.memory_allocated(index)
+    assert before == torch.ral.memory_allocated(device)
+    keep = torch.empty(1 << 18, device=device)  # 1 MiB
+    assert torch.accelerator.memory_allocated(index) == before + keep.numel() * 4
+    assert torch.accelerator.memory_reserved(index) == torch.ral.memory_reserved(device)
+    stats = torch.accelerator.memory_stats(index)
+    assert stats["allocated_bytes.all.current"] == torch.ral.memory_stats(device)["allocated_bytes.all.current"]
+    assert stats["allocation.all.current"] >= 1 and stats["num_device_alloc"] >= 1
+    del keep
+    assert torch.accelerator.max_memory_allocated(index) >= before + (1 << 20)
+    torch.accelerator.reset_peak_memory_stats(index)
+    assert torch.accelerator.max_memory_allocated(index) == torch.accelerator.memory_allocated(index) == before
+    torch.accelerator.empty_cache()
+    assert torch.accelerator.memory_reserved(index) == torch.ral.memory_reserved(device)
+    assert torch.accelerator.get_memory_info(index) == torch.ral.mem_get_info(device)
+    with pytest.raises(NotImplementedError, match="keeps its allocation counters"):
+        torch.accelerator.reset_accumulated_memory_stats(index)
+    with pytest.raises(RuntimeError, match="allocated by torch_fl's runtime"):
+        torch.UntypedStorage(16, device=device)
+    after = torch.ones(4, device=device) * 2  # the device still works
+    assert after.cpu().tolist() == [2.0, 2.0, 2.0, 2.0]
+
+
+def test_allocator_shim_build_failure_costs_only_the_statistics(tmp_path):
+    """A torch whose DeviceAllocator interface the shim does not match: the build fails, the
+    failure is remembered (no compiler run in the next process), and everything else works."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text(
+        '#!/bin/sh\ncase "$*" in *ral_allocator.cpp*) echo "simulated mismatch" >&2; exit 1;; esac\nexec g++ "$@"\n'
+    )
+    cxx.chmod(0o755)
+    code = """
+import torch, torch_fl
+from torch_fl.device import guard
+failed = guard._shim_path(guard._ALLOCATOR_SOURCE).with_suffix(".failed")
+print("installed", guard._allocator is not None, "marker", failed.exists())
+print("simulated mismatch" in failed.read_text())
+x = torch.ones(3, device="ral:0") + 1
+print("works", x.cpu().tolist())
+try:
+    torch.accelerator.memory_allocated(0)
+except RuntimeError as e:
+    print("torch error", "not a DeviceAllocator" in str(e))
+"""
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "CXX": str(cxx)}
+    first = run_python(code, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == "installed False marker True True works [2.0, 2.0, 2.0] torch error True".split()
+    cxx.write_text("#!/bin/sh\necho compiler-ran >> " + str(tmp_path / "log") + '\nexec g++ "$@"\n')
+    second = run_python(code, env=env)
+    assert second.returncode == 0, second.stderr
+    assert "installed False marker True" in second.stdout
+    assert not (tmp_path / "log").exists()  # the guard was cached and the failure remembered

@@ -58,5 +58,6 @@ def register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module("ral", device_module)
     sys.modules.setdefault("torch.ral", device_module)
+    guard.load_allocator()  # torch.accelerator.memory_* (optional: see its docstring)
     atexit.register(_let_autograd_threads_settle)
     _done = True

@@ -17,7 +17,10 @@ from torch_fl._native import ffi, lib
 from torch_fl.device import compat
 
 _SOURCE = Path(__file__).with_name("ral_guard.cpp")
+_ALLOCATOR_SOURCE = Path(__file__).with_name("ral_allocator.cpp")
+_RUNTIME_INCLUDE = Path(__file__).resolve().parents[2] / "_native" / "include"
 _loaded: ctypes.CDLL | None = None
+_allocator: ctypes.CDLL | None = None
 
 
 def cache_dir() -> Path:
@@ -26,13 +29,13 @@ def cache_dir() -> Path:
     return Path(base) / "torch_fl"
 
 
-def _shim_path() -> Path:
-    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+def _shim_path(source: Path = _SOURCE) -> Path:
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
-    return cache_dir() / "guard" / tag / "ral_guard.so"
+    return cache_dir() / "guard" / tag / source.with_suffix(".so").name
 
 
-def _compile(dest: Path) -> None:
+def _compile(dest: Path, source: Path = _SOURCE) -> None:
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +49,8 @@ def _compile(dest: Path) -> None:
         "-fPIC",
         f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
         f"-I{torch_dir / 'include'}",
-        str(_SOURCE),
+        f"-I{_RUNTIME_INCLUDE}",
+        str(source),
         "-o",
         tmp,
         f"-L{torch_dir / 'lib'}",
@@ -60,7 +64,7 @@ def _compile(dest: Path) -> None:
     except (OSError, subprocess.CalledProcessError) as exc:
         Path(tmp).unlink(missing_ok=True)
         detail = getattr(exc, "stderr", "") or str(exc)
-        raise RuntimeError(f"cannot build the ral device-guard shim: {detail.strip()[:2000]}") from None
+        raise RuntimeError(f"cannot build {source.name}: {detail.strip()[:2000]}") from None
 
 
 def load(device_count: int) -> bool:
@@ -124,3 +128,51 @@ def register_hooks(device_count: int) -> bool:
     if _loaded is None:
         return False
     return _loaded.ral_guard_register_hooks(device_count) == 0
+
+
+class _StatsCalls(ctypes.Structure):
+    # ral_allocator.cpp's StatsCalls, field by field
+    _fields_ = [
+        (name, ctypes.c_void_p)
+        for name in (
+            "rt_memory_stats_get",
+            "rt_reset_peak_stats",
+            "rt_empty_cache",
+            "rt_device_count",
+            "rt_last_error",
+            "rt_device_get",
+        )
+    ]
+
+
+def load_allocator() -> bool:
+    """Build (once per torch version) and install the PrivateUse1 DeviceAllocator that
+    reports the MemoryPool to torch.accelerator's memory functions. False if it cannot be
+    built against this torch (its interface moves between releases): those functions then
+    keep PyTorch's own error, and nothing else changes. A failed build is remembered next to
+    where the library would be, so later processes do not pay the compiler again."""
+    global _allocator
+    if _allocator is not None:
+        return True
+    path = _shim_path(_ALLOCATOR_SOURCE)
+    failed = path.with_suffix(".failed")
+    if failed.exists():
+        return False
+    try:
+        if not path.exists():
+            _compile(path, _ALLOCATOR_SOURCE)
+        shim = ctypes.CDLL(str(path))
+    except (RuntimeError, OSError) as exc:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            failed.write_text(str(exc))
+        except OSError:
+            pass  # an unwritable cache: the next process tries again
+        return False
+    calls = _StatsCalls(*[int(ffi.cast("uintptr_t", ffi.addressof(lib, n))) for n, _ in _StatsCalls._fields_])
+    shim.ral_allocator_install.argtypes = [ctypes.POINTER(_StatsCalls)]
+    shim.ral_allocator_install.restype = ctypes.c_int
+    if shim.ral_allocator_install(ctypes.byref(calls)) != 0:  # copied by the shim
+        return False
+    _allocator = shim
+    return True
