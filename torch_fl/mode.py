@@ -508,7 +508,6 @@ def _install_checkpoint_support() -> None:
 
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _grad_enabled = torch.is_grad_enabled
-_any_autocast = torch._C._is_any_autocast_enabled
 _MISS = object()  # _compute_cached: not served, take the general path
 
 
@@ -802,7 +801,7 @@ class ral_mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if _compiling():  # Dynamo is tracing this mode: record the placement in the graph
             return self._traced(func, args, kwargs or {})
-        if _any_autocast() and _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
+        if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
             with _mirror_cpu_amp():
                 return self.__torch_function__(func, types, args, kwargs)
         kwargs = kwargs or {}

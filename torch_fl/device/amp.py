@@ -21,6 +21,7 @@ from torch_fl.core.runtime import device_records
 
 _KEY = "AutocastPrivateUse1"
 _EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+_any_autocast = torch._C._is_any_autocast_enabled
 
 # CUDA autocast's lists (aten/src/ATen/autocast_mode.cpp), by op name; every non-out overload.
 CUDA_LOWER = (
@@ -187,4 +188,5 @@ def mirror_cpu_autocast():
 
 def cpu_autocast_needs_mirror() -> bool:
     """Whether CPU autocast is on and ral autocast is not (ral_mode mirrors it then)."""
-    return torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled("ral")
+    # one argument-free C call answers the common case (no autocast at all): ral_mode asks per op
+    return _any_autocast() and torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled("ral")

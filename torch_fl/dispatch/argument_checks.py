@@ -33,13 +33,9 @@ def _sub_check(full) -> None:
         )
 
 
+_SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
-CHECKS = {
-    name: _sub_check
-    for name in ("aten::sub.Tensor", "aten::sub_.Tensor", "aten::sub.out", "aten::sub.Scalar", "aten::sub_.Scalar")
-}
-CHECKS["aten::rsub.Tensor"] = _sub_check
-CHECKS["aten::rsub.Scalar"] = _sub_check
+CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
 
 
 def check_arguments(op: str, full) -> None:

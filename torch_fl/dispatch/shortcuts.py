@@ -2,24 +2,27 @@
 C++ round trip per aten op.
 
 A RalTensor op costs a trip through PyTorch's argument parser and dispatcher and back into
-Python (`__torch_dispatch__`), about 3 us before any work, once for every aten op a call
-decomposes into. `F.linear` decomposes into `t` + `addmm` (two trips); `.sum()` and `.item()`
-take one each. These three are what a latency loop (`lin(x).sum().item()`) is made of, so:
+Python (`__torch_dispatch__`), about 2 us before any work, once for every aten op a call
+decomposes into. `F.linear` decomposes into `t` + `addmm` (two trips); `.sum()`, `.item()` and
+`a + b` take one each. A small model's step (`lin(x).sum().item()`) is made of these, so:
 
 - `linear` is registered for AutogradPrivateUse1 (it is CompositeImplicitAutograd, so this
-  replaces its decomposition for ral tensors only) and calls the router for `t` and `addmm`
-  directly, as PyTorch's own decomposition would have;
-- `RalTensor.sum()` and `RalTensor.item()` are methods that call the router (or the host copy)
-  directly, and ral_mode calls the same functions for `Tensor.sum`/`Tensor.item` on device
-  tensors (`SHORTCUTS`).
+  replaces its decomposition for ral tensors only) and calls the router for `addmm` (or `mm`)
+  directly, as PyTorch's own decomposition would have, with the weight's transpose kept;
+- `RalTensor.sum()`, `.item()` and the two-tensor `add/sub/mul/div` methods and operators
+  (`METHODS`) call the router (or the host copy) directly, and ral_mode calls the same
+  functions, `F.linear` and `torch.add/sub/mul/div` on device operands (`SHORTCUTS`).
 
 A shortcut is taken only when nothing between the Python call and the kernel would act:
 no autograd recording, forward-mode AD, autocast, torch-function or dispatch mode, tracer
-(Dynamo, torch.jit.trace) or op observer. Otherwise the call takes PyTorch's path unchanged; both paths run the same aten
-ops through the same router, so results are identical (tests/test_shortcuts.py).
+(Dynamo, torch.jit.trace) or op observer. Otherwise the call takes PyTorch's path unchanged;
+both paths run the same aten ops through the same router, so results are identical
+(tests/test_shortcuts.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -48,6 +51,7 @@ _any_autocast = torch._C._is_any_autocast_enabled
 _compiling = torch.compiler.is_compiling
 _jit_tracing = torch._C._is_tracing  # torch.jit.is_tracing() without its Python frame
 _dispatch = entry.dispatch
+_torch_dispatch = RalTensor.__torch_dispatch__
 
 
 # Set by ral_mode (mode.py): True when every active torch-function mode is a ral_mode that
@@ -98,11 +102,9 @@ def _run_quiet(t, run, other):
 
 
 def _aten(func, *args):
-    # As RalTensor.__torch_dispatch__: the router's own CPU tensors must not meet ral_mode.
-    if _function_modes_on():
-        with _no_function_modes():
-            return _dispatch(func, args, {})
-    return _dispatch(func, args, {})
+    # RalTensor's own entry (it keeps ral_mode away from the router's CPU tensors), minus
+    # PyTorch's trip through the dispatcher to reach it.
+    return _torch_dispatch(func, (), args)
 
 
 def _sum(t):
@@ -174,10 +176,7 @@ def _linear(x, w, b):
     wt = _transposed(w)
     # ATen's _flatten_nd_linear: rows flattened (a view of contiguous input), one addmm.
     lead = list(x.shape[:-1])
-    rows = 1
-    for n in lead:
-        rows *= n
-    out = _aten(_ADDMM, b, _aten(_VIEW, x, [rows, x.shape[-1]]), wt)
+    out = _aten(_ADDMM, b, _aten(_VIEW, x, [math.prod(lead), x.shape[-1]]), wt)
     return _aten(_VIEW, out, [*lead, w.shape[0]])
 
 

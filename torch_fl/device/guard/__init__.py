@@ -107,6 +107,11 @@ _RUNTIME_CALLS = (
 )
 
 
+def _addresses(names) -> list[int]:
+    """The addresses of the runtime's C entry points `names`, to hand to a shim."""
+    return [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in names]
+
+
 class _RuntimeCalls(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in _RUNTIME_CALLS] + [("not_ready", ctypes.c_int)]
 
@@ -115,8 +120,7 @@ def _hand_over_runtime(shim: ctypes.CDLL) -> None:
     """Give the shim the runtime's stream, event and synchronization calls: PyTorch's
     device-generic paths (the autograd engine's stream handling, torch.accelerator,
     torch.Stream, torch.Event) reach the device through them."""
-    addresses = [int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in _RUNTIME_CALLS]
-    calls = _RuntimeCalls(*addresses, lib.RAL_ERROR_NOT_READY)
+    calls = _RuntimeCalls(*_addresses(_RUNTIME_CALLS), lib.RAL_ERROR_NOT_READY)
     shim.ral_guard_set_runtime.argtypes = [ctypes.POINTER(_RuntimeCalls)]
     shim.ral_guard_set_runtime.restype = None
     shim.ral_guard_set_runtime(ctypes.byref(calls))  # copied by the shim
@@ -169,7 +173,7 @@ def load_allocator() -> bool:
         except OSError:
             pass  # an unwritable cache: the next process tries again
         return False
-    calls = _StatsCalls(*[int(ffi.cast("uintptr_t", ffi.addressof(lib, n))) for n, _ in _StatsCalls._fields_])
+    calls = _StatsCalls(*_addresses(name for name, _ in _StatsCalls._fields_))
     shim.ral_allocator_install.argtypes = [ctypes.POINTER(_StatsCalls)]
     shim.ral_allocator_install.restype = ctypes.c_int
     if shim.ral_allocator_install(ctypes.byref(calls)) != 0:  # copied by the shim
