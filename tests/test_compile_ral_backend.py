@@ -309,3 +309,57 @@ def test_drop_clones_keeps_returned_and_layout_changing_clones(graphs):
     (g,) = graphs
     clones = [n for n in g.graph.nodes if n.target == torch.ops.aten.clone.default]
     assert len(clones) == 1 and all(u.op == "output" for u in clones[0].users), clones
+
+
+DEVICES = ["ral:0", "ral:1"]
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_dynamic_shapes_replay_per_size(dev, monkeypatch):
+    """After a second size Dynamo compiles one graph with symbolic sizes and calls it with
+    every later size. Recorded launches hold the sizes (and the baked size-derived scalars)
+    they were recorded with, so a replay must never serve another size: it once returned a
+    200-element result for a 300-element input, silently."""
+    from torch_fl.jit import compile_backend
+
+    def fn(x, y):
+        return torch.sigmoid(x * x.shape[0] + y) * x - x.shape[-1]
+
+    replays, real = [], compile_backend._Replay.__call__
+
+    def counted(self, args):
+        replays.append(args[0].shape if args and isinstance(args[0], torch.Tensor) else None)
+        return real(self, args)
+
+    monkeypatch.setattr(compile_backend._Replay, "__call__", counted)
+    f = torch.compile(fn, backend="ral")
+    torch.manual_seed(0)
+    for shape in [(100,), (200,), (300,), (50,), (300,), (4, 64), (9, 64), (2, 64), (9, 64)]:
+        x, y = torch.randn(shape) / 50, torch.randn(shape)
+        out = f(x.to(dev), y.to(dev)).cpu()
+        assert out.shape == x.shape
+        torch.testing.assert_close(out, fn(x, y), **TOL, msg=f"shape {shape}")
+    assert replays, "a size seen before must replay its recorded launches"
+
+
+def test_replay_key_holds_geometry_and_scalar_values():
+    """What the key is made of: a change in any of these must not replay old launches."""
+    from torch_fl.jit.compile_backend import replay_key
+
+    a = torch.zeros(4, 6, device=DEVICE)
+    base = replay_key((a, 3, 0.5, None))
+    assert base is not None
+    for other in [
+        (torch.zeros(4, 7, device=DEVICE), 3, 0.5, None),  # shape
+        (a.t(), 3, 0.5, None),  # shape and strides
+        (torch.zeros(6, 4, device=DEVICE).t(), 3, 0.5, None),  # strides only
+        (a.double(), 3, 0.5, None),  # dtype
+        (a, 4, 0.5, None),  # a symbolic size's value
+        (a, 3, 0.25, None),  # a baked float
+        (a, 3, -0.5, None),  # its sign
+    ]:
+        assert replay_key(other) != base
+    assert replay_key((a, 0.0)) != replay_key((a, -0.0))  # x * 0.0 and x * -0.0 differ in sign
+    assert replay_key((a, math.nan)) == replay_key((a, math.nan))  # NaN replays
+    assert replay_key((a.clone(), 3, 0.5, None)) == base  # new data, same geometry: replays
+    assert replay_key((a, object())) is None  # unknown inputs never replay

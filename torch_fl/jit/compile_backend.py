@@ -34,6 +34,8 @@ class _Recorder(FuseMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._flushing:  # see FuseMode.__torch_dispatch__
+            return func(*args, **kwargs)
         try:
             out = self._defer(func, args, kwargs)
         except Unfit:
@@ -66,7 +68,6 @@ class _Replay:
 
     def __init__(self, plans, inputs, result):
         where = {id(t): ("in", i) for i, t in enumerate(inputs) if type(t) is RalTensor}
-        self.in_strides = [(i, tuple(t.stride())) for i, t in enumerate(inputs) if type(t) is RalTensor]
         self.launches = []
         for j, (dev, plugin, handle, n_out, tensors, scalars) in enumerate(plans):
             outs = [(tuple(t.shape), t.dtype) for t, _, _ in tensors[:n_out]]
@@ -78,10 +79,6 @@ class _Replay:
         single = isinstance(result, torch.Tensor)
         self.single = single
         self.result = [where[id(t)] for t in ((result,) if single else result)]
-
-    def fits(self, args) -> bool:
-        """Whether the inputs have the strides the plans were made for."""
-        return all(type(args[i]) is RalTensor and tuple(args[i].stride()) == st for i, st in self.in_strides)
 
     def __call__(self, args):
         made = []
@@ -101,33 +98,55 @@ class _Replay:
         return res[0] if self.single else tuple(res)
 
 
+def replay_key(args) -> tuple | None:
+    """What a recorded partition's launches depend on: every tensor input's shape, strides,
+    dtype and device, and every other input's value (baked into the kernels). None when an
+    input is neither (the partition then runs as a fuse() region)."""
+    key = []
+    for a in args:
+        if type(a) is RalTensor:
+            key.append((a.shape, a.stride(), a.dtype, a._dev))
+        elif a is None or type(a) in (int, bool):
+            key.append((type(a), a))
+        elif type(a) is float:  # by text: -0.0 and 0.0 bake differently, NaN equals itself
+            key.append((float, repr(a)))
+        else:
+            return None
+    return tuple(key)
+
+
+MAX_REPLAYS = 16  # recorded geometries per partition (dynamic shapes record one per size seen)
+
+
 class _FusedRegion(torch.nn.Module):
-    """One partition of pointwise nodes: recorded once as fused launches, then replayed."""
+    """One partition of pointwise nodes: recorded as fused launches once per input geometry
+    (dynamic shapes call one graph with many sizes), then replayed."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         super().__init__()
         self.gm = gm
-        self.replay = None
-        self.tries = 0
+        self.replays: dict = {}
+        self.tries: dict = {}
 
     def forward(self, *args):
         """Replay the partition's kernels, or record them (falls back to a fuse() region)."""
-        replay = self.replay
-        if replay is not None and replay.fits(args):
+        key = replay_key(args)
+        replay = self.replays.get(key)
+        if replay is not None:
             return replay(args)
-        if self.tries >= 2:
+        if key is None or self.tries.get(key, 0) >= 2 or len(self.replays) >= MAX_REPLAYS:
             with fuse():
                 return self.gm(*args)
-        self.tries += 1
+        self.tries[key] = self.tries.get(key, 0) + 1
         rec = _Recorder()
         with rec:
             out = self.gm(*args)
         outs = (out,) if isinstance(out, torch.Tensor) else out
         if rec.complete and rec.plans and all(type(t) is RalTensor for t in outs):
             try:
-                self.replay = _Replay(rec.plans, args, out)
+                self.replays[key] = _Replay(rec.plans, args, out)
             except KeyError:  # an output or source the plans do not produce
-                self.replay = None
+                pass
         return out
 
 

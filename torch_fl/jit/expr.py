@@ -149,8 +149,9 @@ def _literal(v, dt: torch.dtype, ctype) -> str:
             return "NAN"
         if math.isinf(f):
             return "INFINITY" if f > 0 else "(-INFINITY)"
-        text = repr(f)
-        return f"{text}f" if dt == torch.float32 else text
+        text = repr(f) + ("f" if dt == torch.float32 else "")
+        # parenthesised when negative: a unary minus in front must not make "--0.5f"
+        return f"({text})" if text.startswith("-") else text
     if dt == _BOOL:
         return "1" if v else "0"
     iv = int(v)

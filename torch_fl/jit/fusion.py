@@ -120,6 +120,10 @@ class FuseMode(TorchDispatchMode):
     # -- interception
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self._flushing:
+            # A group run op by op after a failed compile: a decomposing op's parts
+            # (hardshrink: abs, le, where) must run now, not join a group of their own.
+            return func(*args, **kwargs)
         if self.group is not None or _fusible(func):
             try:
                 out = self._defer(func, args, kwargs)
