@@ -247,3 +247,40 @@ def test_every_tier_builder_follows_the_protocol(dev):
             assert str(exc), f"{tier} declined without a reason"
             continue
         assert run.tier == tier
+
+
+# In-place overloads PyTorch does not tag pointwise although their functional twins are:
+# their tensor arguments broadcast all the same (a norm's backward calls masked_fill_ with a
+# broadcast mask, which the vendor tier once passed unexpanded to a kernel that refused it).
+_INPLACE_TWINS = {
+    "masked_fill_": lambda a, b: a.masked_fill_(b > 0, 0.5),
+    "copysign_": lambda a, b: a.copysign_(b),
+    "lt_": lambda a, b: a.lt_(b),
+    "ne_": lambda a, b: a.ne_(b),
+    "heaviside_": lambda a, b: a.heaviside_(b),
+    "true_divide_": lambda a, b: a.true_divide_(b),
+}
+
+
+@pytest.mark.parametrize("dev", ["ral:0", "ral:1"])
+@pytest.mark.parametrize("name", list(_INPLACE_TWINS))
+def test_inplace_twins_of_pointwise_ops_broadcast(dev, name):
+    if torch.ral.device_count() <= int(dev[-1]):
+        pytest.skip(f"{dev} is not present")
+    fn = _INPLACE_TWINS[name]
+    torch.manual_seed(0)
+    x = torch.randn(3, 4) * 3
+    for other in (torch.randn(4) * 3, torch.randn(3, 1) * 3):  # row and column broadcasts
+        expected = fn(x.clone(), other)
+        got = fn(x.to(dev), other.to(dev))
+        assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_inplace_twins_count_as_pointwise():
+    from torch_fl.tensor.op_schema import schema_of
+
+    aten = torch.ops.aten
+    for op in (aten.masked_fill_.Scalar, aten.copysign_.Tensor, aten.lt_.Tensor, aten.true_divide_.Tensor):
+        assert torch.Tag.pointwise not in op.tags and schema_of(op).pointwise, op
+    assert not schema_of(aten.index_put_.default).pointwise  # its twin is not pointwise either
+    assert not schema_of(aten.masked_fill_.Tensor).pointwise  # no tagged twin: BROADCASTING_OPS lists it

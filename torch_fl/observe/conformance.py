@@ -5,6 +5,7 @@ with CPU, and record which tier served it. Used by tests/test_opinfo.py and
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -169,12 +170,12 @@ def _seed(seed: int) -> None:
 SAMPLE_SEED = 1234
 
 
-def samples_of(op, dtype: torch.dtype, max_samples: int | None = None) -> list:
+def samples_of(op, dtype: torch.dtype, max_samples: int | None = None, requires_grad: bool = False) -> list:
     """op.sample_inputs("cpu", dtype) as OpInfo's iterator draws them here (each sample after
     seeding SAMPLE_SEED), without its two stack walks per call (inspect.stack: ~45 ms each)."""
     import numpy
 
-    it = iter(op.sample_inputs_func(op, "cpu", dtype, False))
+    it = iter(op.sample_inputs_func(op, "cpu", dtype, requires_grad))
     out = []
     while max_samples is None or len(out) < max_samples:
         _seed(SAMPLE_SEED)
@@ -271,12 +272,102 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
         except Exception as exc:
             if expected_exc is not None and isinstance(exc, type(expected_exc)):
                 continue
-            error = f"sample {i}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            error = _failure(i, exc)
             break
+    return CaseResult(name, dname, style, not error, len(samples), _tiers(cov), error, time.perf_counter() - t0, dev)
+
+
+def _failure(i: int, exc: Exception) -> str:
+    return f"sample {i}: {type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+
+
+def _tiers(cov: Coverage) -> dict:
+    """Calls per tier over every op a case ran."""
     tiers: dict = {}
     for (_, tier), n in cov.counts.items():
         tiers[tier] = tiers.get(tier, 0) + n
-    return CaseResult(name, dname, style, not error, len(samples), tiers, error, time.perf_counter() - t0, dev)
+    return tiers
+
+
+def _grads(op, sample, dev: str | None, style: str):
+    """Gradients of a fixed weighting of the op's differentiable outputs with respect to the
+    sample's requires_grad tensors (None: nothing to differentiate). dev None: on CPU, inputs
+    copied storage and all (as_strided samples read around their view)."""
+    if dev is not None and style == "device":
+        move = lambda t: _to(t.detach(), dev).requires_grad_(t.requires_grad)  # noqa: E731
+    else:
+        move = lambda t: _storage_copy(t.detach()).requires_grad_(t.requires_grad)  # noqa: E731
+    sample = sample.transform(lambda t: move(t) if isinstance(t, torch.Tensor) else t)
+    leaves = [
+        t
+        for t in torch.utils._pytree.tree_leaves([sample.input, sample.args, sample.kwargs])
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    if not leaves:
+        return None
+    ctx = ral_mode(dev) if dev is not None and style == "mode" else contextlib.nullcontext()
+    with ctx:
+        out = _call(op, sample)
+        outs = [
+            o
+            for o in torch.utils._pytree.tree_leaves(out)
+            if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+        ]
+        if not outs:
+            return None
+        # unequal weights, so a gradient routed to the wrong element shows
+        loss = sum((o * torch.linspace(0.5, 1.5, o.numel(), device=o.device).reshape(o.shape)).sum() for o in outs)
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    return [None if g is None else _cpu(g).detach() for g in grads]
+
+
+def run_grad_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_samples: int | None = 3) -> CaseResult:
+    """Gradients of the op's samples on `dev` ("device" style, or CPU tensors under ral_mode)
+    against CPU autograd: passed iff every sample's gradients match (or both sides raise the
+    same error type). Random and uninitialised ops are skipped (nothing to compare)."""
+    name = opinfo_name(op)
+    t0 = time.perf_counter()
+    error, n = "", 0
+    cov = Coverage()
+    skip = name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or not op.supports_autograd
+    samples = [] if skip else samples_of(op, dtype, max_samples, requires_grad=True)
+    for i, sample in enumerate(samples):
+        if _is_random(op, sample):
+            continue
+        try:
+            _seed(0)
+            expected, expected_exc = _grads(op, sample, None, style), None
+        except Exception as exc:
+            expected, expected_exc = None, exc
+        if expected_exc is None and expected is None:
+            continue
+        n += 1
+        try:
+            _seed(0)
+            with cov:
+                actual = _grads(op, sample, dev, style)
+            if expected_exc is not None:
+                error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
+                break
+            for k, (a, e) in enumerate(zip(actual, expected)):
+                if e is None:
+                    assert a is None or not a.any(), f"input {k}: a gradient where CPU has none"
+                    continue
+                assert a is not None, f"input {k}: no gradient where CPU has one"
+                _compare(a, e, dtype, tolerance=GRAD_TOLERANCE)
+        except Exception as exc:
+            if expected_exc is not None and isinstance(exc, type(expected_exc)):
+                continue
+            error = _failure(i, exc)
+            break
+    return CaseResult(
+        name, str(dtype).replace("torch.", ""), style, not error, n, _tiers(cov), error, time.perf_counter() - t0, dev
+    )
+
+
+# Gradients sum over many products (a matmul's backward, a norm's chain rule): float32
+# rounding in another order than CPU's shows at ~1e-5 relative.
+GRAD_TOLERANCE = (1e-4, 1e-4)
 
 
 def device_declares(dev: str, dtype: torch.dtype) -> bool:

@@ -63,6 +63,13 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
 
 
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten::_efficientzerotensor on ral: real zeros. Backward formulas ask for it (sgn of a
+    real input); CPU and CUDA return a ZeroTensor that holds no memory, which only saves work."""
+    out = empty_memory_format(size, dtype, device=device)
+    return torch.ops.aten.zero_.default(out)
+
+
 # Factories whose composite kernels allocate an empty result and resize it in an out= op;
 # ral tensors cannot be resized in place, so these run on the host and upload once.
 HOST_COMPUTED_FACTORIES = (
@@ -114,6 +121,7 @@ def register() -> None:
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _with_python_key(empty_memory_format), "PrivateUse1")
     _lib.impl("empty_strided", _with_python_key(empty_strided), "PrivateUse1")
+    _lib.impl("_efficientzerotensor", _with_python_key(efficient_zero_tensor), "PrivateUse1")
     for name in HOST_COMPUTED_FACTORIES:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(torch.ops.aten, packet), overload or "default")

@@ -24,6 +24,20 @@ UNFAITHFUL_DECOMPOSITIONS = {
 }
 
 
+def _inplace_of_pointwise(func) -> bool:
+    """True for an in-place overload whose functional twin is tagged pointwise.
+
+    PyTorch tags add_ but not masked_fill_.Scalar, copysign_, eq_/lt_/..., gcd_, heaviside_,
+    true_divide_ and others; their `other`/`mask` broadcasts all the same (a norm's backward
+    calls masked_fill_ with a broadcast mask)."""
+    packet = func.overloadpacket.__name__
+    if not packet.endswith("_") or packet.startswith("_"):
+        return False
+    twin = getattr(torch.ops.aten, packet[:-1], None)
+    overload = getattr(twin, func._overloadname, None) if twin is not None else None
+    return overload is not None and torch.Tag.pointwise in overload.tags
+
+
 def _arg_kind(arg) -> int:
     t = arg.type
     if isinstance(t, torch.TensorType):
@@ -115,7 +129,7 @@ class OpSchema:
         self.is_inplace = bool(self.mutated_positions) and not self.is_out
         self.n_returns = len(s.returns)
         self.returns_tensor = all(isinstance(r.type, torch.TensorType) for r in s.returns) and self.n_returns > 0
-        self.pointwise = torch.Tag.pointwise in func.tags
+        self.pointwise = torch.Tag.pointwise in func.tags or _inplace_of_pointwise(func)
         # Such ops reach a backend only under inference_mode or a dispatch mode; their
         # alias annotations describe "may alias" (e.g. aten.to), so they are decomposed.
         self.composite_implicit = torch._C._dispatch_has_kernel_for_dispatch_key(
