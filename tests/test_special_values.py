@@ -30,10 +30,16 @@ UNARY = {
     "square": torch.square, "abs": torch.abs, "neg": torch.neg, "relu": F.relu, "leaky_relu": F.leaky_relu,
     "softsign": F.softsign, "logit": torch.logit, "atanh": torch.atanh, "asin": torch.asin, "acosh": torch.acosh,
     "sinc": torch.sinc, "nan_to_num": torch.nan_to_num, "isfinite": torch.isfinite, "signbit": torch.signbit,
+    "threshold": lambda t: F.threshold(t, 0.5, -3.0), "hardshrink": lambda t: F.hardshrink(t, 0.5),
+    "softshrink": lambda t: F.softshrink(t, 0.5), "hardtanh": F.hardtanh, "relu6": F.relu6,
+    "hardsigmoid": F.hardsigmoid,
 }  # fmt: skip
 # CPU results not copied (docs/conformance.md): gelu(+inf) is NaN on CPU; tanh-gelu below -4.5
 # is a cancellation (1 + tanh(x) of a few ulps) where CPU's float32 result is itself inexact.
 SKIP = {"gelu": lambda x: x == math.inf, "gelu_tanh": lambda x: x < -4.5}
+# softshrink inside [-lambd, lambd]: CPU's scalar path returns x * 0 (-0.0 for negative x), its
+# vector path +0.0, so the sign of that zero is no CPU contract (NaN still must stay NaN).
+UNARY_ZERO_SIGN_FREE = {"softshrink"}
 
 
 def _inputs() -> torch.Tensor:
@@ -54,13 +60,13 @@ def _devices():
     return out
 
 
-def _wrong(x: float, got, cpu, exact) -> bool:
+def _wrong(x: float, got, cpu, exact, zero_sign=True) -> bool:
     if isinstance(got, bool):
         return got != cpu
     if got != got or cpu != cpu:
         return (got != got) != (cpu != cpu)
     if got == cpu:
-        return math.copysign(1, got) != math.copysign(1, cpu)
+        return zero_sign and math.copysign(1, got) != math.copysign(1, cpu)
     if math.isinf(got) or math.isinf(cpu):
         return True
     return abs(got - exact) > max(8 * abs(cpu - exact), 1e-5 * abs(exact), 1e-37)
@@ -85,7 +91,12 @@ def test_unary_special_values_match_cpu(dev, tier, style):
         for name, fn in UNARY.items():
             got, cpu, exact = _on_device(fn, x, dev, style).tolist(), fn(x).tolist(), fn(x64).tolist()
             skip = SKIP.get(name, lambda v: False)
-            bad = [(v, g, c) for v, g, c, e in zip(x.tolist(), got, cpu, exact) if not skip(v) and _wrong(v, g, c, e)]
+            signed = name not in UNARY_ZERO_SIGN_FREE
+            bad = [
+                (v, g, c)
+                for v, g, c, e in zip(x.tolist(), got, cpu, exact)
+                if not skip(v) and _wrong(v, g, c, e, signed)
+            ]
             if bad:
                 failures[name] = bad[:3]
         assert not failures, failures
@@ -104,6 +115,10 @@ BINARY = {
     "copysign": torch.copysign, "logaddexp": torch.logaddexp, "xlogy": torch.xlogy,
     "floor divide": lambda x, y: torch.div(x, y, rounding_mode="floor"), "lt": torch.lt,
     "where": lambda x, y: torch.where(x > y, x, y), "clamp": lambda x, y: torch.clamp(x, min=y),
+    # backward ops (x the forward's input, y the incoming gradient): NaN inputs pass the gradient
+    "threshold_backward": lambda x, y: torch.ops.aten.threshold_backward(y, x, 0.5),
+    "hardtanh_backward": lambda x, y: torch.ops.aten.hardtanh_backward(y, x, -1.0, 1.0),
+    "leaky_relu_backward": lambda x, y: torch.ops.aten.leaky_relu_backward(y, x, 0.1, False),
 }  # fmt: skip
 # not remainder: CPU's vector path computes a - b * floor(a / b), NaN once a / b overflows.
 # The sign of min/max/clamp(0.0, -0.0) is no CPU contract: its scalar and vector paths differ.

@@ -258,18 +258,18 @@ def _leaky_relu(k, a, slope):
 
 
 @_t("aten::softshrink")
-def _softshrink(k, a, lambd):
-    return where(a > lambd, a - lambd, where(a < -lambd, a + lambd, 0))
+def _softshrink(k, a, lambd):  # CPU's a * 0 inside: NaN stays NaN, -0.3 gives -0.0
+    return where(a > lambd, a - lambd, where(a < -lambd, a + lambd, a * 0))
 
 
 @_t("aten::hardshrink")
-def _hardshrink(k, a, lambd):
-    return where(lor(a > lambd, a < -lambd), a, 0)
+def _hardshrink(k, a, lambd):  # CPU's test, so NaN (outside every range) stays NaN
+    return where(land(a >= -lambd, a <= lambd), 0, a)
 
 
 @_t("aten::threshold", ints=True)
-def _threshold(k, a, threshold, value):
-    return where(a > threshold, a, value)
+def _threshold(k, a, threshold, value):  # CPU: a <= threshold ? value : a (NaN stays NaN)
+    return where(a <= threshold, value, a)
 
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -574,8 +574,8 @@ def _tanh_backward(k, g, y):
 
 
 @_t("aten::threshold_backward", ints=True)
-def _threshold_backward(k, g, a, threshold):
-    return where(a > threshold, g, 0)
+def _threshold_backward(k, g, a, threshold):  # CPU: a <= threshold ? 0 : g (NaN passes g)
+    return where(a <= threshold, 0, g)
 
 
 @_t("aten::silu_backward")
