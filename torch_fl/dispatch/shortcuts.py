@@ -29,7 +29,7 @@ import torch.autograd.forward_ad as _forward_ad
 
 from torch_fl.dispatch import entry
 from torch_fl.tensor import host_copy
-from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor, run_untraced
 from torch_fl.tensor.serialization import CACHED_TRANSPOSE
 
 aten = torch.ops.aten
@@ -238,3 +238,4 @@ def register() -> None:
     _lib.impl("linear", linear, "AutogradPrivateUse1")
     for name, fn in METHODS.items():
         setattr(RalTensor, name, fn)
+    run_untraced(linear, *METHODS.values())

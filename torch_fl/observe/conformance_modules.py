@@ -133,10 +133,11 @@ def _lazy_on(lazy, init, dev, fwd):
     return m
 
 
-def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseResult:
+def run_module_case(info, dtype, dev, style="device", max_samples=None, backend=None) -> CaseResult:
     """Every sample of one ModuleInfo (training, and eval where they differ) on `dev` in one
     style; passed iff outputs, input/parameter gradients and buffers match CPU (or the device
-    raises what CPU raises)."""
+    raises what CPU raises). backend: run the device module as torch.compile(module,
+    backend=backend) (device style; Dynamo's caches are reset per sample)."""
     dname = str(dtype).replace("torch.", "")
     t0 = time.perf_counter()
     modes = (True, False) if info.train_and_eval_differ else (True,)
@@ -174,6 +175,9 @@ def run_module_case(info, dtype, dev, style="device", max_samples=None) -> CaseR
                     actual = _run(copy.deepcopy(init if lazy is None else lazy), _fresh(fwd.args), _fresh(fwd.kwargs))
             else:
                 dm = copy.deepcopy(init).to(dev) if lazy is None else _lazy_on(lazy, init, dev, fwd)
+                if backend is not None:
+                    torch._dynamo.reset()
+                    dm = torch.compile(dm, backend=backend)
                 actual = _run(dm, _leaf_to(fwd.args, dev), _leaf_to(fwd.kwargs, dev), weights_dev=dev)
             if expected_exc is not None:
                 error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"

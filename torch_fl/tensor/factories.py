@@ -9,7 +9,7 @@ from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
 from torch_fl.tensor.layout import extent_elems
-from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
+from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, run_untraced, wrap
 
 _lib = None
 _PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(
@@ -47,6 +47,7 @@ def _with_python_key(fn):
             return fn(*args, **kwargs)
 
     wrapper.__doc__ = fn.__doc__
+    run_untraced(wrapper)  # entered from C++ for every factory call (one code object for all)
     return wrapper
 
 

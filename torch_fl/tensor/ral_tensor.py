@@ -27,6 +27,30 @@ _modes_on = torch._C._is_torch_function_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunction
 
 
+_eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+_set_strategy = getattr(_eval_frame, "set_code_exec_strategy", None)
+
+
+def run_untraced(*fns) -> bool:
+    """Have Dynamo run these functions, and everything they call, without tracing them.
+
+    Dynamo compiles every Python frame a compiled function reaches, the eager stretches
+    between graph breaks included (an RNN's cell loop, BatchNorm's cumulative average). There
+    it compiled torch_fl's dispatch (entered from C++ for every op) and the vendor plans it
+    generates, and failed to guard on their cffi library object (no weak references): GRU,
+    LSTM, CTCLoss, GaussianNLLLoss under torch.compile raised InternalTorchDynamoError. They
+    are device plumbing below the dispatcher, like torch's own kernels. This marks each code
+    object "skip, recursively" in Dynamo's frame evaluator (what torch._dynamo.disable does,
+    without importing Dynamo or a wrapper frame per call). False where torch lacks the hook."""
+    if _set_strategy is None:
+        return False
+    action = _eval_frame._FrameAction
+    strategy = _eval_frame._FrameExecStrategy(action.SKIP, action.SKIP)
+    for fn in fns:
+        _set_strategy(getattr(fn, "__func__", fn).__code__, strategy)
+    return True
+
+
 def outside_modes(fn):
     """Run fn with torch-function modes (ral_mode) off: torch_fl's own tensor plumbing
     must create CPU tensors where it says CPU, even inside a user's ral_mode block."""
@@ -262,6 +286,7 @@ def meta_like(t: torch.Tensor) -> torch.Tensor:
 # compile-time extensions there (jit: inductor's code generator for "ral"), so importing
 # torch_fl never pays for torch._inductor.
 FIRST_TRACE_HOOKS: list = []
+run_untraced(RalTensor.__torch_dispatch__)
 
 
 def first_trace() -> None:
