@@ -23,6 +23,10 @@ from torch_fl.observe import conformance_modules as M
 MODULES = M.select_modules(M.load_module_db())
 CI_MAX_SAMPLES = 2
 XFAIL = {
+    "device:nn.MultiLabelMarginLoss:float32": (
+        "PyTorch's compiled graph returns shape [1] for a 1-d input with reduction='none' where "
+        "eager returns []; the same on CPU with aot_eager (a later sample than CI runs)"
+    ),
     "device:nn.FractionalMaxPool3d:float32": (
         "its backward has no meta kernel, and PyTorch's fake-tensor fallback then calls zero_ "
         "at the PrivateUse1 key while tracing (also with aot_eager); the eager module works"
