@@ -6,7 +6,8 @@ Found with it (2026-12-03): nn.LPPool1d's input gradients were 0 where CPU's are
 jit's threshold_backward template, test_special_values.py), and GRU, LSTM, RNN, GRUCell,
 CTCLoss, GaussianNLLLoss and BatchNorm with momentum=None raised InternalTorchDynamoError or
 TypeErrors with every backend: Dynamo compiled torch_fl's dispatch frames in the eager
-stretches between graph breaks (ral_tensor.run_untraced).
+stretches between graph breaks (device/compat.run_untraced); nn.Transformer at sample 33
+(the SDPA kernel, same cause).
 
 CI: every module on ral:0, CI_MAX_SAMPLES samples; -m slow adds ral:1 and every sample.
 """

@@ -18,6 +18,7 @@ import torch
 
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.core.runtime import device_records
+from torch_fl.device.compat import run_untraced
 
 _KEY = "AutocastPrivateUse1"
 _EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
@@ -166,7 +167,9 @@ def register() -> None:
             if qual in done:
                 continue
             done.add(qual)
-            lib.impl(qual, _kernel(func, name), _KEY)
+            kernel = _kernel(func, name)
+            lib.impl(qual, kernel, _KEY)
+            run_untraced(kernel)  # one code object for all of them
     _lib = (fallback, lib)
 
 

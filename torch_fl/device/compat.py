@@ -62,3 +62,32 @@ def functional_wrap_op():
     # such op (scripts/torch_versions.sh found the AttributeError), so there is nothing to route.
     packet = getattr(torch.ops._c10d_functional, "_wrap_tensor_autograd", None)
     return None if packet is None else packet.default
+
+
+# Dynamo's frame evaluator: a code object can be marked "skip, recursively" (private C API, the
+# mechanism under torch._dynamo.disable). Without it torch_fl's frames may be traced.
+_eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
+_set_strategy = getattr(_eval_frame, "set_code_exec_strategy", None)
+
+
+def run_untraced(*fns) -> bool:
+    """Have Dynamo run these functions, and everything they call, without tracing them.
+
+    For the Python kernels C++ enters (RalTensor.__torch_dispatch__, the factory, SDPA,
+    linear and autocast kernels) and the RalTensor shortcut methods.
+
+    Dynamo compiles every Python frame a compiled function reaches, the eager stretches
+    between graph breaks included (an RNN's cell loop, BatchNorm's cumulative average). There
+    it compiled torch_fl's dispatch (entered from C++ for every op) and the vendor plans it
+    generates, and failed to guard on their cffi library object (no weak references): GRU,
+    LSTM, CTCLoss, GaussianNLLLoss under torch.compile raised InternalTorchDynamoError. They
+    are device plumbing below the dispatcher, like torch's own kernels. This marks each code
+    object "skip, recursively" in Dynamo's frame evaluator (what torch._dynamo.disable does,
+    without importing Dynamo or a wrapper frame per call). False where torch lacks the hook."""
+    if _set_strategy is None:
+        return False
+    action = _eval_frame._FrameAction
+    strategy = _eval_frame._FrameExecStrategy(action.SKIP, action.SKIP)
+    for fn in fns:
+        _set_strategy(getattr(fn, "__func__", fn).__code__, strategy)
+    return True

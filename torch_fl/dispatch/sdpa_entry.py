@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.device.compat import run_untraced
 from torch_fl.tiers.attention import fused_choice
 
 aten = torch.ops.aten
@@ -46,3 +47,4 @@ def register() -> None:
         return
     _lib = torch.library.Library("aten", "IMPL")  # noqa: TOR901
     _lib.impl("scaled_dot_product_attention", sdpa, "AutogradPrivateUse1")
+    run_untraced(sdpa)  # entered from C++; Dynamo traced it between graph breaks (nn.Transformer)

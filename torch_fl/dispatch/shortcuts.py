@@ -27,9 +27,10 @@ import math
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
+from torch_fl.device.compat import run_untraced
 from torch_fl.dispatch import entry
 from torch_fl.tensor import host_copy
-from torch_fl.tensor.ral_tensor import RalTensor, run_untraced
+from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.serialization import CACHED_TRANSPOSE
 
 aten = torch.ops.aten

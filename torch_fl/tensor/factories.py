@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.device.compat import run_untraced
 from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
 from torch_fl.tensor.layout import extent_elems
-from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, run_untraced, wrap
+from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
 
 _lib = None
 _PYTHON_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Python) | torch._C.DispatchKeySet(

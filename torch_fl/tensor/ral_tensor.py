@@ -7,6 +7,7 @@ from functools import partial
 
 import torch
 
+from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer
 from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
@@ -25,30 +26,6 @@ _make = torch.Tensor._make_wrapper_subclass
 _no_dispatch_modes = torch.utils._python_dispatch._disable_current_modes
 _modes_on = torch._C._is_torch_function_mode_enabled
 _NoTorchFunction = torch._C.DisableTorchFunction
-
-
-_eval_frame = getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None)
-_set_strategy = getattr(_eval_frame, "set_code_exec_strategy", None)
-
-
-def run_untraced(*fns) -> bool:
-    """Have Dynamo run these functions, and everything they call, without tracing them.
-
-    Dynamo compiles every Python frame a compiled function reaches, the eager stretches
-    between graph breaks included (an RNN's cell loop, BatchNorm's cumulative average). There
-    it compiled torch_fl's dispatch (entered from C++ for every op) and the vendor plans it
-    generates, and failed to guard on their cffi library object (no weak references): GRU,
-    LSTM, CTCLoss, GaussianNLLLoss under torch.compile raised InternalTorchDynamoError. They
-    are device plumbing below the dispatcher, like torch's own kernels. This marks each code
-    object "skip, recursively" in Dynamo's frame evaluator (what torch._dynamo.disable does,
-    without importing Dynamo or a wrapper frame per call). False where torch lacks the hook."""
-    if _set_strategy is None:
-        return False
-    action = _eval_frame._FrameAction
-    strategy = _eval_frame._FrameExecStrategy(action.SKIP, action.SKIP)
-    for fn in fns:
-        _set_strategy(getattr(fn, "__func__", fn).__code__, strategy)
-    return True
 
 
 def outside_modes(fn):
