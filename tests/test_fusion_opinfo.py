@@ -102,7 +102,7 @@ def _ops_for(dtype):
     return [op for op in POINTWISE if dtype in op.supported_dtypes("cpu")]
 
 
-RAL1_ONE_IN = 4
+RAL1_ONE_IN = 8
 INT_DTYPES = (torch.int64, torch.bool)
 
 
