@@ -14,10 +14,8 @@ static int64_t index_at(const ral_tensor* ix, int64_t off) {
   return ix->dtype == RAL_DTYPE_INT64 ? ((const int64_t*)p)[off] : ((const int32_t*)p)[off];
 }
 
-/* An empty index reads no values: PyTorch's CPU kernels accept any integer dtype then (a
- * gather's backward scatters through the forward's empty uint8 index). */
 static ral_status check_index_dtype(const ral_kernel_call* c, const ral_tensor* ix) {
-  if (ix->dtype != RAL_DTYPE_INT64 && ix->dtype != RAL_DTYPE_INT32 && host_numel(ix) != 0)
+  if (ix->dtype != RAL_DTYPE_INT64 && ix->dtype != RAL_DTYPE_INT32)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "index must be int64, got %s",
                      host_dtype_name(ix->dtype));
   return RAL_OK;
@@ -164,12 +162,14 @@ static ral_status gather_scatter(const ral_kernel_call* c, gather_kind kind) {
     ix = as_1d(ix, &one[2], sz[2], sd[2]);
     src = as_1d(src, &one[3], sz[3], sd[3]);
   }
-  st = check_index_dtype(c, ix);
-  if (st != RAL_OK) return st;
   int dim = host_wrap_dim(host_scalar_int(c, 0, 0), self->ndim);
-  if (dim >= 0 && host_numel(ix) == 0) /* CPU accepts an empty index of any rank */
+  /* An empty index reads nothing: CPU's gather/scatter accept it of any integer dtype and rank
+   * (a gather's backward scatters through the forward's empty uint8 index). */
+  if (dim >= 0 && host_numel(ix) == 0)
     return src && host_copy(out, self) != RAL_OK ? host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "%s", host_last_error())
                                                 : RAL_OK;
+  st = check_index_dtype(c, ix);
+  if (st != RAL_OK) return st;
   int nd = self->ndim;
   if (dim < 0 || ix->ndim != nd || out->dtype != self->dtype || (src && src->dtype != self->dtype))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim, rank or dtype");

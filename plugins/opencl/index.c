@@ -45,10 +45,8 @@ static ral_status launch_geom(const ral_kernel_call* c, int kid, const ral_tenso
 static int rank1(const ral_tensor* t) { return t->ndim ? t->ndim : 1; }
 static int64_t size1(const ral_tensor* t, int dim) { return t->ndim ? t->sizes[dim] : 1; }
 
-/* An empty index reads no values: PyTorch's CPU kernels accept any integer dtype then (a
- * gather's backward scatters through the forward's empty uint8 index). */
 static int index_dtype_ok(const ral_tensor* t) {
-  return t->dtype == RAL_DTYPE_INT64 || t->dtype == RAL_DTYPE_INT32 || ocl_numel(t) == 0;
+  return t->dtype == RAL_DTYPE_INT64 || t->dtype == RAL_DTYPE_INT32;
 }
 
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse) */
@@ -111,7 +109,9 @@ ral_status ocl_gather(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *self = ocl_in(c, 0), *index = ocl_in(c, 1);
   int dim = ocl_wrap_dim(ocl_scalar_i(c, 0, 0), self->ndim);
-  if (dim >= 0 && ocl_numel(index) == 0) return RAL_OK; /* an empty result, whatever the ranks */
+  /* An empty index reads nothing: CPU's gather/scatter accept it of any integer dtype and rank
+   * (a gather's backward scatters through the forward's empty uint8 index). */
+  if (dim >= 0 && ocl_numel(index) == 0) return RAL_OK; /* an empty result */
   if (dim < 0 || !index_dtype_ok(index) || rank1(index) != rank1(self))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bad dim or index for gather");
   const ral_tensor* ts[3] = {out, self, index};

@@ -169,7 +169,7 @@ def register() -> None:
             done.add(qual)
             kernel = _kernel(func, name)
             lib.impl(qual, kernel, _KEY)
-            run_untraced(kernel)  # one code object for all of them
+    run_untraced(kernel)  # C++ enters them; every kernel shares this one code object
     _lib = (fallback, lib)
 
 

@@ -214,6 +214,9 @@ class RalTensor(torch.Tensor):
         return to_cpu(self.detach()).tolist()
 
 
+run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
+
+
 class DeviceStorage:
     """What `RalTensor.storage()` returns: the buffer's device address, size and dtype."""
 
@@ -263,7 +266,6 @@ def meta_like(t: torch.Tensor) -> torch.Tensor:
 # compile-time extensions there (jit: inductor's code generator for "ral"), so importing
 # torch_fl never pays for torch._inductor.
 FIRST_TRACE_HOOKS: list = []
-run_untraced(RalTensor.__torch_dispatch__)
 
 
 def first_trace() -> None:
