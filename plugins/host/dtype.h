@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ral_half.h"
 #include "ral_plugin.h"
 
 #define HOST_DTYPES(X, ...)                                \
@@ -64,45 +65,7 @@
 /*! bool only */
 #define HOST_FOR_BOOL(G, ...) HOST_DTYPES(HOST_PICK_BOOL, G, __VA_ARGS__)
 
-/* ---- float16 / bfloat16 <-> float, bit-exact with c10::Half / c10::BFloat16 ---- */
-static inline float host_bits_f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-static inline uint32_t host_f_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
-
-/* Branch-free so loops over half data still vectorize (same method as the FP16 library). */
-static inline float host_h2f(uint16_t h) {
-  const uint32_t w = (uint32_t)h << 16, sign = w & 0x80000000u, two_w = w + w;
-  const float normalized = host_bits_f((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-  const float denormalized = host_bits_f((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t mag = two_w < (1u << 27) ? host_f_bits(denormalized) : host_f_bits(normalized);
-  return host_bits_f(sign | mag);
-}
-
-static inline uint16_t host_f2h(float f) {
-  const uint32_t w = host_f_bits(f), shl1_w = w + w, sign = w & 0x80000000u;
-  float base = (__builtin_fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-  uint32_t bias = shl1_w & 0xFF000000u;
-  if (bias < 0x71000000u) bias = 0x71000000u;
-  base = host_bits_f((bias >> 1) + 0x07800000u) + base;
-  const uint32_t bits = host_f_bits(base);
-  const uint32_t nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
-  return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
-}
-
-static inline float host_bf2f(uint16_t b) { return host_bits_f((uint32_t)b << 16); }
-
-static inline uint16_t host_f2bf(float f) {
-  const uint32_t u = host_f_bits(f);
-  if (f != f) return 0x7FC0;
-  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
+/* ---- float16 / bfloat16 <-> float: ral_half.h (shared with the jit's generated kernels) ---- */
 
 /* ---- storage <-> compute conversions, one pair per HOST_DTYPES name ---- */
 #define HOST_TO_BOOL(v) ((int)(v))
@@ -117,10 +80,10 @@ static inline uint16_t host_f2bf(float f) {
 #define HOST_FROM_INT32(v) ((int32_t)(v))
 #define HOST_TO_INT64(v) (v)
 #define HOST_FROM_INT64(v) ((int64_t)(v))
-#define HOST_TO_FLOAT16(v) host_h2f(v)
-#define HOST_FROM_FLOAT16(v) host_f2h(v)
-#define HOST_TO_BFLOAT16(v) host_bf2f(v)
-#define HOST_FROM_BFLOAT16(v) host_f2bf(v)
+#define HOST_TO_FLOAT16(v) ral_h2f(v)
+#define HOST_FROM_FLOAT16(v) ral_f2h(v)
+#define HOST_TO_BFLOAT16(v) ral_bf2f(v)
+#define HOST_FROM_BFLOAT16(v) ral_f2bf(v)
 #define HOST_TO_FLOAT32(v) (v)
 #define HOST_FROM_FLOAT32(v) ((float)(v))
 #define HOST_TO_FLOAT64(v) (v)

@@ -23,20 +23,12 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
+
+#include "ral_half.h" /* its float <-> bits casts */
 
 #define RAL_FM_INLINE static inline __attribute__((always_inline))
-
-RAL_FM_INLINE float ral_fm_bits_f(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-RAL_FM_INLINE uint32_t ral_fm_f_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
-}
+#define ral_fm_bits_f ral_half_bits_f
+#define ral_fm_f_bits ral_half_f_bits
 
 /* Round to nearest integer (|v| < 2^22), without a libm call. */
 RAL_FM_INLINE float ral_fm_rint(float v) { return (v + 0x1.8p23f) - 0x1.8p23f; }
