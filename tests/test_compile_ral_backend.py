@@ -396,3 +396,51 @@ def test_compiled_optimizer_step_matches_cpu(cls, kw, dev):
 
     for got, want in zip(run(dev, True), run("cpu", False)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_autocast_chain_fuses_half_storage_and_matches_eager(dtype, dev, sources):
+    """backend="ral" under torch.autocast("ral"): the matmul runs in half precision and the
+    activation chain after it (half until autocast's float32 ops), forward and backward, in
+    fused kernels that load and round half-precision values where
+    the device declares the dtype (ral:0; PoCL's ral:1 declares neither, so nothing half is
+    generated there). The output and gradient match eager autocast on the same device to
+    two half-precision ulps, and CPU autocast within the dtype's tolerance."""
+    if torch.ral.device_count() <= int(dev[-1]):
+        pytest.skip(f"{dev} is not present")
+    from torch_fl.device.amp import supported_dtypes
+    from torch_fl.jit.target import target_of
+
+    if dtype not in supported_dtypes(int(dev[-1])):
+        pytest.skip(f"{dev} has no {dtype} autocast (its plugin does not declare it native)")
+
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 24), torch.randn(24, 32) / 5
+
+    def run(where, compiled):
+        wd = w.to(where).requires_grad_()
+        f = torch.compile(_chain, backend="ral") if compiled else _chain
+        for _ in range(2 if compiled else 1):
+            wd.grad = None
+            with torch.autocast(where.split(":")[0], dtype=dtype):
+                out = f(x.to(where), wd)
+            out.float().pow(2).sum().backward()
+        return out.detach().cpu(), wd.grad.cpu()
+
+    (out, grad), (e_out, e_grad) = run(dev, True), run(dev, False)
+    c_out, c_grad = run("cpu", False)
+    # exp is on CUDA autocast's float32 list (ral's policy), not on CPU's: float32 vs half
+    assert (out.dtype, e_out.dtype, c_out.dtype) == (torch.float32, torch.float32, dtype)
+    ulp = 2 * torch.finfo(dtype).eps
+    torch.testing.assert_close(out, e_out, rtol=ulp, atol=ulp)
+    torch.testing.assert_close(grad, e_grad, rtol=ulp, atol=ulp * grad.abs().max().item())
+    tol = {torch.bfloat16: 3e-2, torch.float16: 5e-3}[dtype]
+    torch.testing.assert_close(out.float(), c_out.float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(grad.float(), c_grad.float(), rtol=tol, atol=tol * c_grad.abs().max().item())
+    load = {torch.bfloat16: "ral_bf2f(", torch.float16: "ral_h2f("}[dtype]
+    half_kernels = sum(load in s for s in sources)
+    if dtype in target_of(int(dev[-1])).lowp:
+        assert half_kernels >= 2, f"forward and backward chains should fuse in {dtype}: {half_kernels} kernels"
+    else:
+        assert half_kernels == 0

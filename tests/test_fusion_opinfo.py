@@ -14,8 +14,14 @@ Found with it: a negative baked scalar under a unary minus rendered as `--0.5f` 
 error), and the op-by-op replay of a failed group let a decomposing op's parts (hardshrink:
 abs, le, where) join a new pending group, so the copy-out read an unwritten buffer.
 
+Half precision (bfloat16, float16) is stored as 16-bit words and computed in float, each op's
+result rounded as eager rounds it (ral_half.h), so the comparison is with CPU's own half-precision
+result at that dtype's tolerance. Found with it: GCC 12 crashed vectorising signbit() of a float
+made from bfloat16 bits (the template now tests copysign(1, x) < 0).
+
 CI runs every float32 op on ral:0 (each region kind), a stable 1-in-RAL1_ONE_IN sample of the
-ops on ral:1 (PoCL compiles each kernel in ~0.3 s), and int64/bool on ral:0. The full sweep:
+ops on ral:1 (PoCL compiles each kernel in ~0.3 s), int64/bool on ral:0, and a 1-in-HALF_ONE_IN
+sample of the ops in bfloat16 and float16 on the devices that store them (ral:0). The full sweep:
     .venv/bin/python -m pytest tests/test_fusion_opinfo.py -m slow
 """
 
@@ -31,6 +37,7 @@ from test_jit import DEVS, POINTWISE
 
 from torch_fl.jit import fusion, kernel_cache
 from torch_fl.jit.compile_backend import _Recorder
+from torch_fl.jit.target import target_of
 from torch_fl.observe import conformance as C
 
 SAMPLES = 4  # per op and dtype: the scalar and broadcast forms OpInfo lists first
@@ -103,7 +110,14 @@ def _ops_for(dtype):
 
 
 RAL1_ONE_IN = 8
+HALF_ONE_IN = 3
 INT_DTYPES = (torch.int64, torch.bool)
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _stores_half(dev_param, dtype) -> bool:
+    target = target_of(dev_param.values[0]) if not dev_param.marks[0].args[0] else None
+    return target is not None and dtype in target.lowp
 
 
 def _float_cases(ci: bool):
@@ -124,6 +138,20 @@ def _int_cases(ci: bool):
         if not ci or dev.id == "host"
         for dt in INT_DTYPES
     ]
+
+
+def _half_cases(ci: bool):
+    out = []
+    for dev in DEVS:
+        for dt in HALF_DTYPES:
+            if not _stores_half(dev, dt):
+                continue  # the device does not hold the dtype: its ops never reach a fused kernel
+            for op in _ops_for(dt):
+                name = C.opinfo_name(op)
+                if ci and not sampled(f"fused-{dt}:{name}", HALF_ONE_IN):
+                    continue
+                out.append(pytest.param(dev.values[0], dt, op, id=f"{dev.id}-{str(dt)[6:]}-{name}", marks=dev.marks))
+    return out
 
 
 def _check_all(dtype, dev):
@@ -147,6 +175,17 @@ def test_integer_and_bool_samples_in_fused_chains_match_cpu(dev, dtype):
     _check_all(dtype, dev)
 
 
+@pytest.mark.parametrize("dev,dtype,op", _half_cases(ci=True))
+def test_half_precision_samples_in_fused_chains_match_cpu(dev, dtype, op):
+    _check(op, dtype, f"ral:{dev}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dev,dtype,op", _half_cases(ci=False))
+def test_half_precision_full_sweep(dev, dtype, op):
+    _check(op, dtype, f"ral:{dev}")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dev,op", _float_cases(ci=False))
 def test_float32_full_sweep(dev, op):
@@ -164,5 +203,7 @@ def test_the_sweep_reaches_fused_kernels():
     dev = next((p.values[0] for p in DEVS if not p.marks[0].args[0]), None)
     if dev is None:
         pytest.skip("no device with a compile entry")
-    fused = [C.opinfo_name(op) for op in POINTWISE[::5] if _check(op, torch.float32, f"ral:{dev}") > 0]
-    assert len(fused) >= 0.6 * len(POINTWISE[::5]), fused
+    for dt in (torch.float32, *HALF_DTYPES):
+        ops = _ops_for(dt)[::5]
+        fused = [C.opinfo_name(op) for op in ops if _check(op, dt, f"ral:{dev}") > 0]
+        assert len(fused) >= 0.6 * len(ops), (dt, fused)

@@ -8,7 +8,7 @@ tensor laid out like the output) take a flat, vectorisable loop; others walk row
 from __future__ import annotations
 
 from torch_fl.jit.expr import E
-from torch_fl.jit.spec import PointwiseSpec, body_lines
+from torch_fl.jit.spec import PointwiseSpec, body_lines, uses_half
 
 # Math functions glibc's libmvec has SIMD versions of (float and double, since 2.35),
 # by argument count. Declared with the `simd` attribute, a loop calling them vectorises
@@ -123,6 +123,7 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     prefix = ""
     if spec.single_op:
         prefix = "#define RAL_JIT_SINGLE_OP\n" + ("#define RAL_JIT_INLINE_EXP\n" if math_calls(spec) <= 1 else "")
+    half = '#include "ral_half.h"\n' if uses_half(spec.dtypes) else ""
     nt = len(spec.outs) + len(spec.ins)
     flat = body_lines(spec, ctype, lambda k: "i")
     rows = body_lines(spec, ctype, lambda k: f"o{k} + j * is{k}")
@@ -131,7 +132,7 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     # Each range function rebuilds its pointers and scalars from the call: a handful of loads
     # per chunk, and the loop body sees plain locals it can vectorise.
     setup = ind("  " + s for s in _pointers(spec, ctype) + _scalar_lines(spec, ctype)).strip()
-    return f"""{prefix}{_HEAD}
+    return f"""{prefix}{_HEAD}{half}
 static void {name}_dense(int64_t begin, int64_t end, void* ctx) {{
   const ral_kernel_call* c = (const ral_kernel_call*)ctx;
   const ral_tensor* t = c->tensors;

@@ -26,7 +26,7 @@ from torch_fl.dispatch.entry import dispatch
 from torch_fl.jit.expr import cast, lift, var
 from torch_fl.jit.kernel_cache import compile_kernel
 from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
-from torch_fl.jit.spec import PointwiseSpec
+from torch_fl.jit.spec import PointwiseSpec, as_stored, opmath
 from torch_fl.jit.target import target_of
 from torch_fl.jit.templates import Ctx, template_for
 from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST, schema_of
@@ -190,10 +190,11 @@ class FuseMode(TorchDispatchMode):
         for pos, v in enumerate(full):
             if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE_ARGS:
                 promo.append(torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v)
-        ct = compute_dtype(promo, out_dtype)
+        ct = opmath(compute_dtype(promo, out_dtype))
         if not ct.is_floating_point and not tmpl.ints:
             raise Unfit("int")
-        check_dtypes(g.target, {ct, out_dtype} | {v.dtype for v in full if isinstance(v, torch.Tensor)})
+        stored = {out_dtype} | {v.dtype for v in full if isinstance(v, torch.Tensor)}
+        check_dtypes(g.target, {ct} | (stored - g.target.lowp))
         tag = "f" if ct.is_floating_point else "i"
         leaves, scal_added, leaf_added = [], 0, []
         for pos, v in enumerate(full):
@@ -210,7 +211,7 @@ class FuseMode(TorchDispatchMode):
                         li = g.leaf_of[id(v)] = len(g.leaves)
                         g.leaves.append(v)
                         leaf_added.append(id(v))
-                    leaf = var(f"a{li}", v.dtype)
+                    leaf = var(f"a{li}", opmath(v.dtype))
                 leaves.append(leaf if sch.names[pos] in NO_PROMOTE_ARGS else cast(leaf, ct))
             elif v is not None and (k != NON_TENSOR or sch.type_strs[pos] in _RUNTIME_TYPES):
                 if (self.bake_scalars or func in _BAKED_OPS) and type(v) in (bool, int, float):
@@ -237,7 +238,7 @@ class FuseMode(TorchDispatchMode):
         rec_args = _mark(args, marks)
         rec_kwargs = {kk: _mark(vv, marks) for kk, vv in kwargs.items()}
         g.nodes.append((func, rec_args, rec_kwargs, weakref.ref(ph), out_dtype))
-        g.lets.append((f"v{idx}", cast(e, out_dtype)))
+        g.lets.append((f"v{idx}", as_stored(e, out_dtype)))
         g.node_of[id(ph)] = idx
         if _dispatch_mod.OBSERVERS:
             t = time.perf_counter()

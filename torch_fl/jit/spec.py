@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torch_fl.jit.expr import cast, render
+from torch_fl.jit.expr import E, call, cast, render
 
 
 @dataclass
@@ -30,17 +30,51 @@ class PointwiseSpec:
         return set(self.outs) | set(self.ins) | {d for d, _ in self.scalars}
 
 
+# Half-precision storage (target.LOWP): loaded into float, stored from float (ral_half.h).
+_LOAD = {torch.float16: "ral_h2f", torch.bfloat16: "ral_bf2f"}
+_STORE = {torch.float16: "ral_f2h", torch.bfloat16: "ral_f2bf"}
+
+
 def body_lines(spec: PointwiseSpec, ctype, index_of, names: dict | None = None) -> list[str]:
-    """Statements computing one element: loads, temporaries, stores (`names`: see render)."""
+    """Statements computing one element: loads, temporaries, stores (`names`: see render).
+    A half-precision input `a<k>` is a float in expressions; so is what a half output stores."""
     n_out = len(spec.outs)
     lines = []
     for k, dt in enumerate(spec.ins):
-        lines.append(f"const {ctype(dt)} a{k} = p{n_out + k}[{index_of(n_out + k)}];")
+        load = f"p{n_out + k}[{index_of(n_out + k)}]"
+        if dt in _LOAD:
+            lines.append(f"const float a{k} = {_LOAD[dt]}({load});")
+        else:
+            lines.append(f"const {ctype(dt)} a{k} = {load};")
     for name, e in spec.lets:
         lines.append(f"const {ctype(e.dt)} {name} = {render(e, ctype, names)};")
     for i, e in spec.stores:
-        lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, spec.outs[i]), ctype, names)};")
+        dt = spec.outs[i]
+        if dt in _STORE:
+            lines.append(f"p{i}[{index_of(i)}] = {_STORE[dt]}({render(cast(e, torch.float32), ctype, names)});")
+        else:
+            lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, dt), ctype, names)};")
     return lines
+
+
+_ROUND = {torch.float16: "ral_round_f16", torch.bfloat16: "ral_round_bf16"}
+
+
+def opmath(dt: torch.dtype) -> torch.dtype:
+    """The dtype a kernel computes a dtype's values in: float for half precision, as eager."""
+    return torch.float32 if dt in _LOAD else dt
+
+
+def as_stored(e: E, dt: torch.dtype) -> E:
+    """e as an op producing dtype dt stores it: a half result rounded, but kept as a float."""
+    if dt in _ROUND:
+        return call(_ROUND[dt], cast(e, torch.float32))
+    return cast(e, dt)
+
+
+def uses_half(spec_dtypes) -> bool:
+    """Whether the kernel loads or stores half-precision values (it then needs ral_half.h)."""
+    return any(dt in _LOAD for dt in spec_dtypes)
 
 
 def uses_double(spec_dtypes) -> bool:

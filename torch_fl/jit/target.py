@@ -35,19 +35,25 @@ _CL_TYPES = {
     torch.bool: "uchar",
 }
 CTYPES = {"c": _C_TYPES, "opencl-c": _CL_TYPES}
+# Half-precision dtypes are storage only: a generated kernel loads them into float, computes
+# in float (PyTorch's opmath type for them) and rounds each op's result back, as eager does
+# (ral_half.h). Only fusion regions use them (fusion.py); single-op jit kernels do not.
+LOWP = (torch.float16, torch.bfloat16)
+_LOWP_TYPES = {"c": "uint16_t", "opencl-c": "ushort"}
 
 
 class Target:
     """One device as a code generation target."""
 
-    __slots__ = ("dev", "lang", "plugin", "dtypes", "ctypes")
+    __slots__ = ("dev", "lang", "plugin", "dtypes", "lowp", "ctypes")
 
-    def __init__(self, dev: int, lang: str, plugin: str, dtypes: frozenset):
+    def __init__(self, dev: int, lang: str, plugin: str, dtypes: frozenset, lowp: frozenset = frozenset()):
         self.dev = dev
         self.lang = lang
         self.plugin = plugin
-        self.dtypes = dtypes
-        self.ctypes = CTYPES[lang]
+        self.dtypes = dtypes  # computed in
+        self.lowp = lowp  # stored as 16-bit words, computed in float (LOWP)
+        self.ctypes = {**CTYPES[lang], **{dt: _LOWP_TYPES[lang] for dt in lowp}}
 
     def ctype(self, dt: torch.dtype) -> str:
         """The language's storage type of a dtype."""
@@ -65,8 +71,12 @@ def target_of(dev: int) -> Target | None:
         return None
     rec = next((r for r in device_records() if r.index == dev), None)
     mask_names = set(names_in_mask(rec.dtype_mask)) if rec is not None and hasattr(rec, "dtype_mask") else None
-    dts = frozenset(dt for dt in CTYPES[lang] if mask_names is None or str(dt).replace("torch.", "") in mask_names)
-    return Target(dev, lang, st.record.name, dts)
+
+    def held(dt):
+        return mask_names is None or str(dt).replace("torch.", "") in mask_names
+
+    dts = frozenset(dt for dt in CTYPES[lang] if held(dt))
+    return Target(dev, lang, st.record.name, dts, frozenset(dt for dt in LOWP if held(dt)))
 
 
 def include_dir() -> str:

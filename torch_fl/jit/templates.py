@@ -164,7 +164,8 @@ def _sgn(k, a):
 
 @_t("aten::signbit", ints=True)
 def _signbit(k, a):
-    return call("signbit", a, dt=_B) if k.is_float else a < 0
+    # not signbit(): GCC 12 crashes vectorising it on a float made from bfloat16 bits
+    return call("copysign", 1.0, a) < 0 if k.is_float else a < 0
 
 
 @_t("aten::isnan", ints=True)
