@@ -318,6 +318,31 @@ def test_host_jit_links_simd_math_where_glibc_has_it():
     assert "-lmvec" in kernel_cache.options_for(target.target_of(d))
 
 
+def test_header_change_changes_c_compile_options(tmp_path, monkeypatch):
+    """The plugins' disk caches key on source and options; generated C includes ral_half.h and
+    ral_fastmath.h, so the options carry their digest: an edited header (a package upgrade)
+    must not reuse kernels compiled against the old one."""
+    import shutil
+
+    d = _device_of("host")
+    if d is None:
+        pytest.skip("needs the host plugin (the C codegen)")
+    inc = tmp_path / "include"
+    shutil.copytree(target.include_dir(), inc)
+    monkeypatch.setattr(kernel_cache, "include_dir", lambda: str(inc))
+    kernel_cache.headers_digest.cache_clear()
+    try:
+        before = kernel_cache.options_for(target.target_of(d))
+        kernel_cache.headers_digest.cache_clear()
+        assert kernel_cache.options_for(target.target_of(d)) == before  # stable for the same text
+        with open(inc / "ral_half.h", "a") as f:
+            f.write("/* edited */\n")
+        kernel_cache.headers_digest.cache_clear()
+        assert kernel_cache.options_for(target.target_of(d)) != before
+    finally:
+        kernel_cache.headers_digest.cache_clear()
+
+
 @pytest.mark.parametrize("dev", DEVS[:1])  # the host plugin: the C codegen
 def test_single_op_kernels_compute_as_vendor_kernels_fused_ones_round_as_eager(dev, forced, monkeypatch):
     """codegen_c.FASTMATH: a single op's kernel contracts a*b+c into FMA and uses the vendor's

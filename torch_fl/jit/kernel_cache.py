@@ -45,12 +45,24 @@ def has_libmvec() -> bool:
     return hasattr(lib_mvec, "_ZGVdN8v_tanhf") and hasattr(lib_mvec, "_ZGVbN4vv_atan2f")
 
 
+@functools.cache
+def headers_digest() -> str:
+    """A hash of the headers generated C kernels include (ral_half.h, ral_fastmath.h, ...)."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(include_dir())):
+        with open(os.path.join(include_dir(), name), "rb") as f:
+            h.update(name.encode() + f.read())
+    return h.hexdigest()[:12]
+
+
 def options_for(target: Target) -> str:
     """Compiler options for the target's compile entry."""
     if target.lang == "c":
         # The host plugin adds -O3 -fopenmp itself; these let loops over math calls vectorise
-        # without changing results (no errno, no FP traps; NaN/inf semantics kept).
-        opts = f"-I{include_dir()} -fno-math-errno -fno-trapping-math"
+        # without changing results (no errno, no FP traps; NaN/inf semantics kept). The
+        # headers' digest is there for the disk cache, whose key holds the options: a kernel
+        # compiled against an older ral_half.h must not be reused.
+        opts = f"-I{include_dir()} -fno-math-errno -fno-trapping-math -DRAL_JIT_HEADERS={headers_digest()}"
         if has_libmvec() and os.environ.get("TORCH_FL_JIT_LIBMVEC", "1") != "0":
             opts += " -DRAL_JIT_LIBMVEC -lmvec"
         return opts
