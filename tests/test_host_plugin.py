@@ -669,6 +669,48 @@ def test_copy_casts():
         check(lambda x, dt=dt: torch.empty(7, 5, dtype=torch.float64, device=x.device).copy_(x.to(dt).t()), x)
 
 
+@pytest.mark.parametrize("half", [torch.bfloat16, torch.float16])
+def test_half_float32_casts_bit_exact_at_special_values(half):
+    """copy.c converts float32 <-> float16/bfloat16 directly (not through the double pivot):
+    every half bit pattern (NaNs, infinities, subnormals, -0) widens exactly, and float32
+    values at the rounding ties, overflow edges and below the smallest subnormal narrow to
+    CPU's bits, dense and strided."""
+    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(half)
+    wide = every.to(DEV).float().cpu()
+    want = every.float()
+    assert torch.equal(wide.isnan(), want.isnan())
+    assert torch.equal(wide[~want.isnan()].view(torch.int32), want[~want.isnan()].view(torch.int32))
+    fi = torch.finfo(half)
+    edges = torch.tensor(
+        [
+            0.0,
+            -0.0,
+            fi.max,
+            -fi.max,
+            fi.max * 1.001,
+            fi.tiny,
+            fi.tiny / 3,
+            fi.smallest_normal / 1e6,
+            float("inf"),
+            -float("inf"),
+            float("nan"),
+            1 + fi.eps / 2,
+            1 + 1.5 * fi.eps,
+            65520.0,
+            3.4e38,
+        ]
+    )
+    ties = (every[~every.isnan() & ~every.isinf()].float() * (1 + fi.eps / 2)).float()
+    x = torch.cat([edges, ties, torch.randn(4096) * 1e3])
+    pair = torch.stack([x, -x], 1)
+    for src, dev in ((x, x.to(DEV)), (pair[:, 1], pair.to(DEV)[:, 1])):  # dense, then stride 2
+        got = dev.to(half).cpu()
+        ref = src.to(half)
+        nan = src.isnan()
+        assert torch.equal(got[~nan].view(torch.int16), ref[~nan].view(torch.int16)), "narrowing differs from CPU"
+        assert got[nan].isnan().all()
+
+
 def test_random_ops():
     """Random ops cannot match CPU bit for bit: check range, moments and determinism."""
     torch.manual_seed(0)
