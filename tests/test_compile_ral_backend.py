@@ -444,3 +444,34 @@ def test_autocast_chain_fuses_half_storage_and_matches_eager(dtype, dev, sources
         assert half_kernels >= 2, f"forward and backward chains should fuse in {dtype}: {half_kernels} kernels"
     else:
         assert half_kernels == 0
+
+
+def _casts(x):
+    h = torch.sigmoid(x).to(torch.bfloat16) * 3  # rounds to bfloat16 between two float ops
+    i = (h.float() * 7).to(torch.int32)  # to an integer: not fused (C's conversion differs)
+    return torch.tanh(h.to(torch.float16)).double() + 1, i
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_dtype_casts_fuse_into_regions(dev, sources, graphs):
+    """Casts between float dtypes on the device (`_to_copy(dtype=)`, autocast's) join fused
+    regions instead of splitting them: values equal CPU's bit for bit, the float->int cast stays
+    a graph op, and where the device declares no half dtypes (ral:1) the half steps run op by
+    op, still exactly."""
+    if torch.ral.device_count() <= int(dev[-1]):
+        pytest.skip(f"{dev} is not present")
+    from torch_fl.jit.target import target_of
+
+    x = torch.randn(64, 33) * 4
+    f = torch.compile(_casts, backend="ral")
+    for _ in range(2):  # record, then replay
+        got = [t.cpu() for t in f(x.to(dev))]
+    want = _casts(x)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    to_copy = torch.ops.aten._to_copy.default
+    left = [n for n in graphs[0].graph.nodes if n.target == to_copy]
+    assert [n.kwargs["dtype"] for n in left] == [torch.int32], left
+    if {torch.bfloat16, torch.float16} <= target_of(int(dev[-1])).lowp:
+        assert any("ral_round_bf16(" in s and "ral_round_f16(" in s for s in sources), "casts did not fuse"

@@ -14,7 +14,17 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl.jit.fusion import _FUSED_NAME, STATS, FuseMode, _fusible, _run_eagerly, fuse, plan_group
+from torch_fl.jit.fusion import (
+    _FUSED_NAME,
+    _TO_COPY,
+    STATS,
+    FuseMode,
+    _fusible,
+    _run_eagerly,
+    fuse,
+    is_plain_cast,
+    plan_group,
+)
 from torch_fl.jit.pointwise import Unfit
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.transfer import empty_on
@@ -151,7 +161,12 @@ class _FusedRegion(torch.nn.Module):
 
 
 def _supported(node) -> bool:
-    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _fusible(node.target)
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or not _fusible(node.target):
+        return False
+    if node.target is _TO_COPY:
+        src = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+        return isinstance(src, torch.Tensor) and is_plain_cast(dict(node.kwargs), src.device)
+    return True
 
 
 _IDENTITY = (torch.ops.aten.detach.default, torch.ops.aten.alias.default)

@@ -28,7 +28,7 @@ from torch_fl.jit.kernel_cache import compile_kernel
 from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
 from torch_fl.jit.spec import PointwiseSpec, as_stored, opmath
 from torch_fl.jit.target import target_of
-from torch_fl.jit.templates import Ctx, template_for
+from torch_fl.jit.templates import Ctx, Template, template_for
 from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.transfer import empty_on
@@ -74,6 +74,28 @@ _META: dict = {}
 # the select chain per element, and its pow() fallback on negative bases left libmvec's vector
 # path: GPT-2's gelu_new ran 15x slower than unfused. Programs use few distinct exponents.
 _BAKED_OPS = frozenset({torch.ops.aten.pow.Tensor_Scalar})
+
+# A dtype conversion on its own device (autocast's casts around half-precision matmuls) is
+# pointwise without the pointwise tag, and not in the templates' table: that table also
+# routes single ops to the jit, and _to_copy is the transfer op. Only casts to a floating
+# dtype fuse: C's float -> int/bool conversions differ from torch's at NaN, inf, overflow.
+_TO_COPY = torch.ops.aten._to_copy.default
+_CAST = Template(lambda k, a, *_settings: a, ints=True)
+_CAST_KWARGS = frozenset({"dtype", "device", "layout", "pin_memory", "non_blocking", "memory_format"})
+
+
+def is_plain_cast(kwargs: dict, src_device: torch.device) -> bool:
+    """Whether `_to_copy(x, **kwargs)` only converts x (on src_device) to a floating dtype."""
+    dt, dev = kwargs.get("dtype"), kwargs.get("device")
+    return (
+        set(kwargs) <= _CAST_KWARGS
+        and isinstance(dt, torch.dtype)
+        and dt.is_floating_point
+        and (dev is None or torch.device(dev) == src_device)
+        and kwargs.get("layout") in (None, torch.strided)
+        and not kwargs.get("pin_memory")
+        and kwargs.get("memory_format") in (None, torch.preserve_format, torch.contiguous_format)
+    )
 
 
 def _meta_out(func, args, kwargs, key):
@@ -137,6 +159,11 @@ class FuseMode(TorchDispatchMode):
     def _defer(self, func, args, kwargs):
         if not _fusible(func):
             return None
+        if func is _TO_COPY:
+            if not args or type(args[0]) is not RalTensor or not is_plain_cast(kwargs, args[0].device):
+                return None
+            # the device is the input's: dropped, so the meta run stays on meta
+            kwargs = {k: v for k, v in kwargs.items() if k in ("dtype", "memory_format")}
         sch = schema_of(func)
         full = sch.normalize(args, kwargs)
         dev = -1
@@ -185,7 +212,7 @@ class FuseMode(TorchDispatchMode):
         return self._record(g, func, sch, full, args, kwargs, shape, out_dtype)
 
     def _record(self, g, func, sch, full, args, kwargs, shape, out_dtype):
-        tmpl = template_for(func)
+        tmpl = _CAST if func is _TO_COPY else template_for(func)
         promo = []
         for pos, v in enumerate(full):
             if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE_ARGS:
@@ -277,6 +304,8 @@ def _mark(v, marks):
 
 
 def _fusible(func) -> bool:
+    if func is _TO_COPY:  # when is_plain_cast says so
+        return True
     sch = schema_of(func)
     return (
         sch.pointwise

@@ -72,9 +72,10 @@ def as_stored(e: E, dt: torch.dtype) -> E:
     return cast(e, dt)
 
 
-def uses_half(spec_dtypes) -> bool:
-    """Whether the kernel loads or stores half-precision values (it then needs ral_half.h)."""
-    return any(dt in _LOAD for dt in spec_dtypes)
+def uses_half(spec_dtypes, body: list[str] = ()) -> bool:
+    """Whether the kernel loads, stores or rounds to half-precision values (body: its
+    statements; a float32 kernel with a cast to bfloat16 inside rounds) and so needs ral_half.h."""
+    return any(dt in _LOAD for dt in spec_dtypes) or any(f in line for line in body for f in _ROUND.values())
 
 
 def uses_double(spec_dtypes) -> bool:
