@@ -475,3 +475,32 @@ def test_dtype_casts_fuse_into_regions(dev, sources, graphs):
     assert [n.kwargs["dtype"] for n in left] == [torch.int32], left
     if {torch.bfloat16, torch.float16} <= target_of(int(dev[-1])).lowp:
         assert any("ral_round_bf16(" in s and "ral_round_f16(" in s for s in sources), "casts did not fuse"
+
+
+def _transposed_chain(x):
+    y = torch.sigmoid(x.t()) * 2 + 1  # eager: y keeps x.t()'s transposed layout
+    return y.t().view(-1), y
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_region_outputs_keep_eager_layout(dev):
+    """A fused region's outputs get the strides eager gives (here transposed, as its input),
+    compiled (recorded and replayed) and in a fuse() region: code after it may `view` them in
+    ways only that layout allows. Contiguous outputs failed GPT-2's attention backward under
+    autocast with 'view size is not compatible'."""
+    if torch.ral.device_count() <= int(dev[-1]):
+        pytest.skip(f"{dev} is not present")
+    x = torch.randn(8, 6)
+    flat, y = _transposed_chain(x)
+    f = torch.compile(_transposed_chain, backend="ral")
+    for _ in range(2):
+        got_flat, got_y = f(x.to(dev))
+        assert got_y.stride() == y.stride()
+        torch.testing.assert_close(got_flat.cpu(), flat, **TOL)
+        torch.testing.assert_close(got_y.cpu(), y, **TOL)
+    from torch_fl.jit import fuse
+
+    with fuse():
+        z = torch.sigmoid(x.to(dev).t()) * 2 + 1
+    assert z.stride() == y.stride()
+    torch.testing.assert_close(z.t().view(-1).cpu(), flat, **TOL)

@@ -80,7 +80,7 @@ class _Replay:
         where = {id(t): ("in", i) for i, t in enumerate(inputs) if type(t) is RalTensor}
         self.launches = []
         for j, (dev, plugin, handle, n_out, tensors, scalars) in enumerate(plans):
-            outs = [(tuple(t.shape), t.dtype) for t, _, _ in tensors[:n_out]]
+            outs = [(tuple(t.shape), t.dtype, t.stride()) for t, _, _ in tensors[:n_out]]
             for k, (t, _, _) in enumerate(tensors[:n_out]):
                 where[id(t)] = ("out", j, k)
             srcs = [(where[id(t)], shape, strides) for t, shape, strides in tensors[n_out:]]
@@ -97,7 +97,7 @@ class _Replay:
             return args[ref[1]] if ref[0] == "in" else made[ref[1]][ref[2]]
 
         for dev, plugin, handle, outs, outs_geo, srcs, scalars in self.launches:
-            fresh = [empty_on(dev, shape, dtype) for shape, dtype in outs]
+            fresh = [empty_on(dev, shape, dtype, strides) for shape, dtype, strides in outs]
             made.append(fresh)
             if handle is None:
                 continue

@@ -102,7 +102,7 @@ def _meta_out(func, args, kwargs, key):
     r = _META.get(key)
     if r is None:
         res = func(*[to_meta(a) for a in args], **{k: to_meta(v) for k, v in kwargs.items()})
-        r = _META[key] = (tuple(res.shape), res.dtype) if isinstance(res, torch.Tensor) else None
+        r = _META[key] = (tuple(res.shape), res.dtype, res.stride()) if isinstance(res, torch.Tensor) else None
     return r
 
 
@@ -182,7 +182,7 @@ class FuseMode(TorchDispatchMode):
                 if dev >= 0 and v._dev != dev:
                     return None
                 dev = v._dev
-                key.append((tuple(v.shape), v.dtype))
+                key.append((tuple(v.shape), v.dtype, v.stride()))  # the output follows input layouts
             elif v is None or isinstance(v, (bool, int, float)):
                 key.append(type(v))
             else:
@@ -195,7 +195,7 @@ class FuseMode(TorchDispatchMode):
         meta = _meta_out(func, args, kwargs, tuple(key))
         if meta is None:
             return None
-        shape, out_dtype = meta
+        shape, out_dtype, strides = meta
         g = self.group
         if g is not None and (g.dev != dev or g.shape != shape):
             self.flush()
@@ -209,9 +209,9 @@ class FuseMode(TorchDispatchMode):
             self.flush()
             return self._defer(func, args, kwargs)
         del pending
-        return self._record(g, func, sch, full, args, kwargs, shape, out_dtype)
+        return self._record(g, func, sch, full, args, kwargs, shape, out_dtype, strides)
 
-    def _record(self, g, func, sch, full, args, kwargs, shape, out_dtype):
+    def _record(self, g, func, sch, full, args, kwargs, shape, out_dtype, strides):
         tmpl = _CAST if func is _TO_COPY else template_for(func)
         promo = []
         for pos, v in enumerate(full):
@@ -259,7 +259,9 @@ class FuseMode(TorchDispatchMode):
                 g.leaves.pop()
             raise Unfit("template declined")
         dev = g.dev
-        ph = empty_on(dev, shape, out_dtype)
+        # eager's output layout (a pointwise op on transposed inputs gives a transposed result):
+        # code after the region may view it in ways only that layout allows
+        ph = empty_on(dev, shape, out_dtype, strides)
         idx = len(g.nodes)
         marks = {i: _Ref(ni) for i, ni in g.node_of.items()}
         rec_args = _mark(args, marks)
@@ -347,6 +349,12 @@ def plan_group(g: _Group, live):
     shape = g.shape
     tensors = [(t, shape, t.stride()) for _, t in live]
     tensors += [(t, shape, expand_strides(t, shape)) for t in g.leaves]
+    if tensors:
+        # Walk the elements in the first output's memory order (an elementwise kernel may
+        # visit them in any order): tensors that share a transposed layout stay dense.
+        order = sorted(range(len(shape)), key=lambda d: -tensors[0][2][d])
+        shape = tuple(shape[d] for d in order)
+        tensors = [(t, shape, tuple(st[d] for d in order)) for t, _, st in tensors]
     scalars = [scalar_words(v, dt, tag, target.lang) for v, dt, tag in g.scalars]
     if target.lang == "opencl-c":
         try:

@@ -9,19 +9,22 @@ from torch_fl.core.runtime import check
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor.host_copy import to_cpu
-from torch_fl.tensor.layout import byte_range, contiguous_strides
+from torch_fl.tensor.layout import byte_range, contiguous_strides, is_dense
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 
 
-def empty_on(dev: int, shape, dtype: torch.dtype) -> RalTensor:
-    """An uninitialized contiguous tensor on ral:dev."""
+def empty_on(dev: int, shape, dtype: torch.dtype, strides=None) -> RalTensor:
+    """An uninitialized tensor on ral:dev: contiguous, or with `strides` when they lay the
+    elements out densely in some dimension order (the layouts eager pointwise ops give)."""
     shape = tuple(shape)
     numel = 1
     for n in shape:
         numel *= n
     itemsize = dtype.itemsize
     buf = allocate(dev, numel * itemsize, current(dev))
-    return wrap(buf, shape, contiguous_strides(shape), 0, dtype)
+    if strides is None or not is_dense(shape, strides):
+        strides = contiguous_strides(shape)
+    return wrap(buf, shape, tuple(strides), 0, dtype)
 
 
 def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None) -> RalTensor:
