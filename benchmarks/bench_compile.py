@@ -3,6 +3,7 @@
     python benchmarks/bench_compile.py [--rounds 3] [--backends ral,inductor]  # driver: alternates, median ratio
     python benchmarks/bench_compile.py --case mlp --mode ral  # one measurement (child)
     python benchmarks/bench_compile.py --case pointwise_mlp --shares  # kernel time per kind
+    python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
 backend: inductor's C++ kernels on ral:0's host-mapped buffers).
@@ -98,13 +99,20 @@ def _setup(case: str):
     return model, inputs, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 
-def _stepper(fn, inputs, opt, between=None):
-    """One training step of `fn`, synchronized at its end (and before AdamW: `between`)."""
+_AMP = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _stepper(fn, inputs, opt, between=None, amp=None):
+    """One training step of `fn`, synchronized at its end (and before AdamW: `between`); the
+    forward under torch.autocast("ral") when `amp` names a dtype."""
+    import contextlib
+
     import torch
 
     def step():
         opt.zero_grad()
-        out = fn(**inputs)
+        with torch.autocast("ral", dtype=getattr(torch, _AMP[amp])) if amp else contextlib.nullcontext():
+            out = fn(**inputs)
         loss = out.loss if hasattr(out, "loss") else out.pow(2).mean()
         loss.backward()
         if between is not None:
@@ -116,14 +124,14 @@ def _stepper(fn, inputs, opt, between=None):
     return step
 
 
-def child(case: str, mode: str, steps: int) -> tuple[float, float]:
+def child(case: str, mode: str, steps: int, amp: str | None = None) -> tuple[float, float]:
     """Median seconds per training step of one configuration: wall clock, and CPU time of the
     whole process (Python thread, stream worker and pool: what the step costs a loaded machine)."""
     import torch
 
     model, inputs, opt = _setup(case)
     fn = model if mode == "eager" else torch.compile(model, backend=mode)
-    step = _stepper(fn, inputs, opt)
+    step = _stepper(fn, inputs, opt, amp=amp)
     for _ in range(3):
         step()
     walls, cpus = [], []
@@ -150,7 +158,7 @@ def _kind(name: str, phase: str) -> str:
     return "reduction/norm" if any(r in op for r in _REDUCTIONS) else "pointwise/other"
 
 
-def shares(case: str, steps: int) -> None:
+def shares(case: str, steps: int, amp: str | None = None) -> None:
     """Kernel time per kind of launch, eager against backend="ral" in one process: every
     launch timed between two device syncs (rt_launch wrapped), min over steps per launch.
     Load-independent enough to say what share of a step is GEMM, pointwise or AdamW."""
@@ -183,7 +191,7 @@ def shares(case: str, steps: int) -> None:
         record["phase"] = "opt"
 
     fns = {"eager": model, "ral": torch.compile(model, backend="ral")}
-    steppers = {m: _stepper(f, inputs, opt, between) for m, f in fns.items()}
+    steppers = {m: _stepper(f, inputs, opt, between, amp) for m, f in fns.items()}
     runs = {m: [] for m in fns}
     for i in range(steps + 2):  # two warm-up steps each (compiles, replays recorded)
         for m, step in steppers.items():
@@ -212,13 +220,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shares", action="store_true", help="kernel time per kind of launch (one process)")
+    ap.add_argument("--amp", choices=sorted(_AMP), help="forward under torch.autocast('ral', dtype)")
     a = ap.parse_args()
     if a.shares:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
-            shares(case, a.steps)
+            shares(case, a.steps, a.amp)
         return
     if a.case and a.mode:
-        wall, cpu = child(a.case, a.mode, a.steps)
+        wall, cpu = child(a.case, a.mode, a.steps, a.amp)
         print(f"{wall:.6f} {cpu:.6f}")
         return
     backends = [b for b in a.backends.split(",") if b]
@@ -229,8 +238,9 @@ def main() -> None:
         for _ in range(a.rounds):
             got = {}
             for mode in ("eager", *backends):
+                amp = ["--amp", a.amp] if a.amp else []
                 out = subprocess.run(
-                    [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(a.steps)],
+                    [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(a.steps), *amp],
                     capture_output=True,
                     text=True,
                     check=True,
