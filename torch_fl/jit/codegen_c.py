@@ -125,7 +125,7 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
         prefix = "#define RAL_JIT_SINGLE_OP\n" + ("#define RAL_JIT_INLINE_EXP\n" if math_calls(spec) <= 1 else "")
     nt = len(spec.outs) + len(spec.ins)
     flat = body_lines(spec, ctype, lambda k: "i")
-    half = '#include "ral_half.h"\n' if uses_half(spec.dtypes, flat) else ""
+    half = '#include "ral_half.h"\n' if uses_half(flat) else ""
     rows = body_lines(spec, ctype, lambda k: f"o{k} + j * is{k}")
     offs = ", ".join(f"o{k} = 0" for k in range(nt))
     ind = "\n".join

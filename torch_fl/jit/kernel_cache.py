@@ -48,9 +48,9 @@ def has_libmvec() -> bool:
 @functools.cache
 def headers_digest() -> str:
     """A hash of the headers generated C kernels include (ral_half.h, ral_fastmath.h, ...)."""
-    h = hashlib.sha256()
-    for name in sorted(os.listdir(include_dir())):
-        with open(os.path.join(include_dir(), name), "rb") as f:
+    h, d = hashlib.sha256(), include_dir()
+    for name in sorted(os.listdir(d)):
+        with open(os.path.join(d, name), "rb") as f:
             h.update(name.encode() + f.read())
     return h.hexdigest()[:12]
 

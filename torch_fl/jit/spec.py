@@ -30,8 +30,9 @@ class PointwiseSpec:
         return set(self.outs) | set(self.ins) | {d for d, _ in self.scalars}
 
 
-# Half-precision storage (target.LOWP): loaded into float, stored from float (ral_half.h).
+# Half-precision storage: loaded into float, stored from float (ral_half.h).
 _LOAD = {torch.float16: "ral_h2f", torch.bfloat16: "ral_bf2f"}
+LOWP = tuple(_LOAD)  # the dtypes generated kernels keep as 16-bit storage (target.Target.lowp)
 _STORE = {torch.float16: "ral_f2h", torch.bfloat16: "ral_f2bf"}
 
 
@@ -72,10 +73,13 @@ def as_stored(e: E, dt: torch.dtype) -> E:
     return cast(e, dt)
 
 
-def uses_half(spec_dtypes, body: list[str] = ()) -> bool:
-    """Whether the kernel loads, stores or rounds to half-precision values (body: its
-    statements; a float32 kernel with a cast to bfloat16 inside rounds) and so needs ral_half.h."""
-    return any(dt in _LOAD for dt in spec_dtypes) or any(f in line for line in body for f in _ROUND.values())
+_HALF_FNS = tuple(f"{f}(" for m in (_LOAD, _STORE, _ROUND) for f in m.values())
+
+
+def uses_half(body: list[str]) -> bool:
+    """Whether a kernel's statements (body_lines) load, store or round half-precision values,
+    so that it needs ral_half.h (a float32 kernel with a cast to bfloat16 inside only rounds)."""
+    return any(f in line for line in body for f in _HALF_FNS)
 
 
 def uses_double(spec_dtypes) -> bool:

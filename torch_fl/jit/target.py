@@ -10,6 +10,7 @@ import torch
 from torch_fl.core.dtype_names import names_in_mask
 from torch_fl.core.registry import REGISTRY
 from torch_fl.core.runtime import device_records
+from torch_fl.jit.spec import LOWP
 
 # The plugins whose compile entry this package can feed, and the lang they take.
 LANG_OF_PLUGIN = {"host": "c", "opencl": "opencl-c"}
@@ -35,10 +36,10 @@ _CL_TYPES = {
     torch.bool: "uchar",
 }
 CTYPES = {"c": _C_TYPES, "opencl-c": _CL_TYPES}
-# Half-precision dtypes are storage only: a generated kernel loads them into float, computes
-# in float (PyTorch's opmath type for them) and rounds each op's result back, as eager does
-# (ral_half.h). Only fusion regions use them (fusion.py); single-op jit kernels do not.
-LOWP = (torch.float16, torch.bfloat16)
+# Half-precision dtypes (spec.LOWP) are storage only: a generated kernel loads them into
+# float, computes in float (PyTorch's opmath type for them) and rounds each op's result back,
+# as eager does (ral_half.h). Only fusion regions use them (fusion.py); single-op jit kernels
+# do not.
 _LOWP_TYPES = {"c": "uint16_t", "opencl-c": "ushort"}
 
 
