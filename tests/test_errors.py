@@ -221,3 +221,29 @@ def test_bool_subtraction_raises_cpus_error(device, case):
     assert str(mode_error.value) == str(cpu_error.value)
     after = (x.to(device) - b.to(device).float()).cpu()  # the process and the device go on
     torch.testing.assert_close(after, x - b.float(), rtol=0, atol=0)
+
+
+_BAD_INDEX_SELECTS = {
+    "empty uint8 index": torch.tensor([], dtype=torch.uint8),
+    "uint8 index": torch.tensor([1], dtype=torch.uint8),
+    "float index": torch.tensor([1.0]),
+    "2-D index": torch.tensor([[1]]),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_INDEX_SELECTS))
+@pytest.mark.parametrize("device", [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))])
+def test_index_select_refuses_cpus_bad_indices(device, case):
+    # CPU's kernel checks the index's rank and dtype; the meta function does not, so an empty
+    # uint8 index returned an empty result on ral and a 2-D one raised the plugin's error.
+    index, x = _BAD_INDEX_SELECTS[case], torch.randn(3, 4)
+    with pytest.raises(Exception) as cpu_error:
+        torch.index_select(x, 0, index)
+    with pytest.raises(Exception) as ral_error:
+        torch.index_select(x.to(device), 0, index.to(device))
+    assert type(ral_error.value) is type(cpu_error.value) and str(ral_error.value) == str(cpu_error.value)
+    with pytest.raises(Exception) as mode_error, torch_fl.ral_mode(device):
+        torch.index_select(x, 0, index)
+    assert type(mode_error.value) is type(cpu_error.value)
+    good = torch.tensor([2, 0])
+    torch.testing.assert_close(torch.index_select(x.to(device), 0, good.to(device)).cpu(), x[good], rtol=0, atol=0)

@@ -33,9 +33,22 @@ def _sub_check(full) -> None:
         )
 
 
+def _index_select_check(full) -> None:
+    # ATen index_select_out_cpu_: a vector index (IndexError), then its dtype; the meta
+    # function checks neither, so an empty uint8 index returned an empty result.
+    index = full[2]
+    if not isinstance(index, torch.Tensor):
+        return
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
+CHECKS["aten::index_select"] = _index_select_check
 
 
 def check_arguments(op: str, full) -> None:
