@@ -9,6 +9,10 @@ shape and values, dense, not contiguous). A kernel that wrote a permuted output 
 were contiguous gives wrong numbers here, so the values are compared with CPU's (float32
 tolerances of the OpInfo sweep, conformance.TOLERANCES); where the vendor tier served the op, the strides must be
 CPU's too.
+
+Beyond the manifests: every op_db op, whichever tier serves it, returns CPU's layout
+(`test_every_tier_lays_results_out_as_cpu`), and so do conversions and factories (`.to()`,
+`.cpu()`, `*_like`, `memory_format=`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import contextlib
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sweep_support import DEVICES, need_device
 
 from torch_fl.core.registry import REGISTRY
@@ -24,6 +30,7 @@ from torch_fl.device.index import parse_device
 from torch_fl.mode import ral_mode
 from torch_fl.observe import conformance as C
 from torch_fl.observe.coverage import Coverage
+from torch_fl.tensor.layout import contiguous_strides, elementwise_strides, is_dense, significant_strides
 
 MAX_SAMPLES = 6  # per op: the first samples already vary rank, broadcasting and dims
 
@@ -109,3 +116,123 @@ def test_permuted_inputs_match_cpu_values_and_layout(dev, op, style):
                     _close(C._cpu(twice), e.mT * 2)
         checked += 1
     assert checked, f"no sample of {op.name} ran on CPU"
+
+
+# Where a device's result layout differs from CPU's because PyTorch itself takes another path
+# off CPU (CUDA gives the same as ral), or because PyTorch's own decomposition, which the
+# decomp tier runs, orders dims otherwise than its CPU kernel.
+LAYOUT_AS_OFF_CPU = {
+    "nn.functional.one_hot": "one_hot's non-CPU branch compares against an arange (as on CUDA)",
+    "nn.functional.max_pool1d": "CPU has a max_pool1d fast path; off CPU it is max_pool2d of an unsqueezed input",
+    "ldexp": "torch._decomp's ldexp (self * pow(2, other)) orders broadcast dims unlike CPU's kernel",
+}
+ALL_OPS = [op for op, _ in C.select(C.load_op_db()) if not C._seeded_random(op)]
+LAYOUT_SAMPLES = 3
+
+
+def _layout_mismatches(dev: str, dtype: torch.dtype, style: str) -> tuple[int, list[str]]:
+    """Run up to LAYOUT_SAMPLES column-major samples of every op_db op on dev; return how many
+    results were compared and the ones laid out unlike CPU's (dense, more than one element)."""
+    compared, bad = 0, []
+    for op in ALL_OPS:
+        if C.opinfo_name(op) in LAYOUT_AS_OFF_CPU or dtype not in op.supported_dtypes("cpu"):
+            continue
+        for sample in C.samples_of(op, dtype, LAYOUT_SAMPLES):
+            sample = sample.transform(_column_major)
+            try:
+                expected = op(sample.input, *sample.args, **sample.kwargs)
+                actual = _run(op, sample, dev, style)
+            except Exception:
+                continue  # refusals and their exception types: test_opinfo
+            for a, e in zip(_tensors(actual), _tensors(expected)):
+                if e.numel() <= 1 or a.shape != e.shape or not is_dense(e.shape, e.stride()):
+                    continue
+                compared += 1
+                if significant_strides(a) != significant_strides(e):
+                    bad.append(f"{C.opinfo_name(op)} {tuple(e.shape)}: {a.stride()} vs CPU's {e.stride()}")
+                break
+    return compared, bad
+
+
+@pytest.mark.parametrize(
+    "dtype,style",
+    [(torch.float32, "device"), (torch.bfloat16, "device"), (torch.int64, "device"), (torch.float32, "mode")],
+    ids=["float32-device", "bfloat16-device", "int64-device", "float32-mode"],
+)
+@pytest.mark.parametrize("dev", DEVICES)
+def test_every_tier_lays_results_out_as_cpu(dev, dtype, style):
+    """Every op_db op (all tiers: vendor, jit, decomp, cpu) on column-major inputs returns CPU's
+    layout, so a later `view` that works on CPU works here. ral:1 once returned row-major
+    results from its cpu tier (96 float32 ops), and jit ops followed Python meta kernels
+    that lay out broadcast operands differently from CPU."""
+    need_device(dev)
+    compared, bad = _layout_mismatches(dev, dtype, style)
+    assert compared > 300, f"only {compared} results compared: the sweep lost its samples"
+    assert not bad, f"{len(bad)} results laid out unlike CPU:\n" + "\n".join(bad[:20])
+
+
+def _layout_cases():
+    x4 = torch.randn(2, 3, 4, 5)
+    cl = torch.channels_last
+    m = torch.randn(4, 6)
+    return {
+        ".to(device) of a transposed tensor": lambda d: m.t().to(d),
+        ".to(dtype) of a transposed tensor": lambda d: m.to(d).t().to(torch.float64),
+        ".to(bfloat16) of a transposed tensor": lambda d: m.to(d).t().to(torch.bfloat16),
+        ".cpu() of a transposed tensor": lambda d: m.to(d).t().cpu(),
+        ".to('cpu', float64) of a transposed tensor": lambda d: m.to(d).t().to("cpu", torch.float64),
+        "clone of a transposed tensor": lambda d: m.to(d).t().clone(),
+        "empty_like of a transposed tensor": lambda d: torch.empty_like(m.to(d).t()),
+        "zeros_like of a transposed tensor": lambda d: torch.zeros_like(m.to(d).t()),
+        "rand_like of a transposed tensor": lambda d: torch.rand_like(m.to(d).t()),
+        "empty(memory_format=channels_last)": lambda d: torch.empty(2, 3, 4, 5, device=d, memory_format=cl),
+        "empty_like(memory_format=channels_last)": lambda d: torch.empty_like(x4.to(d), memory_format=cl),
+        ".to(memory_format=channels_last)": lambda d: x4.to(d).to(memory_format=cl),
+        ".to(float64, memory_format=channels_last)": lambda d: x4.to(d).to(torch.float64, memory_format=cl),
+        ".to('cpu', memory_format=channels_last)": lambda d: x4.to(d).to("cpu", memory_format=cl),
+        "channels_last .to(device)": lambda d: x4.contiguous(memory_format=cl).to(d),
+        "channels_last .cpu()": lambda d: x4.contiguous(memory_format=cl).to(d).cpu(),
+        "conv2d on channels_last": lambda d: torch.nn.functional.conv2d(
+            x4.contiguous(memory_format=cl).to(d), torch.randn(4, 3, 3, 3).to(d)
+        ),
+        "bfloat16 sigmoid of a transposed tensor": lambda d: torch.sigmoid(m.bfloat16().to(d).t()),
+        "float64 sin of a transposed tensor": lambda d: torch.sin(m.double().to(d).t()),
+        "copysign of a transposed tensor and a 0-dim one": lambda d: torch.copysign(
+            m.to(d).t(), torch.tensor(-1.0).to(d)
+        ),
+    }
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_conversions_and_factories_keep_cpu_layouts(dev):
+    """`.to()`, `.cpu()`, `*_like` and `memory_format=` give CPU's strides, and the values
+    read back through them equal CPU's."""
+    need_device(dev)
+    for name, make in _layout_cases().items():
+        torch.manual_seed(0)
+        expected = make("cpu")
+        torch.manual_seed(0)
+        actual = make(dev)
+        assert actual.stride() == expected.stride(), f"{name}: {actual.stride()} vs CPU's {expected.stride()}"
+        if "empty" not in name and "rand" not in name:
+            torch.testing.assert_close(C._cpu(actual), expected, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@given(st.data())
+@settings(max_examples=300, deadline=None)
+def test_elementwise_strides_follow_tensor_iterator(data):
+    """layout.elementwise_strides (used by the jit tier) gives CPU's output layout for
+    broadcast, permuted and size-1 operands of add and addcmul."""
+    nd = data.draw(st.integers(1, 4))
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=nd, max_size=nd))
+    operands = []
+    for _ in range(data.draw(st.integers(2, 3))):
+        rank = data.draw(st.integers(0, nd))
+        sizes = [data.draw(st.sampled_from([1, n])) for n in shape[nd - rank :]]
+        perm = data.draw(st.permutations(range(rank)))
+        t = torch.randn([sizes[p] for p in perm]).permute([perm.index(i) for i in range(rank)])
+        operands.append(t)
+    expected = torch.add(*operands) if len(operands) == 2 else torch.addcmul(*operands)
+    got = elementwise_strides(tuple(expected.shape), [(t.shape, t.stride()) for t in operands])
+    got = got or contiguous_strides(expected.shape)
+    assert [s for n, s in zip(expected.shape, got) if n != 1] == list(significant_strides(expected))

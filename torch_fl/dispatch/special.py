@@ -13,6 +13,7 @@ from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
+from torch_fl.tensor.layout import strides_like
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.views import alias, as_strided, view_op
@@ -51,11 +52,15 @@ def _to_copy(func, args, kwargs):
     src_dev = src._dev if type(src) is RalTensor else None
     target = parse_device(kwargs.get("device"), src_dev if src_dev is not None else 0)
     if target is None:  # to CPU
-        out = host_copy.to_cpu(src)
-        return out if out.dtype == dtype else out.to(dtype)
+        out = host_copy.to_cpu(src)  # in src's layout where dense
+        mf = kwargs.get("memory_format")
+        if out.dtype == dtype and mf in (None, torch.preserve_format):
+            return out
+        return out.to(dtype, memory_format=mf or torch.preserve_format)
     if src_dev is None:  # a CPU tensor (0-dim scalar or a mode upload)
         return transfer.to_device(src, target, dtype)
-    out = transfer.empty_on(target, src.shape, dtype)
+    strides = strides_like(src, kwargs.get("memory_format"), aten._to_copy.default)
+    out = transfer.empty_on(target, src.shape, dtype, strides)
     return transfer.copy_into(out, src) if target != src_dev else aten.copy_.default(out, src)
 
 
@@ -81,10 +86,11 @@ def _like_factory(fill):
         src = args[0]
         dtype = kwargs.get("dtype") or src.dtype
         target = parse_device(kwargs.get("device"), src._dev)
+        strides = strides_like(src, kwargs.get("memory_format"))
         if target is None:
-            cpu_kwargs = dict(kwargs)
-            return func(torch.empty(src.shape, dtype=src.dtype), *args[1:], **cpu_kwargs)
-        out = transfer.empty_on(target, src.shape, dtype)
+            like = torch.empty_strided(src.shape, strides or src.stride(), dtype=src.dtype)
+            return func(like, *args[1:], **kwargs)
+        out = transfer.empty_on(target, src.shape, dtype, strides)
         if fill is not None:
             fill(out, args, kwargs)
         if kwargs.get("requires_grad"):

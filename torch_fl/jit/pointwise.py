@@ -17,7 +17,7 @@ from torch_fl.jit.kernel_cache import compile_kernel, kernel_name
 from torch_fl.jit.spec import PointwiseSpec
 from torch_fl.jit.target import Target, target_of
 from torch_fl.jit.templates import Ctx, template_for
-from torch_fl.tensor.layout import contiguous_strides
+from torch_fl.tensor.layout import contiguous_strides, elementwise_strides
 from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 from torch_fl.tensor.transfer import empty_on
@@ -99,12 +99,13 @@ class JitRun:
         "out_pos",
         "out_shape",
         "out_dtype",
+        "out_strides",
         "name_c",
         "single",
         "launch_plan",
     )
 
-    def __init__(self, sch, dev, target, handle, plan, scalar_dt, fresh, out_pos, out_shape, out_dtype):
+    def __init__(self, sch, dev, target, handle, plan, scalar_dt, fresh, out_pos, out_shape, out_dtype, out_strides):
         self.sch = sch
         self.dev = dev
         self.target = target
@@ -115,6 +116,7 @@ class JitRun:
         self.out_pos = out_pos
         self.out_shape = out_shape
         self.out_dtype = out_dtype
+        self.out_strides = out_strides  # TensorIterator's layout where not row-major, else None
         self.name_c = ffi.new("char[]", sch.name.encode())
         self.launch_plan = None
 
@@ -125,7 +127,7 @@ class JitRun:
         if self.launch_plan is not None:
             return self._launch_planned(full)
         dev, shape = self.dev, self.out_shape
-        out = empty_on(dev, shape, self.out_dtype) if self.fresh else full[self.out_pos]
+        out = empty_on(dev, shape, self.out_dtype, self.out_strides) if self.fresh else full[self.out_pos]
         if out.numel() == 0:
             return out
         tensors = [(out, shape, out.stride())]
@@ -196,7 +198,7 @@ class LaunchPlan:
         self.template, self.floats, self.n = packed, floats, len(packed)
         self.per_thread: dict = {}
         self.out_itemsize = run.out_dtype.itemsize
-        self.out_strides = contiguous_strides(run.out_shape)
+        self.out_strides = run.out_strides or contiguous_strides(run.out_shape)
         self.out_nbytes = self.out_itemsize
         for d in run.out_shape:
             self.out_nbytes *= d
@@ -338,5 +340,17 @@ def _build(sch, args, kwargs, full, dev):
     if handle is None:
         raise Unfit("compile failed")
     return JitRun(
-        sch, dev, target, handle, tuple(plan), [d for d, _ in spec.scalars], fresh, out_pos, out_shape, out_dtype
+        sch,
+        dev,
+        target,
+        handle,
+        tuple(plan),
+        [d for d, _ in spec.scalars],
+        fresh,
+        out_pos,
+        out_shape,
+        out_dtype,
+        elementwise_strides(out_shape, [(v.shape, v.stride()) for _, what, v in items if what == "tensor"])
+        if fresh
+        else None,
     )

@@ -9,7 +9,7 @@ from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
-from torch_fl.tensor.layout import extent_elems
+from torch_fl.tensor.layout import extent_elems, strides_in_format
 from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
 
 _lib = None
@@ -54,7 +54,8 @@ def _with_python_key(fn):
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     """aten::empty.memory_format on ral."""
-    return transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype())
+    strides = strides_in_format(size, memory_format)
+    return transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype(), strides)
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):

@@ -13,7 +13,7 @@ from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, device_records
 from torch_fl.device.stream_state import current
 from torch_fl.device.sync import copy_to_host_and_wait, synchronize_stream
-from torch_fl.tensor.layout import byte_range
+from torch_fl.tensor.layout import byte_range, is_dense
 
 # Buffer (held weakly, by identity) -> uint8 CPU tensor over its host mapping.
 _HOST_BASES = WeakIdKeyDictionary()
@@ -64,7 +64,7 @@ def forget_host_view(buf) -> None:
 
 
 def to_cpu(t, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A new CPU tensor with the same values (and strides-independent contiguous layout)."""
+    """A new CPU tensor with the same values, laid out like t where t is dense (else row-major)."""
     out, (dev, stream) = copy_to_host_async(t)
     synchronize_stream(dev, stream, "copy to host")
     return out if dtype is None or dtype == out.dtype else out.to(dtype)
@@ -101,9 +101,11 @@ def copy_to_host_async(t) -> tuple[torch.Tensor, tuple[int, int]]:
     """A new CPU tensor that t's values are being copied into on the current stream, and
     that (device, stream): its contents are valid only after the stream is synchronized,
     and it must stay alive until then."""
-    if not t.is_contiguous():
+    if is_dense(t.shape, t.stride()):
+        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+    else:
         t = torch.ops.aten.clone.default(t, memory_format=torch.contiguous_format)
-    out = torch.empty(t.shape, dtype=t.dtype)
+        out = torch.empty(t.shape, dtype=t.dtype)
     stream = current(t._dev)
     start, nbytes = byte_range(t)
     if nbytes:

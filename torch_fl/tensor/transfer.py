@@ -27,18 +27,23 @@ def empty_on(dev: int, shape, dtype: torch.dtype, strides=None) -> RalTensor:
     return wrap(buf, shape, tuple(strides), 0, dtype)
 
 
-def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None) -> RalTensor:
-    """Upload a CPU tensor to ral:dev as a new contiguous tensor."""
+def to_device(src: torch.Tensor, dev: int, dtype: torch.dtype | None = None, *, keep_layout: bool = True) -> RalTensor:
+    """Upload a CPU tensor to ral:dev as a new tensor, laid out like src where src is dense
+    (as `.to(device)` does on CPU and CUDA; `keep_layout=False`: always row-major)."""
     if src.device.type != "cpu":
         raise TypeError(f"torch_fl: to_device expects a CPU tensor, got one on {src.device}")
     if dtype is not None and src.dtype != dtype:
         src = src.to(dtype)
-    src = src.contiguous()
     if src.is_conj() or src.is_neg():
         src = src.resolve_conj().resolve_neg()
-    out = empty_on(dev, src.shape, src.dtype)
+    strides = tuple(src.stride())
+    if not (keep_layout and is_dense(src.shape, strides)):
+        src = src.contiguous()
+        strides = None
+    out = empty_on(dev, src.shape, src.dtype, strides)
     nbytes = src.numel() * src.dtype.itemsize
     if nbytes:
+        # a dense layout covers numel elements from its first one: one flat copy of the bytes
         check(lib.rt_copy_h2d(dev, current(dev), out._buf.ptr, 0, ffi.cast("void*", src.data_ptr()), nbytes))
     return out
 
@@ -50,7 +55,7 @@ def copy_into(dst, src):
     if dst_ral and src_ral and dst._dev == src._dev:
         return None  # same device: the router runs the plugin's copy_ kernel
     if dst_ral and not src_ral:
-        staged = to_device(src.expand(dst.shape), dst._dev, dst.dtype)
+        staged = to_device(src.expand(dst.shape), dst._dev, dst.dtype, keep_layout=False)
         return _device_copy(dst, staged)
     if src_ral and not dst_ral:
         dst.copy_(to_cpu(src))

@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch_fl.core.registry import REGISTRY
+from torch_fl.tensor.layout import significant_strides
 from torch_fl.tensor.op_schema import UNFAITHFUL_DECOMPOSITIONS, schema_of
 from torch_fl.tiers.protocol import Declined
 from torch_fl.tiers.rnn_cells import DEVICE_ONLY
@@ -80,12 +81,14 @@ def build(sch, args, kwargs, full, dev, kernel_free=frozenset()):
 
 def _signature_of(result):
     items = result if isinstance(result, (list, tuple)) else (result,)
-    return [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else type(t) for t in items]
+    return [
+        (tuple(t.shape), t.dtype, significant_strides(t)) if isinstance(t, torch.Tensor) else type(t) for t in items
+    ]
 
 
 def _stays_on_vendor(fn, sch, args, kwargs, dev, kernel_free) -> bool:
     """Trace the decomposition on meta tensors; accept it only if it gives the op's own
-    output shapes and dtypes (some differ in corner cases, or return NotImplemented) and
+    output shapes, dtypes and layouts (some differ in corner cases, or return NotImplemented) and
     every op it issues is a view/alias or has a vendor kernel on this device (else one cpu
     call is cheaper)."""
     used = set()

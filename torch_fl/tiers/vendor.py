@@ -15,7 +15,7 @@ from torch_fl.device import rng
 from torch_fl.device.dtypes import CODE_OF_TORCH
 from torch_fl.device.memory import ALLOC_OBSERVERS, Buffer, allocate
 from torch_fl.device.stream_state import current
-from torch_fl.tensor.layout import contiguous_strides, is_dense
+from torch_fl.tensor.layout import contiguous_strides, permuted_dense_strides
 from torch_fl.tensor.op_schema import BROADCASTING_OPS, NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
@@ -359,12 +359,7 @@ def _meta_layouts(out_specs, metas):
     those strides, and a compiled graph, whose fake tensors ran the meta kernel, views by them."""
     fixed = []
     for (shape, stride, dtype, nbytes), m in zip(out_specs, metas):
-        want = tuple(m.stride())
-        # Strides differing only in size-1 dims are contiguous all the same: keep row-major,
-        # which the contiguous signature (`True`) of the fast caches stands for.
-        if m.numel() > 1 and not m.is_contiguous() and is_dense(shape, want):
-            stride = want
-        fixed.append((shape, stride, dtype, nbytes))
+        fixed.append((shape, permuted_dense_strides(m) or stride, dtype, nbytes))
     return fixed
 
 
