@@ -504,3 +504,29 @@ def test_region_outputs_keep_eager_layout(dev):
         z = torch.sigmoid(x.to(dev).t()) * 2 + 1
     assert z.stride() == y.stride()
     torch.testing.assert_close(z.t().view(-1).cpu(), flat, **TOL)
+
+
+def _autocast_transposed_chain(x, w):
+    h = x @ w  # bfloat16 under autocast; ral:1 has no bfloat16 kernels, so sigmoid runs on CPU
+    return (torch.sigmoid(h.t()) * 2 + 1).t().view(-1)
+
+
+@pytest.mark.parametrize("backend", ["ral", "aot_eager"])
+@pytest.mark.parametrize("dev", DEVICES)
+def test_autocast_graph_views_a_cpu_tier_result(dev, backend):
+    """Under bfloat16 autocast, a graph that views the transposed result of an op the device
+    has no kernel for (ral:1: the cpu tier) runs and matches CPU autocast. The cpu tier once
+    uploaded results row-major, and the view raised 'view size is not compatible'."""
+    if torch.ral.device_count() <= int(dev[-1]):
+        pytest.skip(f"{dev} is not present")
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    with torch.autocast("cpu", torch.bfloat16):
+        expected = _autocast_transposed_chain(x, w)
+    torch._dynamo.reset()
+    f = torch.compile(_autocast_transposed_chain, backend=backend)
+    for _ in range(2):
+        with torch.autocast("ral", torch.bfloat16):
+            got = f(x.to(dev), w.to(dev))
+        assert got.dtype == expected.dtype
+        # bfloat16 tolerance: values up to 3, one bf16 ulp there is 1.6e-2
+        torch.testing.assert_close(got.cpu().float(), expected.float(), rtol=3e-2, atol=3e-2)
