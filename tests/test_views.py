@@ -1,7 +1,9 @@
 """Capability: views and aliasing share the device buffer; detach runs no kernel."""
 
+import pytest
 import torch
 from conftest import assert_close, launch_count
+from sweep_support import DEVICES, need_device
 
 
 def test_view_shares_buffer_and_inplace_reaches_base(dev):
@@ -112,3 +114,56 @@ def test_out_with_resize(dev):
     torch.add(a.to(dev), 1, out=out)
     assert out.shape == (3, 4)
     assert_close(out, a + 1)
+
+
+def _strided_view(t, how):
+    """t's values in a non-dense view: every other element of a longer last dim past a
+    storage offset ("slice"), or one row of a broadcast (stride-0) tensor ("expand")."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.layout != torch.strided or t.numel() == 0:
+        return t
+    if how == "slice":
+        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype)
+        v = big[..., 1::2]
+        v.copy_(t)
+    else:
+        v = t.unsqueeze(0).expand(2, *t.shape)[1]
+    return v.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else v
+
+
+# Ops the sweep cannot compare: sparse ones the device refuses by design (test_opinfo checks the
+# error), tensor_split (its index tensor must stay on CPU, which moving every tensor breaks).
+_NOT_COMPARED = ("sparse.", "to_sparse", "tensor_split")
+
+
+@pytest.mark.parametrize("how", ["slice", "expand"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how):
+    """Every op_db op (float32, its first 3 samples) on inputs that are non-dense views with a
+    storage offset, or broadcast views, gives CPU's values on both devices, whichever tier
+    serves it. ral:1's cpu tier once copied a view to the host at storage offset 0, so
+    as_strided_scatter (which addresses the storage) wrote to the wrong element."""
+    need_device(device)
+    from torch_fl.observe import conformance as C
+
+    compared, failures = 0, []
+    for op, _ in C.select(C.load_op_db()):
+        name = C.opinfo_name(op)
+        if C._seeded_random(op) or name.startswith(_NOT_COMPARED) or "empty" in name:
+            continue  # random or uninitialized results have no values to compare
+        for i, sample in enumerate(C.samples_of(op, torch.float32, 3)):
+            sample = sample.transform(lambda t: _strided_view(t, how))
+            try:
+                expected = op(sample.input, *sample.args, **sample.kwargs)
+            except Exception:
+                continue  # CPU refuses it: test_opinfo checks ral raises the same type
+            if C._is_random(op, sample):
+                continue
+            moved = sample.transform(lambda t: C._to(t, device))
+            try:
+                actual = op(moved.input, *moved.args, **moved.kwargs)
+                C._compare(C._cpu(actual), expected, torch.float32)  # the OpInfo sweep's tolerances
+            except Exception as e:
+                failures.append(f"{name} sample {i}: {type(e).__name__}: {str(e)[:120]}")
+            compared += 1
+    assert compared > 1000, f"only {compared} samples compared: the sweep lost its samples"
+    assert not failures, f"{len(failures)} of {compared} samples differ from CPU:\n" + "\n".join(failures[:20])

@@ -118,20 +118,24 @@ def cpu_copy_for_fallback(t) -> torch.Tensor:
     view = host_view(t)
     if view is not None:
         return view
-    # Copy the whole byte range the view spans so strides survive (needed for write-back).
+    # Copy the whole byte range the view spans so strides survive (needed for write-back), at
+    # the view's own storage offset: as_strided_scatter and as_strided_copy address the
+    # storage, not the view. The elements before it are never touched (nor, for a large
+    # allocation, backed by memory).
     start, nbytes = byte_range(t)
-    flat = torch.empty(nbytes // t.dtype.itemsize, dtype=t.dtype)
+    offset = t.storage_offset()
+    flat = torch.empty(offset + nbytes // t.dtype.itemsize, dtype=t.dtype)
     if nbytes:
-        dst = ffi.cast("void*", flat.data_ptr())
+        dst = ffi.cast("void*", flat.data_ptr() + start)
         copy_to_host_and_wait(t._dev, current(t._dev), dst, t._buf.ptr, start, nbytes, "copy to host")
-    return flat.as_strided(t.shape, t.stride(), 0)
+    return flat.as_strided(t.shape, t.stride(), offset)
 
 
 def write_back(dst, cpu: torch.Tensor) -> None:
     """Copy a CPU tensor made by cpu_copy_for_fallback back into the device range it came from."""
     start, nbytes = byte_range(dst)
     if nbytes:
-        base = cpu.as_strided((nbytes // dst.dtype.itemsize,), (1,), 0)
+        base = cpu.as_strided((nbytes // dst.dtype.itemsize,), (1,), cpu.storage_offset())
         check(
             lib.rt_copy_h2d(
                 dst._dev, current(dst._dev), dst._buf.ptr, start, ffi.cast("void*", base.data_ptr()), nbytes
