@@ -5,6 +5,8 @@ import torch
 from conftest import assert_close, launch_count
 from sweep_support import DEVICES, need_device
 
+import torch_fl
+
 
 def test_view_shares_buffer_and_inplace_reaches_base(dev):
     base_cpu = torch.arange(12.0).reshape(3, 4)
@@ -135,12 +137,12 @@ def _strided_view(t, how):
 _NOT_COMPARED = ("sparse.", "to_sparse", "tensor_split")
 
 
-@pytest.mark.parametrize("how", ["slice", "expand"])
+@pytest.mark.parametrize("how,style", [("slice", "device"), ("expand", "device"), ("slice", "mode")])
 @pytest.mark.parametrize("device", DEVICES)
-def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how):
+def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how, style):
     """Every op_db op (float32, its first 3 samples) on inputs that are non-dense views with a
     storage offset, or broadcast views, gives CPU's values on both devices, whichever tier
-    serves it. ral:1's cpu tier once copied a view to the host at storage offset 0, so
+    serves it, with the views moved to the device and as CPU tensors under ral_mode. ral:1's cpu tier once copied a view to the host at storage offset 0, so
     as_strided_scatter (which addresses the storage) wrote to the wrong element."""
     need_device(device)
     from torch_fl.observe import conformance as C
@@ -158,9 +160,13 @@ def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how):
                 continue  # CPU refuses it: test_opinfo checks ral raises the same type
             if C._is_random(op, sample):
                 continue
-            moved = sample.transform(lambda t: C._to(t, device))
             try:
-                actual = op(moved.input, *moved.args, **moved.kwargs)
+                if style == "mode":
+                    with torch_fl.ral_mode(device):
+                        actual = op(sample.input, *sample.args, **sample.kwargs)
+                else:
+                    moved = sample.transform(lambda t: C._to(t, device))
+                    actual = op(moved.input, *moved.args, **moved.kwargs)
                 C._compare(C._cpu(actual), expected, torch.float32)  # the OpInfo sweep's tolerances
             except Exception as e:
                 failures.append(f"{name} sample {i}: {type(e).__name__}: {str(e)[:120]}")
