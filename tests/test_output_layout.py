@@ -236,3 +236,36 @@ def test_elementwise_strides_follow_tensor_iterator(data):
     got = elementwise_strides(tuple(expected.shape), [(t.shape, t.stride()) for t in operands])
     got = got or contiguous_strides(expected.shape)
     assert [s for n, s in zip(expected.shape, got) if n != 1] == list(significant_strides(expected))
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_channels_last_convnet_trains_as_on_cpu(dev):
+    """`model.to(memory_format=torch.channels_last)` (the usual convnet speed-up) gives the
+    parameters, activations and gradients CPU's channels_last strides and CPU's values, with
+    the model moved to the device and under ral_mode. `.to(memory_format=)` was ignored."""
+    need_device(dev)
+    import copy
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2),
+    )  # fmt: skip
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 16, 16).contiguous(memory_format=cl)
+    ref = copy.deepcopy(net).to(memory_format=cl)
+    expected = ref(x)
+    expected.sum().backward()
+    model = copy.deepcopy(net).to(dev).to(memory_format=cl)
+    xd = x.to(dev)
+    assert model[0](xd).stride() == ref[0](x).stride()  # the conv's activation stays channels_last
+    out = model(xd)
+    out.sum().backward()
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert p.stride() == q.stride() and p.grad.stride() == q.grad.stride(), name
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-4, msg=name)
+    with ral_mode(dev):
+        in_mode = copy.deepcopy(net).to(memory_format=cl)(x)
+    torch.testing.assert_close(in_mode.cpu(), expected, rtol=1e-4, atol=1e-4)
