@@ -47,3 +47,25 @@ def check(result, xfails: dict, dev: str, xfail_file: str, capped: bool = False)
         )
         pytest.xfail(f"{reason} [{result.error}]")
     assert result.passed, f"{dev} {result.key} ({result.style}): {result.error}"
+
+
+def column_major(t):
+    """t with the same shape and values, its last two dimensions stored column-major (dense,
+    not contiguous); other values unchanged."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.layout != torch.strided:
+        return t
+    return t.detach().transpose(-1, -2).contiguous().transpose(-1, -2).requires_grad_(t.requires_grad)
+
+
+def strided_view(t, how: str = "slice"):
+    """t's values in a non-dense view: every other element of a longer last dim past a
+    storage offset ("slice"), or one row of a broadcast (stride-0) tensor ("expand")."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.layout != torch.strided or t.numel() == 0:
+        return t
+    if how == "slice":
+        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype)
+        v = big[..., 1::2]
+        v.copy_(t.detach())
+    else:
+        v = t.detach().unsqueeze(0).expand(2, *t.shape)[1]
+    return v.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else v

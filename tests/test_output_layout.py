@@ -23,7 +23,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sweep_support import DEVICES, need_device
+from sweep_support import DEVICES, column_major, need_device
 
 from torch_fl.core.registry import REGISTRY
 from torch_fl.device.index import parse_device
@@ -53,13 +53,6 @@ def _ops():
         for op, _ in C.select(C.load_op_db())
         if op.name in names and not op.variant_test_name and not C._seeded_random(op)  # random: no values to compare
     ]
-
-
-def _column_major(t):
-    """t with the same shape and values, its last two dimensions stored column-major."""
-    if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.layout != torch.strided:
-        return t
-    return t.transpose(-1, -2).contiguous().transpose(-1, -2).requires_grad_(t.requires_grad)
 
 
 def _tensors(v):
@@ -92,7 +85,7 @@ def test_permuted_inputs_match_cpu_values_and_layout(dev, op, style):
     samples = C.samples_of(op, torch.float32, MAX_SAMPLES)
     checked = 0
     for i, sample in enumerate(samples):
-        sample = sample.transform(_column_major)
+        sample = sample.transform(column_major)
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
         except Exception:
@@ -138,7 +131,7 @@ def _layout_mismatches(dev: str, dtype: torch.dtype, style: str) -> tuple[int, l
         if C.opinfo_name(op) in LAYOUT_AS_OFF_CPU or dtype not in op.supported_dtypes("cpu"):
             continue
         for sample in C.samples_of(op, dtype, LAYOUT_SAMPLES):
-            sample = sample.transform(_column_major)
+            sample = sample.transform(column_major)
             try:
                 expected = op(sample.input, *sample.args, **sample.kwargs)
                 actual = _run(op, sample, dev, style)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 from conftest import assert_close, launch_count
-from sweep_support import DEVICES, need_device
+from sweep_support import DEVICES, need_device, strided_view
 
 import torch_fl
 
@@ -118,20 +118,6 @@ def test_out_with_resize(dev):
     assert_close(out, a + 1)
 
 
-def _strided_view(t, how):
-    """t's values in a non-dense view: every other element of a longer last dim past a
-    storage offset ("slice"), or one row of a broadcast (stride-0) tensor ("expand")."""
-    if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.layout != torch.strided or t.numel() == 0:
-        return t
-    if how == "slice":
-        big = torch.zeros(*t.shape[:-1], 2 * t.shape[-1] + 1, dtype=t.dtype)
-        v = big[..., 1::2]
-        v.copy_(t)
-    else:
-        v = t.unsqueeze(0).expand(2, *t.shape)[1]
-    return v.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else v
-
-
 # Ops the sweep cannot compare: sparse ones the device refuses by design (test_opinfo checks the
 # error), tensor_split (its index tensor must stay on CPU, which moving every tensor breaks).
 _NOT_COMPARED = ("sparse.", "to_sparse", "tensor_split")
@@ -153,7 +139,7 @@ def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how, style):
         if C._seeded_random(op) or name.startswith(_NOT_COMPARED) or "empty" in name:
             continue  # random or uninitialized results have no values to compare
         for i, sample in enumerate(C.samples_of(op, torch.float32, 3)):
-            sample = sample.transform(lambda t: _strided_view(t, how))
+            sample = sample.transform(lambda t: strided_view(t, how))
             try:
                 expected = op(sample.input, *sample.args, **sample.kwargs)
             except Exception:

@@ -321,16 +321,21 @@ def _grads(op, sample, dev: str | None, style: str):
     return [None if g is None else _cpu(g).detach() for g in grads]
 
 
-def run_grad_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_samples: int | None = 3) -> CaseResult:
+def run_grad_case(
+    op, dtype: torch.dtype, dev: str, style: str = "device", max_samples: int | None = 3, transform=None
+) -> CaseResult:
     """Gradients of the op's samples on `dev` ("device" style, or CPU tensors under ral_mode)
     against CPU autograd: passed iff every sample's gradients match (or both sides raise the
-    same error type). Random and uninitialised ops are skipped (nothing to compare)."""
+    same error type). Random and uninitialised ops are skipped (nothing to compare).
+    `transform`: applied to every value of each sample first (another layout of the inputs)."""
     name = opinfo_name(op)
     t0 = time.perf_counter()
     error, n = "", 0
     cov = Coverage()
     skip = name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or not op.supports_autograd
     samples = [] if skip else samples_of(op, dtype, max_samples, requires_grad=True)
+    if transform is not None:
+        samples = [s.transform(transform) for s in samples]
     for i, sample in enumerate(samples):
         if _is_random(op, sample):
             continue
