@@ -1,20 +1,12 @@
 /* common.cl -- typed loads/stores by ral dtype code and N-d index decoding, prepended
- * (after shared.h) to every kernel program. */
+ * (after ral_half.h and shared.h) to every kernel program. bfloat16 converts through
+ * ral_half.h's ral_bf2f / ral_f2bf (c10's rounding), the same code as the host plugin's. */
 #ifdef OCL_HAS_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
 typedef __global char* gbuf;
 typedef __global const char* gcbuf;
-
-/* float32 -> bfloat16 bits, rounding to nearest even like c10::BFloat16 (NaN stays a
- * quiet NaN); bfloat16 -> float32 is the exact shift `bits << 16`. The NaN test is on the
- * bits: with isnan() here PoCL 3.1 miscompiled reduce_any (every reduction returned -1). */
-inline ushort f_to_bf16(float v) {
-  uint u = as_uint(v);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)0x7fc0;
-  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 /* Element e of a buffer holding `dt` values, as float. */
 inline float ld_f(gcbuf p, long e, int dt) {
@@ -25,7 +17,7 @@ inline float ld_f(gcbuf p, long e, int dt) {
     case DT_I16: return (float)((__global const short*)p)[e];
     case DT_I8: return (float)((__global const char*)p)[e];
     case DT_F16: return vload_half(e, (__global const half*)p);
-    case DT_BF16: return as_float((uint)((__global const ushort*)p)[e] << 16);
+    case DT_BF16: return ral_bf2f(((__global const ushort*)p)[e]);
 #ifdef OCL_HAS_FP64
     case DT_F64: return (float)((__global const double*)p)[e];
 #endif
@@ -42,7 +34,7 @@ inline long ld_i(gcbuf p, long e, int dt) {
     case DT_I8: return ((__global const char*)p)[e];
     case DT_F32: return (long)((__global const float*)p)[e];
     case DT_F16: return (long)vload_half(e, (__global const half*)p);
-    case DT_BF16: return (long)as_float((uint)((__global const ushort*)p)[e] << 16);
+    case DT_BF16: return (long)ral_bf2f(((__global const ushort*)p)[e]);
 #ifdef OCL_HAS_FP64
     case DT_F64: return (long)((__global const double*)p)[e];
 #endif
@@ -59,7 +51,7 @@ inline void st_f(gbuf p, long e, int dt, float v) {
     case DT_I8: ((__global char*)p)[e] = (char)v; break;
     case DT_BOOL: ((__global uchar*)p)[e] = v != 0.0f; break;
     case DT_F16: vstore_half(v, e, (__global half*)p); break;
-    case DT_BF16: ((__global ushort*)p)[e] = f_to_bf16(v); break;
+    case DT_BF16: ((__global ushort*)p)[e] = ral_f2bf(v); break;
 #ifdef OCL_HAS_FP64
     case DT_F64: ((__global double*)p)[e] = v; break;
 #endif
@@ -76,7 +68,7 @@ inline void st_i(gbuf p, long e, int dt, long v) {
     case DT_BOOL: ((__global uchar*)p)[e] = v != 0; break;
     case DT_F32: ((__global float*)p)[e] = (float)v; break;
     case DT_F16: vstore_half((float)v, e, (__global half*)p); break;
-    case DT_BF16: ((__global ushort*)p)[e] = f_to_bf16((float)v); break;
+    case DT_BF16: ((__global ushort*)p)[e] = ral_f2bf((float)v); break;
 #ifdef OCL_HAS_FP64
     case DT_F64: ((__global double*)p)[e] = (double)v; break;
 #endif
