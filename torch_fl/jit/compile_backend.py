@@ -25,7 +25,6 @@ from torch_fl.jit.fusion import (
     is_plain_cast,
     plan_group,
 )
-from torch_fl.jit.pointwise import Unfit
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.transfer import empty_on
 from torch_fl.tiers import launch as L
@@ -42,19 +41,8 @@ class _Recorder(FuseMode):
         self.plans = []
         self.complete = True
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if self._flushing:  # see FuseMode.__torch_dispatch__
-            return func(*args, **kwargs)
-        try:
-            out = self._defer(func, args, kwargs)
-        except Unfit:
-            out = None
-        if out is not None:
-            return out
+    def _ran_eagerly(self) -> None:
         self.complete = False
-        self.flush()
-        return func(*args, **kwargs)
 
     def _launch(self, g, live):
         """Launch the flushed group, keeping its plan for replay."""

@@ -153,8 +153,12 @@ class FuseMode(TorchDispatchMode):
                 out = None
             if out is not None:
                 return out
+        self._ran_eagerly()
         self.flush()
         return func(*args, **kwargs)
+
+    def _ran_eagerly(self) -> None:
+        """Hook for subclasses: an op is about to run outside every fused group."""
 
     def _defer(self, func, args, kwargs):
         if not _fusible(func):
