@@ -161,3 +161,34 @@ def test_batch_norm_running_stats_update_on_device(dev):
     assert_close(out, expected.detach(), rtol=1e-5, atol=1e-5)
     assert_close(bn.running_mean, ref.running_mean, rtol=1e-6, atol=1e-7)
     assert_close(bn.running_var, ref.running_var, rtol=1e-6, atol=1e-7)
+
+
+_RESIZING_CALLS = {
+    # an out= tensor of the wrong size is resized (CPU warns: deprecated, still allowed)
+    "digamma(out=5 elements)": lambda x, b1, b2, dev: torch.digamma(x, out=torch.full((5,), 7.0, device=dev)),
+    "erfinv(out=0 elements)": lambda x, b1, b2, dev: torch.erfinv(x * 0.5, out=torch.empty(0, device=dev)),
+    "add(out=2x2)": lambda x, b1, b2, dev: torch.add(x, 1, out=torch.zeros(2, 2, device=dev)),
+    "mm(out=1 element)": lambda x, b1, b2, dev: torch.mm(x, b2[0], out=torch.zeros(1, device=dev)),
+    # an in-place op whose broadcast self grows to the result
+    "addbmm_ of a 1-element self": lambda x, b1, b2, dev: torch.zeros(1, device=dev).addbmm_(b1, b2),
+}
+
+
+@pytest.mark.parametrize("case", list(_RESIZING_CALLS))
+@pytest.mark.parametrize("device", ["ral:0", "ral:1"])
+def test_out_and_inplace_arguments_resize_as_on_cpu(device, case):
+    """A call that resizes its out= or in-place argument gives CPU's shape and values, whichever
+    tier serves it. On ral:0 the cpu tier hands CPU zero-copy views of device memory, which
+    cannot grow: 'Trying to resize storage that is not resizable' where CPU succeeds."""
+    if torch.ral.device_count() <= int(device[-1]):
+        pytest.skip(f"{device} is not present")
+    fn = _RESIZING_CALLS[case]
+    torch.manual_seed(0)
+    x, b1, b2 = torch.rand(3, 4), torch.rand(2, 3, 4), torch.rand(2, 4, 5)
+    expected = fn(x, b1, b2, "cpu")
+    got = fn(x.to(device), b1.to(device), b2.to(device), device)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+    with torch_fl.ral_mode(device):
+        in_mode = fn(x, b1, b2, "cpu")
+    torch.testing.assert_close(in_mode.cpu(), expected, rtol=1e-5, atol=1e-6)

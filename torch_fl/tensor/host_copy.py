@@ -116,8 +116,11 @@ def copy_to_host_async(t) -> tuple[torch.Tensor, tuple[int, int]]:
 def cpu_copy_for_fallback(t) -> torch.Tensor:
     """A CPU tensor reading t's values: a zero-copy view when the device is host-mappable."""
     view = host_view(t)
-    if view is not None:
-        return view
+    return view if view is not None else host_copy_of(t)
+
+
+def host_copy_of(t) -> torch.Tensor:
+    """A CPU copy of t with its strides and storage offset, which write_back can return."""
     # Copy the whole byte range the view spans so strides survive (needed for write-back), at
     # the view's own storage offset: as_strided_scatter and as_strided_copy address the
     # storage, not the view. The elements before it are never touched (nor, for a large
@@ -132,7 +135,7 @@ def cpu_copy_for_fallback(t) -> torch.Tensor:
 
 
 def write_back(dst, cpu: torch.Tensor) -> None:
-    """Copy a CPU tensor made by cpu_copy_for_fallback back into the device range it came from."""
+    """Copy a CPU tensor made by host_copy_of back into the device range it came from."""
     start, nbytes = byte_range(dst)
     if nbytes:
         base = cpu.as_strided((nbytes // dst.dtype.itemsize,), (1,), cpu.storage_offset())

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl.core.errors import UnsupportedError
 from torch_fl.device.sync import synchronize
-from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_mappable, write_back
+from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, write_back
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.transfer import to_device
 from torch_fl.tiers.widen import WIDENED
+
+# PyTorch's error when a kernel resizes a tensor whose storage it does not own (our host views)
+_RESIZE_REFUSED = "Trying to resize storage that is not resizable"
 
 
 class CpuRun:
@@ -28,8 +30,30 @@ class CpuRun:
 
     def run(self, args, kwargs, full):
         """Execute the op through PyTorch's CPU kernel."""
+        synchronize(self.dev)
+        try:
+            return self._run(args, kwargs, full, frozenset())
+        except RuntimeError as e:
+            if _RESIZE_REFUSED not in str(e) or not host_mappable(self.dev):
+                raise
+            # An out= or in-place argument CPU must grow (a deprecated but allowed resize) was a
+            # zero-copy view of device memory, which cannot grow. CPU's kernels resize before
+            # they write, so rerun with the mutated arguments as host copies, adopted below.
+            return self._run(args, kwargs, full, self._mutated_ids(full))
+
+    def _mutated_ids(self, full) -> frozenset:
+        ids = set()
+        for p in self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ()):
+            v = full[p]
+            # a mutated Tensor[] (the _foreach_*_ ops, fused optimizers) mutates each element
+            for t in v if isinstance(v, (list, tuple)) else (v,):
+                if type(t) is RalTensor:
+                    ids.add(id(t))
+        return frozenset(ids)
+
+    def _run(self, args, kwargs, full, detached: frozenset):
+        """`detached`: ids of the arguments given as host copies even on a host-mappable device."""
         dev = self.dev
-        synchronize(dev)
         copies: list[tuple[RalTensor, torch.Tensor]] = []
         cpu_of: dict[int, torch.Tensor] = {}
 
@@ -37,7 +61,7 @@ class CpuRun:
             if type(v) is RalTensor:
                 c = cpu_of.get(id(v))
                 if c is None:
-                    c = cpu_copy_for_fallback(v)
+                    c = host_copy_of(v) if id(v) in detached else cpu_copy_for_fallback(v)
                     cpu_of[id(v)] = c
                     copies.append((v, c))
                 return c
@@ -49,37 +73,26 @@ class CpuRun:
         cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.fn(*cpu_args, **cpu_kwargs)
+        resized = set()
         for (orig, cpu), before in zip(copies, shapes):
-            if (cpu.shape, cpu.stride()) != before and not _adopt_resized(orig, cpu, dev):
-                raise UnsupportedError(
-                    f"RAL_ERROR_UNSUPPORTED: {self.sch.name} resized its ral:{dev} argument from "
-                    f"{tuple(before[0])} to {tuple(cpu.shape)}; ral tensors cannot be resized in place "
-                    "(pass an out= tensor of the result shape)",
-                    op=self.sch.name,
-                )
-        # Mutated arguments: host-mappable views were written in place; copies go back.
-        # Zero-copy views see secret mutations by themselves; copies must be written back.
-        positions = self.sch.mutated_positions + SECRETLY_MUTATED.get(self.sch.name, ())
-        if not host_mappable(dev):  # on a host-mappable device the CPU views were the memory
-            mutated = set()
-            for p in positions:
-                v = full[p]
-                # a mutated Tensor[] (the _foreach_*_ ops, fused optimizers) mutates each element
-                for t in v if isinstance(v, (list, tuple)) else (v,):
-                    if type(t) is RalTensor:
-                        mutated.add(id(t))
-            for orig, cpu in copies:
-                if id(orig) in mutated:
-                    write_back(orig, cpu)
+            if (cpu.shape, cpu.stride()) != before:
+                _adopt_resized(orig, cpu, dev)  # new geometry and data: nothing to write back
+                resized.add(id(orig))
+        # Mutated arguments: zero-copy host views (a host-mappable device) were the memory and
+        # saw every write, secret mutations included; host copies go back.
+        mutated = detached if host_mappable(dev) else self._mutated_ids(full)
+        for orig, cpu in copies:
+            if id(orig) in mutated and id(orig) not in resized:
+                write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
         return _up(result, by_cpu, dev)
 
 
-def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> bool:
-    """An out= op resized its argument on CPU: give the ral tensor the new geometry and data."""
+def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
+    """An out= or in-place op resized its argument on CPU: give the ral tensor the new
+    geometry and data."""
     fresh = to_device(cpu, dev)
     restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
-    return True
 
 
 def _up(v, by_cpu, dev):
