@@ -3,6 +3,7 @@
 import copy
 import io
 
+import pytest
 import torch
 from conftest import assert_close
 
@@ -85,6 +86,30 @@ def test_save_load_roundtrip_and_map_location(dev):
     cpu = torch.load(buf, map_location="cpu")["w"]
     assert cpu.device.type == "cpu" and type(cpu) is torch.Tensor
     torch.testing.assert_close(cpu, src, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", ["ral:0", "ral:1"])
+def test_saved_views_of_one_buffer_load_sharing_it(device):
+    """Views saved together (a tensor, its transpose, a strided slice) load with CPU's
+    strides and offsets and share one buffer again, as CPU's torch.save keeps them sharing a
+    storage, on the device and with map_location="cpu". Each view was saved as its own copy."""
+    if torch.ral.device_count() <= int(device[-1]):
+        pytest.skip(f"{device} is not present")
+    base = torch.randn(4, 6)
+    x = base.to(device)
+    saved = {"x": x, "t": x.t(), "s": x[1:, ::2]}
+    buf = io.BytesIO()
+    torch.save(saved, buf)
+    for where in (None, "cpu"):
+        buf.seek(0)
+        back = torch.load(buf, map_location=where, weights_only=True)
+        for k, v in saved.items():
+            assert back[k].stride() == v.stride() and back[k].storage_offset() == v.storage_offset(), k
+            torch.testing.assert_close(back[k].cpu(), v.cpu(), rtol=0, atol=0)
+        back["x"].add_(1)  # one buffer: every view sees it
+        torch.testing.assert_close(back["t"].cpu(), (base + 1).t(), rtol=0, atol=0)
+        torch.testing.assert_close(back["s"].cpu(), (base + 1)[1:, ::2], rtol=0, atol=0)
+    torch.testing.assert_close(x.cpu(), base, rtol=0, atol=0)  # the saved tensors are untouched
 
 
 def test_save_load_module_state_dict(dev):

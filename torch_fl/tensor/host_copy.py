@@ -113,6 +113,15 @@ def copy_to_host_async(t) -> tuple[torch.Tensor, tuple[int, int]]:
     return out, (t._dev, stream)
 
 
+def buffer_to_host(buf) -> torch.UntypedStorage:
+    """A CPU copy of a whole device buffer (every view of it addresses the copy alike)."""
+    out = torch.empty(buf.nbytes, dtype=torch.uint8)
+    if buf.nbytes:
+        dst = ffi.cast("void*", out.data_ptr())
+        copy_to_host_and_wait(buf.device, current(buf.device), dst, buf.ptr, 0, buf.nbytes, "copy to host")
+    return out.untyped_storage()
+
+
 def cpu_copy_for_fallback(t) -> torch.Tensor:
     """A CPU tensor reading t's values: a zero-copy view when the device is host-mappable."""
     view = host_view(t)
