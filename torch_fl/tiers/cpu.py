@@ -16,6 +16,24 @@ from torch_fl.tiers.widen import WIDENED
 _RESIZE_REFUSED = "Trying to resize storage that is not resizable"
 
 
+# Ops whose result layout PyTorch decides per device backend rather than from the inputs:
+# convolutions take the layout of their backend (ATen `_determine_backend_memory_format`),
+# which for a PrivateUse1 device (ConvBackend::Overrideable) is always row-major; CPU's
+# mkldnn backend keeps channels_last. torch.compile's fake tensors follow that rule for
+# ral tensors, and inductor asserts a fallback kernel's strides against them, so these
+# results are uploaded row-major (a ral conv returns what PyTorch says a ral conv returns).
+ROW_MAJOR_RESULTS = frozenset(
+    {
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::_convolution.deprecated",
+        "aten::convolution_backward",
+        "aten::convolution_overrideable",
+        "aten::convolution_backward_overrideable",
+    }
+)
+
+
 class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
@@ -85,7 +103,7 @@ class CpuRun:
             if id(orig) in mutated and id(orig) not in resized:
                 write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
-        return _up(result, by_cpu, dev)
+        return _up(result, by_cpu, dev, self.sch.name not in ROW_MAJOR_RESULTS)
 
 
 def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
@@ -95,16 +113,16 @@ def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
     restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
 
 
-def _up(v, by_cpu, dev):
+def _up(v, by_cpu, dev, keep_layout):
     if type(v) is RalTensor:
         return v  # the CPU kernel itself created a device tensor (an explicit device= argument)
     if isinstance(v, torch.Tensor):
         o = by_cpu.get(id(v))
         if o is not None:
             return o  # an op returning one of its (mutated) arguments
-        return to_device(v, dev)
+        return to_device(v, dev, keep_layout=keep_layout)
     if isinstance(v, (list, tuple)):
-        return type(v)(_up(x, by_cpu, dev) for x in v)
+        return type(v)(_up(x, by_cpu, dev, keep_layout) for x in v)
     return v
 
 
