@@ -10,7 +10,7 @@ mask (their backward's zero-norm guard) was not treated as broadcasting (PyTorch
 masked_fill but not masked_fill_ as pointwise), and sgn's backward needed
 aten::_efficientzerotensor, which had no ral kernel.
 
-`test_gradients_of_every_op_on_strided_inputs` reruns the first 2 samples of every entry on
+`test_gradients_of_every_op_on_strided_inputs` reruns the first sample of every entry on
 column-major and offset-slice inputs (0 failures at its writing, besides the listed sparse and
 tensor_split cases).
 
@@ -56,15 +56,15 @@ _LAYOUTS = {"column-major": column_major, "offset-slice": strided_view}
 @pytest.mark.parametrize("layout", list(_LAYOUTS))
 @pytest.mark.parametrize("dev", DEVICES)
 def test_gradients_of_every_op_on_strided_inputs(dev, layout):
-    """Every differentiable op_db entry (first 2 samples) with its inputs re-laid out
+    """Every differentiable op_db entry (first sample) with its inputs re-laid out
     column-major, or as every other element of a longer buffer past a storage offset: the
     gradients, which autograd lays out like the inputs, match CPU's on both devices."""
     need_device(dev)
     failures, ran = [], 0
     for op in OP_DB:
-        result = C.run_grad_case(op, torch.float32, dev, "device", max_samples=2, transform=_LAYOUTS[layout])
+        result = C.run_grad_case(op, torch.float32, dev, "device", max_samples=1, transform=_LAYOUTS[layout])
         ran += result.n_samples
         if not result.passed and f"device:{result.key}" not in XFAIL:
             failures.append(f"{result.key}: {result.error[:160]}")
-    assert ran > 800, f"only {ran} samples had gradients to compare"
+    assert ran > 450, f"only {ran} samples had gradients to compare"
     assert not failures, f"{len(failures)} ops differ from CPU:\n" + "\n".join(failures[:20])

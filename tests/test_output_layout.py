@@ -128,7 +128,7 @@ def _layout_off_cpu(name: str) -> bool:
 
 
 ALL_OPS = [op for op, _ in C.select(C.load_op_db()) if not C._seeded_random(op)]
-LAYOUT_SAMPLES = 3
+LAYOUT_SAMPLES = 2
 
 
 def _layout_mismatches(dev: str, dtype: torch.dtype, style: str) -> tuple[int, list[str]]:

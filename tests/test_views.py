@@ -126,7 +126,7 @@ _NOT_COMPARED = ("sparse.", "to_sparse", "tensor_split")
 @pytest.mark.parametrize("how,style", [("slice", "device"), ("expand", "device"), ("slice", "mode")])
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how, style):
-    """Every op_db op (float32, its first 3 samples) on inputs that are non-dense views with a
+    """Every op_db op (float32, its first 2 samples) on inputs that are non-dense views with a
     storage offset, or broadcast views, gives CPU's values on both devices, whichever tier
     serves it, with the views moved to the device and as CPU tensors under ral_mode. ral:1's cpu tier once copied a view to the host at storage offset 0, so
     as_strided_scatter (which addresses the storage) wrote to the wrong element."""
@@ -138,7 +138,7 @@ def test_every_op_on_offset_and_broadcast_views_matches_cpu(device, how, style):
         name = C.opinfo_name(op)
         if C._seeded_random(op) or name.startswith(_NOT_COMPARED) or "empty" in name:
             continue  # random or uninitialized results have no values to compare
-        for i, sample in enumerate(C.samples_of(op, torch.float32, 3)):
+        for i, sample in enumerate(C.samples_of(op, torch.float32, 2)):
             sample = sample.transform(lambda t: strided_view(t, how))
             try:
                 expected = op(sample.input, *sample.args, **sample.kwargs)
