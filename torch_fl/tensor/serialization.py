@@ -89,31 +89,24 @@ def reduce_ral_tensor(t):
     return (_rebuild_ral, (*args, state) if state else args)
 
 
-# id(buffer) -> (weak buffer, weak untyped CPU snapshot, weak TypedStorage). A snapshot lives
-# as long as the save (or deepcopy) that made it holds it: within that call, every view of the
-# buffer pickles as the same storage; a later call copies the buffer afresh.
+# id(buffer) -> (weak buffer, weak untyped CPU snapshot). A snapshot lives as long as the
+# torch.save that made it holds it (its storage table does until the end): within that save,
+# every view of the buffer pickles over the same storage; a later save copies the buffer afresh.
 _SNAPSHOTS: dict[int, tuple] = {}
 
 
 def _buffer_snapshot(t) -> torch.storage.TypedStorage:
     buf = t._buf
     hit = _SNAPSHOTS.get(id(buf))
-    if hit is not None and hit[0]() is buf:
-        untyped, typed = hit[1](), hit[2]()
-        if typed is not None and typed.dtype == t.dtype:
-            return typed
-        if untyped is not None:
-            typed = torch.storage.TypedStorage(wrap_storage=untyped, dtype=t.dtype, _internal=True)
-            _SNAPSHOTS[id(buf)] = (hit[0], hit[1], weakref.ref(typed))
-            return typed
-    if len(_SNAPSHOTS) > 256:  # drop the entries of finished saves
-        for k in [k for k, v in _SNAPSHOTS.items() if v[1]() is None]:
-            del _SNAPSHOTS[k]
-    untyped = buffer_to_host(buf)
-    _mark(untyped, f"ral:{t._dev}")
-    typed = torch.storage.TypedStorage(wrap_storage=untyped, dtype=t.dtype, _internal=True)
-    _SNAPSHOTS[id(buf)] = (weakref.ref(buf), weakref.ref(untyped), weakref.ref(typed))
-    return typed
+    untyped = hit[1]() if hit is not None and hit[0]() is buf else None
+    if untyped is None:
+        if len(_SNAPSHOTS) > 256:  # drop the entries of finished saves
+            for k in [k for k, v in _SNAPSHOTS.items() if v[1]() is None]:
+                del _SNAPSHOTS[k]
+        untyped = buffer_to_host(buf)
+        _mark(untyped, f"ral:{t._dev}")
+        _SNAPSHOTS[id(buf)] = (weakref.ref(buf), weakref.ref(untyped))
+    return torch.storage.TypedStorage(wrap_storage=untyped, dtype=t.dtype, _internal=True)
 
 
 def register() -> None:

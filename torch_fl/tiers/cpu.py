@@ -38,13 +38,14 @@ class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
     tier = "cpu"
-    __slots__ = ("sch", "dev", "fn")
+    __slots__ = ("sch", "dev", "fn", "keep_layout")
 
     def __init__(self, sch, dev):
         self.sch = sch
         self.dev = dev
         # the CPU kernel, or an exact replacement where CPU lacks a dtype CUDA has (widen.py)
         self.fn = WIDENED.get(sch.func, sch.func)
+        self.keep_layout = sch.name not in ROW_MAJOR_RESULTS  # upload results as CPU laid them out
 
     def run(self, args, kwargs, full):
         """Execute the op through PyTorch's CPU kernel."""
@@ -103,7 +104,7 @@ class CpuRun:
             if id(orig) in mutated and id(orig) not in resized:
                 write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
-        return _up(result, by_cpu, dev, self.sch.name not in ROW_MAJOR_RESULTS)
+        return _up(result, by_cpu, dev, self.keep_layout)
 
 
 def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
