@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from sweep_support import need_device
 
 import torch_fl  # noqa: F401
 
@@ -517,8 +518,7 @@ def test_autocast_graph_views_a_cpu_tier_result(dev, backend):
     """Under bfloat16 autocast, a graph that views the transposed result of an op the device
     has no kernel for (ral:1: the cpu tier) runs and matches CPU autocast. The cpu tier once
     uploaded results row-major, and the view raised 'view size is not compatible'."""
-    if torch.ral.device_count() <= int(dev[-1]):
-        pytest.skip(f"{dev} is not present")
+    need_device(dev)
     x, w = torch.randn(4, 8), torch.randn(8, 6)
     with torch.autocast("cpu", torch.bfloat16):
         expected = _autocast_transposed_chain(x, w)

@@ -6,6 +6,7 @@ import io
 import pytest
 import torch
 from conftest import assert_close
+from sweep_support import need_device
 
 import torch_fl
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -93,8 +94,7 @@ def test_saved_views_of_one_buffer_load_sharing_it(device):
     """Views saved together (a tensor, its transpose, a strided slice) load with CPU's
     strides and offsets and share one buffer again, as CPU's torch.save keeps them sharing a
     storage, on the device and with map_location="cpu". Each view was saved as its own copy."""
-    if torch.ral.device_count() <= int(device[-1]):
-        pytest.skip(f"{device} is not present")
+    need_device(device)
     base = torch.randn(4, 6)
     x = base.to(device)
     saved = {"x": x, "t": x.t(), "s": x[1:, ::2]}
