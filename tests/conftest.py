@@ -71,3 +71,19 @@ def launch_count(device_index: int = 0) -> int:
     from torch_fl._native import lib
 
     return lib.rt_launch_count(device_index)
+
+
+@pytest.fixture
+def sources(monkeypatch):
+    """The source of every fused kernel compiled while the test runs."""
+    from torch_fl.jit import fusion
+
+    seen = []
+    real = fusion.compile_kernel
+
+    def spy(target, source, name):
+        seen.append(source)
+        return real(target, source, name)
+
+    monkeypatch.setattr(fusion, "compile_kernel", spy)
+    return seen

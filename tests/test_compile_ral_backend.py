@@ -26,22 +26,6 @@ def _fresh():
 
 
 @pytest.fixture
-def sources(monkeypatch):
-    """The source of every fused kernel compiled while the test runs."""
-    from torch_fl.jit import fusion
-
-    seen = []
-    real = fusion.compile_kernel
-
-    def spy(target, source, name):
-        seen.append(source)
-        return real(target, source, name)
-
-    monkeypatch.setattr(fusion, "compile_kernel", spy)
-    return seen
-
-
-@pytest.fixture
 def graphs(monkeypatch):
     """Every partitioned graph the ral backend produces while the test runs."""
     from torch_fl.jit import compile_backend

@@ -7,8 +7,9 @@ tensor laid out like the output) take a flat, vectorisable loop; others walk row
 
 from __future__ import annotations
 
-from torch_fl.jit.expr import E
-from torch_fl.jit.spec import PointwiseSpec, body_lines, uses_half
+from torch_fl.jit.expr import E, render
+from torch_fl.jit.spec import PointwiseSpec, body_lines, load_line, store_line, uses_half
+from torch_fl.jit.staging import BLOCK, hoist_calls, stages
 
 # Math functions glibc's libmvec has SIMD versions of (float and double, since 2.35),
 # by argument count. Declared with the `simd` attribute, a loop calling them vectorises
@@ -118,6 +119,30 @@ def math_calls(spec: PointwiseSpec) -> int:
     return count
 
 
+def _staged_loops(spec: PointwiseSpec, ctype) -> list[str] | None:
+    """The dense range's loops as stages over blocks (staging.py), or None for one loop."""
+    lets, stores, calls = hoist_calls(spec.lets, spec.stores, _MATH_CALLS.__contains__, ctype)
+    parts = stages(lets, stores, calls)
+    if parts is None:
+        return None
+    types = {name: ctype(e.dt) for name, e in lets}
+    handed = [name for st in parts for name in st.writes]
+    lines = [f"{types[x]} T_{x}[{BLOCK}] __attribute__((aligned(64)));" for x in handed]
+    lines += [
+        f"for (int64_t blk = begin; blk < end; blk += {BLOCK}) {{",
+        f"  const int64_t blk_n = end - blk < {BLOCK} ? end - blk : {BLOCK};",
+    ]
+    for st in parts:
+        body = [load_line(spec, k, ctype, "i") for k in sorted(st.inputs)]
+        body += [f"const {types[x]} {x} = T_{x}[q];" for x in st.reads]
+        body += [f"const {types[x]} {x} = {render(e, ctype)};" for x, e in st.lets]
+        body += [f"T_{x}[q] = {x};" for x in st.writes]
+        body += [store_line(spec, i, e, ctype, "i") for i, e in st.stores]
+        lines += ["#pragma omp simd", "  for (int64_t q = 0; q < blk_n; q++) {", "    const int64_t i = blk + q;"]
+        lines += ["    " + x for x in body] + ["  }"]
+    return lines + ["}"]
+
+
 def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     """The C translation unit of a pointwise kernel called `name`."""
     prefix = ""
@@ -132,15 +157,16 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     # Each range function rebuilds its pointers and scalars from the call: a handful of loads
     # per chunk, and the loop body sees plain locals it can vectorise.
     setup = ind("  " + s for s in _pointers(spec, ctype) + _scalar_lines(spec, ctype)).strip()
+    loops = None if spec.single_op else _staged_loops(spec, ctype)
+    if loops is None:
+        loops = ["#pragma omp simd", "for (int64_t i = begin; i < end; i++) {", *("  " + x for x in flat), "}"]
+    dense = ind(x if x.startswith("#") else "  " + x for x in loops)
     return f"""{prefix}{_HEAD}{half}
 static void {name}_dense(int64_t begin, int64_t end, void* ctx) {{
   const ral_kernel_call* c = (const ral_kernel_call*)ctx;
   const ral_tensor* t = c->tensors;
   {setup}
-#pragma omp simd
-  for (int64_t i = begin; i < end; i++) {{
-    {ind("    " + s for s in flat).strip()}
-  }}
+{dense}
 }}
 
 static void {name}_rows(int64_t begin, int64_t end, void* ctx) {{

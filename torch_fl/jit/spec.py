@@ -36,25 +36,29 @@ LOWP = tuple(_LOAD)  # the dtypes generated kernels keep as 16-bit storage (targ
 _STORE = {torch.float16: "ral_f2h", torch.bfloat16: "ral_f2bf"}
 
 
+def load_line(spec: PointwiseSpec, k: int, ctype, index: str) -> str:
+    """The statement loading input k as `a<k>` (half precision into a float)."""
+    load = f"p{len(spec.outs) + k}[{index}]"
+    dt = spec.ins[k]
+    return f"const float a{k} = {_LOAD[dt]}({load});" if dt in _LOAD else f"const {ctype(dt)} a{k} = {load};"
+
+
+def store_line(spec: PointwiseSpec, i: int, e: E, ctype, index: str, names: dict | None = None) -> str:
+    """The statement storing e into output i, converted to its dtype."""
+    dt = spec.outs[i]
+    if dt in _STORE:
+        return f"p{i}[{index}] = {_STORE[dt]}({render(cast(e, torch.float32), ctype, names)});"
+    return f"p{i}[{index}] = {render(cast(e, dt), ctype, names)};"
+
+
 def body_lines(spec: PointwiseSpec, ctype, index_of, names: dict | None = None) -> list[str]:
     """Statements computing one element: loads, temporaries, stores (`names`: see render).
     A half-precision input `a<k>` is a float in expressions; so is what a half output stores."""
     n_out = len(spec.outs)
-    lines = []
-    for k, dt in enumerate(spec.ins):
-        load = f"p{n_out + k}[{index_of(n_out + k)}]"
-        if dt in _LOAD:
-            lines.append(f"const float a{k} = {_LOAD[dt]}({load});")
-        else:
-            lines.append(f"const {ctype(dt)} a{k} = {load};")
+    lines = [load_line(spec, k, ctype, index_of(n_out + k)) for k in range(len(spec.ins))]
     for name, e in spec.lets:
         lines.append(f"const {ctype(e.dt)} {name} = {render(e, ctype, names)};")
-    for i, e in spec.stores:
-        dt = spec.outs[i]
-        if dt in _STORE:
-            lines.append(f"p{i}[{index_of(i)}] = {_STORE[dt]}({render(cast(e, torch.float32), ctype, names)});")
-        else:
-            lines.append(f"p{i}[{index_of(i)}] = {render(cast(e, dt), ctype, names)};")
+    lines += [store_line(spec, i, e, ctype, index_of(i), names) for i, e in spec.stores]
     return lines
 
 
