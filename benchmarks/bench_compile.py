@@ -4,6 +4,7 @@
     python benchmarks/bench_compile.py --case mlp --mode ral  # one measurement (child)
     python benchmarks/bench_compile.py --case pointwise_mlp --shares  # kernel time per kind
     python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
+    python benchmarks/bench_compile.py --case gpt2 --floor  # the most any backend could gain
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
 backend: inductor's C++ kernels on ral:0's host-mapped buffers).
@@ -212,6 +213,92 @@ def shares(case: str, steps: int, amp: str | None = None) -> None:
             print(f"  {kind:16s} {n:4d} launches {t * 1e3:8.2f} ms {100 * t / total:5.1f}%")
 
 
+_FLOOR_OPS = ("mm", "addmm", "bmm", "baddbmm")
+
+
+def _run_child(case: str, mode: str, steps: int, amp: str | None = None) -> list[float]:
+    """(wall, CPU) seconds per step of one configuration, measured in a fresh process."""
+    extra = ["--amp", amp] if amp else []
+    out = subprocess.run(
+        [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(steps), *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
+
+
+def floor(case: str, steps: int) -> None:
+    """What no compile backend removes from a training step: its GEMMs and attention kernels
+    (the same vendor and cpu-tier kernels serve eager and compiled steps) replayed back to
+    back on fresh tensors of the recorded geometries, plus the eager AdamW step. Set against
+    eager's wall time (its own process, like `--mode eager`), it bounds the speedup."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    model, inputs, opt = _setup(case)
+    step = _stepper(model, inputs, opt)
+    calls = []
+
+    class _Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name.split("::")[-1]
+            if name in _FLOOR_OPS or "attention" in name:
+                calls.append((func, [_geometry(a) for a in args], dict(kwargs or {})))
+            return func(*args, **(kwargs or {}))
+
+    step()
+    with _Record():
+        step()
+    replay = [(f, [_fresh(a) for a in args], kw) for f, args, kw in calls]
+
+    def kernels():
+        for f, args, kw in replay:
+            f(*args, **kw)
+        torch.ral.synchronize()
+
+    def adamw():
+        opt.step()
+        torch.ral.synchronize()
+
+    got = {}
+    for name, fn in (("kernels", kernels), ("adamw", adamw)):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(steps):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        got[name] = statistics.median(times)
+    eager = _run_child(case, "eager", steps)[0]
+    bound = eager / (got["kernels"] + got["adamw"])
+    kinds = sorted({f._schema.name.split("::")[-1] for f, _, _ in calls})
+    print(
+        f"{case}: {len(calls)} GEMM/attention calls ({', '.join(kinds)}) {got['kernels'] * 1e3:.1f} ms + AdamW "
+        f"{got['adamw'] * 1e3:.1f} ms per step; eager step {eager * 1e3:.1f} ms (own process): a compiled step "
+        f"that spent nothing else would be {bound:.2f}x faster"
+    )
+
+
+def _geometry(a):
+    import torch
+
+    return (tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else a
+
+
+def _fresh(a):
+    """A device tensor of a recorded (shape, strides, dtype), or the argument as it was."""
+    import torch
+
+    if not (isinstance(a, tuple) and len(a) == 3 and isinstance(a[2], torch.dtype)):
+        return a
+    shape, stride, dt = a
+    n = 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else 1
+    base = torch.randn(n).to(dt) if dt.is_floating_point else torch.zeros(n, dtype=dt)
+    return base.to("ral:0").as_strided(shape, stride)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", *CASES])
@@ -221,7 +308,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shares", action="store_true", help="kernel time per kind of launch (one process)")
     ap.add_argument("--amp", choices=sorted(_AMP), help="forward under torch.autocast('ral', dtype)")
+    ap.add_argument("--floor", action="store_true", help="GEMM + attention + AdamW time: the bound on any speedup")
     a = ap.parse_args()
+    if a.floor:
+        for case in (a.case,) if a.case else (*CASES, "gpt2"):
+            floor(case, a.steps)
+        return
     if a.shares:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
             shares(case, a.steps, a.amp)
@@ -238,14 +330,7 @@ def main() -> None:
         for _ in range(a.rounds):
             got = {}
             for mode in ("eager", *backends):
-                amp = ["--amp", a.amp] if a.amp else []
-                out = subprocess.run(
-                    [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(a.steps), *amp],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                got[mode] = [float(v) for v in out.stdout.strip().splitlines()[-1].split()]
+                got[mode] = _run_child(case, mode, a.steps, a.amp)
                 runs[mode].append(got[mode][0])
             for b in backends:
                 ratios[b].append(got["eager"][0] / got[b][0])
