@@ -1,5 +1,6 @@
 """Capability: RalTensor behaves like a device tensor (repr, numpy, save/load, deepcopy, .data)."""
 
+import contextlib
 import copy
 import io
 
@@ -131,6 +132,32 @@ def test_deepcopy(dev):
     m2 = copy.deepcopy(m)
     assert m2.weight.device == m.weight.device and m2.weight._buf is not m.weight._buf
     torch.testing.assert_close(m2.weight.cpu(), m.weight.cpu(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", ["ral:0", "ral:1"])
+@pytest.mark.parametrize("style", ["device", "mode"])
+def test_deepcopied_views_share_one_buffer(device, style):
+    """Views deep-copied together (a tensor, its transpose, an offset slice) keep CPU's strides
+    and offsets and share one new buffer, as CPU's deepcopy shares one new storage; a non-leaf
+    refuses with CPU's error. Each view used to become its own unrelated copy."""
+    need_device(device)
+    base = torch.randn(4, 6)
+    want_t, want_s = (base + 1).t(), (base + 1)[1:, 2:]
+    ctx = torch_fl.ral_mode(device) if style == "mode" else contextlib.nullcontext()
+    with ctx:
+        x = base.to(device) if style == "device" else base.clone()
+        assert type(x) is RalTensor
+        views = {"x": x, "t": x.t(), "s": x[1:, 2:]}
+        back = copy.deepcopy(views)
+        for k, v in views.items():
+            assert back[k].stride() == v.stride() and back[k].storage_offset() == v.storage_offset(), k
+            assert back[k]._buf is not x._buf
+        back["x"].add_(1)
+        assert_close(back["t"], want_t, rtol=0, atol=0)
+        assert_close(back["s"], want_s, rtol=0, atol=0)
+        assert_close(x, base, rtol=0, atol=0)
+        with pytest.raises(RuntimeError, match="graph leaves"):
+            copy.deepcopy(x.requires_grad_() * 2)
 
 
 def test_data_assignment(dev):

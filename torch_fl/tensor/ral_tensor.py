@@ -64,6 +64,18 @@ _autograd_node = torch._C._current_autograd_node
 _tracing_context = torch._guards.TracingContext.try_get
 
 
+def _copied_buffer(buf, memo) -> Buffer:
+    """A device copy of a whole buffer, made once per deepcopy (`memo`): views of one buffer
+    deep-copied together share the copy, as CPU tensors' storages do."""
+    key = ("torch_fl.buffer", id(buf))
+    done = memo.get(key)
+    if done is None:
+        flat = RalTensor(buf, (buf.nbytes,), (1,), 0, torch.uint8)
+        with torch.no_grad():
+            done = memo[key] = (flat.clone()._buf, buf)  # buf kept: its id stays unique meanwhile
+    return done[0]
+
+
 class RalTensor(torch.Tensor):
     """A tensor on a ral device. No torch storage: `_buf` is the device allocation.
 
@@ -146,10 +158,15 @@ class RalTensor(torch.Tensor):
 
     @outside_modes
     def __deepcopy__(self, memo):
+        if not self.is_leaf:  # CPU's check and message
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at "
+                "the moment.  If you were attempting to deepcopy a module, this may be because of a "
+                "torch.nn.utils.weight_norm usage, see https://github.com/pytorch/pytorch/pull/103001"
+            )
         if id(self) in memo:
             return memo[id(self)]
-        with torch.no_grad():
-            new = self.clone()
+        new = RalTensor(_copied_buffer(self._buf, memo), self.shape, self.stride(), self.storage_offset(), self.dtype)
         if self.requires_grad:
             new.requires_grad_(True)
         memo[id(self)] = new
