@@ -23,6 +23,7 @@ from torch_fl._native import ffi
 from torch_fl.device.sync import SYNC_OBSERVERS
 from torch_fl.dispatch import entry as _dispatch_mod
 from torch_fl.dispatch.entry import dispatch
+from torch_fl.jit.codegen_opencl import coalesce
 from torch_fl.jit.expr import cast, lift, var
 from torch_fl.jit.kernel_cache import compile_kernel
 from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_dtype, geometry_scalars, source_for
@@ -337,19 +338,7 @@ def _launch_group(g: _Group, live) -> bool:
 def plan_group(g: _Group, live):
     """(kernel handle or None for an empty shape, launch tensors, scalar words) of a group, or
     None if it cannot be built. The compile backend replays such plans without re-recording."""
-    spec = PointwiseSpec(
-        outs=[t.dtype for _, t in live],
-        ins=[t.dtype for t in g.leaves],
-        scalars=[(dt, tag) for _, dt, tag in g.scalars],
-        lets=list(g.lets),
-    )
-    for o, (i, _) in enumerate(live):
-        spec.stores.append((o, var(f"v{i}", g.lets[i][1].dt)))
     target = g.target
-    source, name = source_for(target, spec)
-    handle = compile_kernel(target, source, name)
-    if handle is None:
-        return None
     shape = g.shape
     tensors = [(t, shape, t.stride()) for _, t in live]
     tensors += [(t, shape, expand_strides(t, shape)) for t in g.leaves]
@@ -359,6 +348,20 @@ def plan_group(g: _Group, live):
         order = sorted(range(len(shape)), key=lambda d: -tensors[0][2][d])
         shape = tuple(shape[d] for d in order)
         tensors = [(t, shape, tuple(st[d] for d in order)) for t, _, st in tensors]
+    spec = PointwiseSpec(
+        outs=[t.dtype for _, t in live],
+        ins=[t.dtype for t in g.leaves],
+        scalars=[(dt, tag) for _, dt, tag in g.scalars],
+        lets=list(g.lets),
+    )
+    for o, (i, _) in enumerate(live):
+        spec.stores.append((o, var(f"v{i}", g.lets[i][1].dt)))
+    if target.lang == "c" and tensors and all(shape):
+        shape, tensors, spec.inner_steps = _row_geometry(shape, tensors, len(live))
+    source, name = source_for(target, spec)
+    handle = compile_kernel(target, source, name)
+    if handle is None:
+        return None
     scalars = [scalar_words(v, dt, tag, target.lang) for v, dt, tag in g.scalars]
     if target.lang == "opencl-c":
         try:
@@ -368,6 +371,20 @@ def plan_group(g: _Group, live):
     if any(d == 0 for d in shape):
         handle = None
     return handle, tensors, scalars
+
+
+def _row_geometry(shape, tensors, n_out):
+    """Dims merged where every tensor allows (fewer, longer rows), and, for a launch the flat
+    loop cannot take, each input's innermost stride when that dim is contiguous in the
+    outputs and contiguous or broadcast along it (stride 0) in the inputs (codegen_c's
+    vectorised row loop), else None."""
+    sizes, strides = coalesce(shape, [st for _, _, st in tensors])
+    sizes = tuple(sizes)
+    merged = [(t, sizes, tuple(st)) for (t, _, _), st in zip(tensors, strides)]
+    last = [st[-1] for st in strides]
+    dense = len(sizes) == 1 and all(s == 1 for s in last)  # the kernel's flat loop takes it
+    unit = not dense and all(s == 1 for s in last[:n_out]) and all(s in (0, 1) for s in last[n_out:])
+    return sizes, merged, tuple(last[n_out:]) if unit else None
 
 
 _FUSED_NAME = ffi.new("char[]", b"torch_fl.fused")

@@ -1,8 +1,14 @@
-"""Staged fused kernels (torch_fl/jit/staging.py): a host kernel whose math calls depend on
-each other runs as one loop per call depth over blocks, handing call results on through
-temporaries. The values must be the eager ones, on both devices (OpenCL kernels are never
-staged, so ral:1 checks the chains themselves), in each dtype a fused kernel computes, in a
-fuse() region and under torch.compile(backend="ral"), forward and backward."""
+"""The loop shapes of generated host kernels, against CPU on both devices (OpenCL kernels
+have neither, so ral:1 checks the same chains through its own kernels):
+
+- staged loops (torch_fl/jit/staging.py): a fused kernel whose math calls depend on each
+  other runs as one loop per call depth over blocks, handing call results on through
+  temporaries; in each dtype a fused kernel computes, in a fuse() region and under
+  torch.compile(backend="ral"), forward and backward;
+- unit-stride row loops (codegen_c._unit_rows): a launch that is not dense (a bias broadcast
+  over rows, a [rows, 1] column, rows of a wider tensor) but whose innermost dim is contiguous
+  in every tensor or broadcast along it (stride 0) in some inputs loads those once per row and
+  vectorises the rest; a transposed input keeps the general row loop."""
 
 from __future__ import annotations
 
@@ -137,3 +143,41 @@ def test_independent_calls_stay_in_one_loop():
     spec.stores = [(0, var("v0", f32))]
     assert "blk_n" not in codegen_c.pointwise_c(spec, "k", lambda dt: "float")
     assert codegen_c._staged_loops(spec, lambda dt: "float") is None
+
+
+def _broadcasts():
+    """name -> (function, input shapes, takes the unit-stride row loop): row and column
+    broadcasts in a fused chain, rows of a wider tensor (contiguous inner dim, strided rows),
+    and a transposed input that must take the general row loop."""
+    act = lambda x: torch.tanh(x * torch.sigmoid(x))  # noqa: E731
+
+    return {
+        "bias_row": (lambda x, b: act(x) * b + b, [(64, 96), (96,)], True),
+        "column": (lambda x, c: act(x + c) - c, [(64, 96), (64, 1)], True),
+        "two_rows": (lambda x, b, s: act(x * s) + b, [(8, 16, 96), (96,), (16, 96)], True),
+        "sliced_rows": (lambda x, y: act(x[:, :96]) + y, [(64, 128), (64, 96)], True),
+        "transposed": (lambda x, y: act(x) + y.t(), [(64, 96), (96, 64)], False),
+    }
+
+
+BROADCASTS = _broadcasts()
+
+
+@pytest.mark.parametrize("dev", DEVS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(BROADCASTS))
+def test_broadcast_operands_in_fused_chains_match_cpu(dev, dtype, name, sources):
+    target = target_of(dev)
+    if dtype not in target.lowp and dtype != torch.float32:
+        pytest.skip(f"ral:{dev} does not store {dtype}, so no fused kernel computes it")
+    fn, shapes, unit = BROADCASTS[name]
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(s, generator=g).to(dtype) for s in shapes]
+    with J.fuse():
+        got = fn(*[x.to(f"ral:{dev}") for x in xs])
+    _compare(got, fn(*xs), dtype if dtype != torch.bfloat16 else torch.bfloat16)
+    assert sources, "the chain compiled no fused kernel"
+    if target.lang == "c":
+        assert any("_unit_rows" in s for s in sources) == unit, (
+            "a row or column broadcast takes the vectorised row loop; a transposed input does not"
+        )
