@@ -225,6 +225,11 @@ def test_ternary_ops_with_zero_dim_operands(dtype):
             torch.where(m, x, z),
             torch.where(m, z, x),
             torch.where(m[:1], x, z),  # broadcast mask too
+            # a mask broadcast along rows ([.., 1]) beside a full, a 0-dim or a row operand
+            torch.where(m[..., :1], x, y),
+            torch.where(m[..., :1], x, z),
+            torch.where(m[..., :1], z, y),
+            torch.where(m[..., :1], x, y[0, 0]),
             torch.addcmul(x, y, z.expand_as(x), value=0.5),
             torch.addcdiv(x, z.expand_as(x), y.abs() + 1, value=2),
         )
