@@ -142,7 +142,7 @@ def test_independent_calls_stay_in_one_loop():
     spec = PointwiseSpec(outs=[f32], ins=[f32], lets=[("v0", call("exp", a0) + call("tanh", a0))])
     spec.stores = [(0, var("v0", f32))]
     assert "blk_n" not in codegen_c.pointwise_c(spec, "k", lambda dt: "float")
-    assert codegen_c._staged_loops(spec, lambda dt: "float") is None
+    assert codegen_c._staged_loops(spec, lambda dt: "float", lambda k: "i", "i", "begin", "end") is None
 
 
 def _broadcasts():
@@ -181,3 +181,5 @@ def test_broadcast_operands_in_fused_chains_match_cpu(dev, dtype, name, sources)
         assert any("_unit_rows" in s for s in sources) == unit, (
             "a row or column broadcast takes the vectorised row loop; a transposed input does not"
         )
+        # its chained calls are staged inside each row like the dense loop's
+        assert not unit or any("_unit_rows" in s and "const int64_t j = blk + q;" in s for s in sources)
