@@ -70,8 +70,10 @@ def test_chained_math_in_a_fuse_region_matches_cpu(dev, dtype, name, sources):
     target = target_of(dev)
     if dtype == torch.bfloat16 and dtype not in target.lowp:
         pytest.skip(f"ral:{dev} does not store bfloat16, so no fused kernel computes it")
-    if dtype == torch.float64 and dtype not in target.dtypes:
-        pytest.skip(f"ral:{dev} has no float64")
+    if dtype == torch.float64 and target.lang != "c":
+        pytest.skip(
+            "OpenCL kernels are not staged: float32 and bfloat16 check the chains there (PoCL compiles cost CI)"
+        )
     fn = CHAINS[name]
     with J.fuse():
         got = fn(*_inputs(dtype, dev))

@@ -182,18 +182,32 @@ static void {fn}(int64_t begin, int64_t end, void* ctx) {{
 """
 
 
-def _unit_rows(spec: PointwiseSpec, name: str, ctype, setup: str) -> str:
-    """A row loop for launches that are not dense (a bias broadcast over rows, a [rows, 1]
-    column, rows of a wider tensor) but whose innermost dim is contiguous in every tensor or
-    broadcast along it (stride 0) in some inputs: those load once per row, the rest as
-    unit-stride vectors (staged like the dense loop). The general row loop indexes by
-    run-time strides and does not vectorise (`tanh(x * sigmoid(x)) * b + exp(-x * x)`, 4096 x
-    256, b a bias: 2.46-2.87 ms there, 1.75-1.84 ms here, 1.50-1.87 ms dense)."""
-    if spec.inner_steps is None:
-        return ""
+def _unit_rows_kernel(spec: PointwiseSpec, name: str, ctype, setup: str) -> str:
+    """The kernel of a launch planned as not dense (a bias broadcast over rows, a [rows, 1]
+    column, rows of a wider tensor) whose innermost dim is contiguous in every tensor or
+    broadcast along it (stride 0) in some inputs (`spec.inner_steps`): one row loop that loads
+    broadcast inputs once per row and runs the rest as unit-stride vectors, staged like the
+    dense loop. The planner makes the same source only for launches of those inner steps; any
+    other geometry is refused, not computed. The general row loop indexes by run-time strides
+    and does not vectorise (`tanh(x * sigmoid(x)) * b + exp(-x * x)`, 4096 x 256, b a bias:
+    2.46-2.87 ms there, 1.75-1.84 ms here, 1.50-1.87 ms dense)."""
     steps = [1] * len(spec.outs) + list(spec.inner_steps)
     loop = _simd_loop(spec, ctype, lambda k: f"o{k} + j" if steps[k] else f"o{k}", "j", "0", "inner")
-    return _row_loop(f"{name}_unit_rows", len(steps), setup, loop, strided=False)
+    checks = " && ".join(f"t[{k}].strides[nd - 1] == {st}" for k, st in enumerate(steps))
+    return f"""{_row_loop(f"{name}_unit_rows", len(steps), setup, loop, strided=False)}
+RAL_PLUGIN_EXPORT ral_status {name}(const ral_kernel_call* c) {{
+  const ral_tensor* t = c->tensors;
+  const int nd = t[0].ndim;
+  if (!(nd > 0 && {checks})) return RAL_ERROR_INVALID_ARGUMENT;
+  int64_t n = 1;
+  for (int d = 0; d < nd; d++) n *= t[0].sizes[d];
+  if (n == 0) return RAL_OK;
+  const int64_t inner = t[0].sizes[nd - 1];
+  const int64_t grain = inner >= {PAR_MIN} ? 1 : {PAR_MIN} / inner;
+  ral_jit_run(n / inner, grain, {name}_unit_rows, (void*)c);
+  return RAL_OK;
+}}
+"""
 
 
 def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
@@ -209,22 +223,12 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     # Each range function rebuilds its pointers and scalars from the call: a handful of loads
     # per chunk, and the loop body sees plain locals it can vectorise.
     setup = ind("  " + s for s in _pointers(spec, ctype) + _scalar_lines(spec, ctype)).strip()
+    if spec.inner_steps is not None:
+        return prefix + _HEAD + half + _unit_rows_kernel(spec, name, ctype, setup)
     loops = _simd_loop(spec, ctype, lambda k: "i", "i", "begin", "end")
     dense = ind(x if x.startswith("#") else "  " + x for x in loops)
     general = ["for (int64_t j = 0; j < inner; j++) {", *("  " + x for x in rows), "}"]
     rows_fn = _row_loop(f"{name}_rows", nt, setup, general, strided=True)
-    unit_rows, pick_rows = (
-        _unit_rows(spec, name, ctype, setup),
-        f"ral_jit_run(n / inner, grain, {name}_rows, (void*)c);",
-    )
-    if unit_rows:
-        n_out = len(spec.outs)
-        steps = [1] * n_out + list(spec.inner_steps)
-        checks = " && ".join(f"t[{k}].strides[nd - 1] == {st}" for k, st in enumerate(steps))
-        pick_rows = (
-            f"const int unit = nd > 0 && {checks};\n"
-            f"  ral_jit_run(n / inner, grain, unit ? {name}_unit_rows : {name}_rows, (void*)c);"
-        )
     return f"""{prefix}{_HEAD}{half}
 static void {name}_dense(int64_t begin, int64_t end, void* ctx) {{
   const ral_kernel_call* c = (const ral_kernel_call*)ctx;
@@ -234,7 +238,6 @@ static void {name}_dense(int64_t begin, int64_t end, void* ctx) {{
 }}
 
 {rows_fn}
-{unit_rows}
 RAL_PLUGIN_EXPORT ral_status {name}(const ral_kernel_call* c) {{
   const ral_tensor* t = c->tensors;
   const int nd = t[0].ndim;
@@ -254,7 +257,7 @@ RAL_PLUGIN_EXPORT ral_status {name}(const ral_kernel_call* c) {{
   }}
   const int64_t inner = nd ? t[0].sizes[nd - 1] : 1;
   const int64_t grain = inner >= {PAR_MIN} ? 1 : {PAR_MIN} / inner;
-  {pick_rows}
+  ral_jit_run(n / inner, grain, {name}_rows, (void*)c);
   return RAL_OK;
 }}
 """
