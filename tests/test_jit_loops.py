@@ -5,7 +5,7 @@ have neither, so ral:1 checks the same chains through its own kernels):
   other runs as one loop per call depth over blocks, handing call results on through
   temporaries; in each dtype a fused kernel computes, in a fuse() region and under
   torch.compile(backend="ral"), forward and backward;
-- unit-stride row loops (codegen_c._unit_rows): a launch that is not dense (a bias broadcast
+- unit-stride row loops (codegen_c._unit_rows_kernel): a launch that is not dense (a bias broadcast
   over rows, a [rows, 1] column, rows of a wider tensor) but whose innermost dim is contiguous
   in every tensor or broadcast along it (stride 0) in some inputs loads those once per row and
   vectorises the rest; a transposed input keeps the general row loop."""
