@@ -213,9 +213,6 @@ def shares(case: str, steps: int, amp: str | None = None) -> None:
             print(f"  {kind:16s} {n:4d} launches {t * 1e3:8.2f} ms {100 * t / total:5.1f}%")
 
 
-_FLOOR_OPS = ("mm", "addmm", "bmm", "baddbmm")
-
-
 def _run_child(case: str, mode: str, steps: int, amp: str | None = None) -> list[float]:
     """(wall, CPU) seconds per step of one configuration, measured in a fresh process."""
     extra = ["--amp", amp] if amp else []
@@ -242,8 +239,7 @@ def floor(case: str, steps: int) -> None:
 
     class _Record(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func._schema.name.split("::")[-1]
-            if name in _FLOOR_OPS or "attention" in name:
+            if func._schema.name in _GEMMS or "attention" in func._schema.name:
                 calls.append((func, [_geometry(a) for a in args], dict(kwargs or {})))
             return func(*args, **(kwargs or {}))
 

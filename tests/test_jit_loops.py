@@ -177,7 +177,7 @@ def test_broadcast_operands_in_fused_chains_match_cpu(dev, dtype, name, sources)
     xs = [torch.randn(s, generator=g).to(dtype) for s in shapes]
     with J.fuse():
         got = fn(*[x.to(f"ral:{dev}") for x in xs])
-    _compare(got, fn(*xs), dtype if dtype != torch.bfloat16 else torch.bfloat16)
+    _compare(got, fn(*xs), dtype)
     assert sources, "the chain compiled no fused kernel"
     if target.lang == "c":
         assert any("_unit_rows" in s for s in sources) == unit, (

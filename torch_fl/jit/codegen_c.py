@@ -218,7 +218,6 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
     nt = len(spec.outs) + len(spec.ins)
     flat = body_lines(spec, ctype, lambda k: "i")
     half = '#include "ral_half.h"\n' if uses_half(flat) else ""
-    rows = body_lines(spec, ctype, lambda k: f"o{k} + j * is{k}")
     ind = "\n".join
     # Each range function rebuilds its pointers and scalars from the call: a handful of loads
     # per chunk, and the loop body sees plain locals it can vectorise.
@@ -227,6 +226,7 @@ def pointwise_c(spec: PointwiseSpec, name: str, ctype) -> str:
         return prefix + _HEAD + half + _unit_rows_kernel(spec, name, ctype, setup)
     loops = _simd_loop(spec, ctype, lambda k: "i", "i", "begin", "end")
     dense = ind(x if x.startswith("#") else "  " + x for x in loops)
+    rows = body_lines(spec, ctype, lambda k: f"o{k} + j * is{k}")
     general = ["for (int64_t j = 0; j < inner; j++) {", *("  " + x for x in rows), "}"]
     rows_fn = _row_loop(f"{name}_rows", nt, setup, general, strided=True)
     return f"""{prefix}{_HEAD}{half}
