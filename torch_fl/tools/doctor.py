@@ -66,7 +66,8 @@ def _plugin_findings(rows: list[inventory.PluginRow]) -> list[Finding]:
                 )
             )
         elif p.status == "LOADED":
-            out.append(Finding(name, OK, f"LOADED {p.version}, ABI {p.abi}, devices {p.devices}"))
+            note = f"; note: {p.reason}" if p.reason else ""  # e.g. a dtype the device lacks
+            out.append(Finding(name, OK, f"LOADED {p.version}, ABI {p.abi}, devices {p.devices}{note}"))
         else:
             fix = STATUS_FIX.get(p.status, "see the reason").format(dir=p.dir)
             out.append(Finding(name, PROBLEM, f"{p.status}: {p.reason}", fix))

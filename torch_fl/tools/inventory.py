@@ -98,6 +98,15 @@ def _disabled_entries(manifest, device: int | None, check_op: Callable[[str], st
     return out
 
 
+def _dtype_notes(manifest, dtype_mask: int | None) -> list[str]:
+    """The router's notes for dtypes the manifest declares and the device lacks (still LOADED)."""
+    from torch_fl.core.dtype_names import CODE_OF_NAME
+    from torch_fl.core.registry import refuse_unsupported_dtypes, unsupported_dtype_note
+
+    lacking = {n for e in manifest.entries for n in refuse_unsupported_dtypes(e, dtype_mask)[1]}
+    return [unsupported_dtype_note(n) for n in sorted(lacking, key=CODE_OF_NAME.get)]
+
+
 def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[PluginRow]:
     """Every plugin the loader saw, with LOADED refined to DEGRADED or INVALID_MANIFEST.
 
@@ -133,6 +142,9 @@ def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[Plu
                 row.reason = (
                     f"{len(row.disabled)} of {len(manifest.entries)} kernels disabled: {row.disabled[0]}{extra}"
                 )
+            else:
+                masks = [d.dtype_mask for d in rt.device_records() if d.plugin == rec.index]
+                row.reason = "; ".join(_dtype_notes(manifest, masks[0] if masks else None)) or row.reason
         rows.append(row)
     return rows
 
