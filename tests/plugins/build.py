@@ -20,6 +20,9 @@ MANIFESTS = REPO / "manifests"
 
 # Cases compiled from <source>.c in this folder; "corrupt" and "linked_dep" are special.
 SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty")
+# crashing.c built with -DCRASH_AT=n: a witness that logs when its code runs, and plugins
+# that segfault in their dlopen constructor, in init() and in device_count().
+CRASHING = {"witness": 0, "crash_ctor": 1, "crash_init": 2, "crash_count": 3}
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall"]
 
 
@@ -116,6 +119,8 @@ def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> 
         _build_linked_dep(plugin_dir, name)
     elif source in SOURCES:
         _compile(HERE / f"{source}.c", library, name)
+    elif source in CRASHING:
+        _compile(HERE / "crashing.c", library, name, [f"-DCRASH_AT={CRASHING[source]}"])
     else:
         raise ValueError(f"unknown test plugin source {source!r}")
     kernels = [
