@@ -105,7 +105,7 @@ def install_fake_dep(plugin_dir: Path) -> None:
 def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> Path:
     """Build test plugin `name` into dest_root/<name>/lib<name>.so with a manifest.
 
-    `source` picks the case (default: `name`): one of SOURCES, "corrupt" (a file that
+    `source` picks the case (default: `name`): one of SOURCES or CRASHING, "corrupt" (a file that
     is not an ELF library) or "linked_dep" (needs a missing libfakedep.so). The plugin
     reports `name` as its plugin_name.
     """
