@@ -11,7 +11,7 @@ from torch_fl._native import ffi, lib
 from torch_fl.core.dtype_names import CODE_OF_NAME
 from torch_fl.core.errors import ManifestError
 from torch_fl.core.manifest import KernelEntry, Manifest, load_manifest
-from torch_fl.core.runtime import PluginRecord, device_records, ensure_initialized, plugin_records
+from torch_fl.core.runtime import PluginRecord, device_records, ensure_initialized, on_initialized, plugin_records
 
 
 @dataclass
@@ -154,3 +154,5 @@ class Registry:
 
 
 REGISTRY = Registry()
+# The router's view is built when the plugins load (lazily, at the first device use).
+on_initialized(REGISTRY.reload)

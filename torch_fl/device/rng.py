@@ -9,13 +9,22 @@ import torch
 _lock = threading.Lock()
 _DEFAULT_SEED = 67280421310721
 _state: dict[int, list[int]] = {}
+_seed_all = [_DEFAULT_SEED]  # the seed of every device not seeded on its own since
 
 
 def _st(dev: int) -> list[int]:
     st = _state.get(dev)
     if st is None:
-        st = _state[dev] = [_DEFAULT_SEED, 0]
+        st = _state[dev] = [_seed_all[0], 0]
     return st
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every device, present or not yet initialised (torch.manual_seed calls this at any
+    time, even in CPU-only scripts, so it must not need the device count)."""
+    with _lock:
+        _seed_all[0] = int(seed) % (1 << 63)
+        _state.clear()
 
 
 def next_philox(dev: int, numel: int) -> list[int]:

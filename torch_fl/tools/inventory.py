@@ -2,6 +2,8 @@
 
 Torch-free: the loader's records come from torch_fl.core.runtime, manifests from torch_fl.core.manifest,
 and kernel symbols are looked up through the runtime. Only `check_op` (deep mode) needs torch.
+The tools never load a plugin in their own process: probe.py runs `plugin_rows` and
+`device_rows` in a child process, so a plugin that crashes is reported as CRASHED.
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ class DeviceRow:
         return asdict(self)
 
 
-def runtime():
-    """torch_fl.core.runtime, initialised; raises RuntimeUnavailable with the cause and the fix."""
+def runtime(initialise: bool = True):
+    """torch_fl.core.runtime (initialised, unless not asked to: the tools' own process loads no
+    plugin); raises RuntimeUnavailable with the cause and the fix."""
     try:
         from torch_fl.core import runtime as rt
 
-        rt.ensure_initialized()
+        if initialise:
+            rt.ensure_initialized()
     except ImportError as exc:
         raise RuntimeUnavailable(
             f"the native runtime is not built or cannot load ({exc}); build it with "
@@ -70,7 +74,7 @@ def runtime():
 
 def search_roots() -> list[tuple[str, str, bool]]:
     """(where it comes from, directory, exists) for every place the loader looks for plugins."""
-    return [(src, path, os.path.isdir(path)) for src, path in runtime().search_roots()]
+    return [(src, path, os.path.isdir(path)) for src, path in runtime(initialise=False).search_roots()]
 
 
 def _read_manifest(plugin_dir: str):
