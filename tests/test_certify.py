@@ -15,6 +15,7 @@ import sys
 import pytest
 from conftest import REPO
 from plugins.build import build_template_plugin, build_test_plugin, ensure_runtime
+from plugins.planted import BUGS, build_planted_plugin
 
 import torch_fl
 
@@ -105,3 +106,72 @@ def test_not_a_plugin_dir_is_a_usage_error(tmp_path):
     )
     assert proc.returncode == 2
     assert "no manifest.json" in proc.stderr
+
+
+# ---- planted kernel bugs: each must fail certification, naming its kernel ------------------
+
+
+def _entries_only(tmp_path, plugin_dir):
+    return _certify(plugin_dir, tmp_path / "cert", "--section", "abi", "--section", "entries")
+
+
+def test_planted_plugin_without_bugs_passes_every_entry_check(tmp_path):
+    """The control: the same general kernels, correct, pass every variant (so the planted
+    failures below come from the bugs, not from certify)."""
+    ensure_runtime()
+    proc, cert, _ = _entries_only(tmp_path, build_planted_plugin(tmp_path / "vendor", None))
+    s = cert["summary"]
+    assert not s["failures"], [f["name"] + ": " + f["detail"] for f in s["failures"]]
+    names = [c["name"] for sec in cert["sections"] for c in sec["checks"]]
+    for needle in ("strided", "offset", "broadcast", "0-d operand", "alpha/beta", "special values"):
+        assert any(needle in n and "planted_add_f32" in n for n in names), needle
+    assert any("aten::addmm float32 rank 1 " in n for n in names)  # the rank-1 bias
+    assert any("float32 -> int64 cast values" in n for n in names)
+
+
+@pytest.mark.parametrize("bug", sorted(BUGS))
+def test_planted_kernel_bug_fails_certification_naming_the_kernel(tmp_path, bug):
+    ensure_runtime()
+    proc, cert, md = _entries_only(tmp_path, build_planted_plugin(tmp_path / "vendor", bug))
+    s = cert["summary"]
+    assert proc.returncode == 1 and s["verdict"] == "NOT CERTIFIED"
+    failed = [f for f in s["failures"] if f["section"] == "entries"]
+    assert failed, f"{bug} was not caught"
+    # The macro plants the bug in every kernel it applies to; the named one must be caught
+    # by the check made for it, and every failure names its kernel.
+    kernel, variant = BUGS[bug]
+    assert any(f"({kernel})" in f["name"] and variant in f["name"] for f in failed), [f["name"] for f in failed]
+    assert all("(planted_" in f["name"] and f["repro"] for f in failed)
+    # Only the variant aimed at the bug fails: the contiguous default-scalar checks pass.
+    assert not any("contiguous" in f["name"] for f in failed) or bug == "RANK1_BIAS"
+
+
+def test_reproducer_runs_as_printed_in_a_fresh_shell(tmp_path):
+    """The printed command of a failed check re-runs it with nothing from this process's
+    environment (env -i), after certify has returned."""
+    ensure_runtime()
+    _, cert, _ = _entries_only(tmp_path, build_planted_plugin(tmp_path / "vendor", "ROUND_CAST"))
+    failed = next(f for f in cert["summary"]["failures"] if "cast values" in f["name"])
+    proc = subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c", failed["repro"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rerun = json.loads(proc.stdout)
+    assert rerun["state"] == "failed" and rerun["name"] in failed["name"], rerun
+    assert "Tensor-likes are not equal" in rerun["detail"]
+
+
+def test_skipped_checks_are_not_passed():
+    """A check certify could not run is "skipped", never "passed", in certificate.json."""
+    from torch_fl.tools.certify import summarize
+    from torch_fl.tools.certify_child import _check
+
+    skipped = _check("aten::dot float32 rank 0 contiguous", True, "dot takes no rank-0 first operand", skipped=True)
+    ran = _check("aten::dot float32 rank 1 contiguous", True)
+    assert skipped["state"] == "skipped" and skipped["passed"] is False
+    s = summarize([{"section": "entries", "checks": [skipped, ran]}])
+    assert s["sections"][0]["run"] == 1 and s["sections"][0]["skipped"] == 1 and not s["failures"]
