@@ -190,13 +190,15 @@ def render_markdown(cert: dict) -> str:
         lines.append("None.")
     for f in s["failures"]:
         lines.append(f"- **{f['section']}: {f['name']}**: {f['detail'].splitlines()[0] if f['detail'] else ''}")
+        if f.get("kernels"):
+            lines.append(f"  - vendor kernels that ran: {'; '.join(f['kernels'])}")
         if f.get("repro"):
             lines.append(f"  - reproduce: `{f['repro']}`")
     lines += [
         "",
-        "Not exercised: manifest entries whose schema certify cannot fill with same-shape random",
-        "tensors (index tensors, shape arguments) and OpInfo ops missing from this torch. They",
-        "count neither as passed nor as failed; the JSON file lists each one.",
+        'Not exercised (state "skipped" in the JSON, each with its reason): entry checks whose',
+        "inputs certify cannot build at that rank or that CPU itself refuses, and OpInfo ops",
+        "missing from this torch. They count neither as passed nor as failed.",
         "",
     ]
     return "\n".join(lines)

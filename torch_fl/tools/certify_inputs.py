@@ -111,7 +111,7 @@ def synth(op: str, dtype: torch.dtype, rank: int):
                 extent = shape[0] if shape else 1
                 idx_shape = (2,) if base == "index_select" else shape
                 args.append(torch.randint(0, extent, idx_shape, generator=gen))
-        elif t == "Tensor" and name == "value":  # fill_.Tensor, masked_fill.Tensor
+        elif t == "Tensor" and name == "value" and base in ("fill_", "masked_fill", "masked_fill_"):
             args.append(torch.tensor(0.25 if dtype.is_floating_point else 3).to(dtype))
         elif t == "Tensor":
             s = shape if matrix is None or n_tensors == 0 else next(others, shape)
@@ -142,6 +142,14 @@ def synth(op: str, dtype: torch.dtype, rank: int):
             args.append(list(shape) if sizes else ([0] if rank > 0 else []))
         else:
             return f"argument {name!r} of type {t} cannot be synthesized"
+    if base == "_scaled_dot_product_flash_attention_for_cpu_backward" and rank == 4:
+        # out and logsumexp must be the forward's; dropout_p stays the synthesized 0.5, which
+        # aten's CPU kernel ignores (its forward refuses dropout).
+        try:
+            args[4], args[5] = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*args[1:4])
+        except RuntimeError as exc:
+            return f"CPU's forward rejects the synthesized inputs ({str(exc).splitlines()[0][:200]})"
+        data_pos = [0, 1, 2, 3]
     kwargs = dict(_KWARGS.get(base, {}))
     if kwargs and not dtype.is_floating_point:
         kwargs = {k: int(v * 4) + 3 for k, v in kwargs.items()}  # 1 and 5: inside every integer dtype
