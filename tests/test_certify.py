@@ -188,3 +188,21 @@ def test_skipped_checks_are_not_passed():
     assert skipped["state"] == "skipped" and skipped["passed"] is False
     s = summarize([{"section": "entries", "checks": [skipped, ran]}])
     assert s["sections"][0]["run"] == 1 and s["sections"][0]["skipped"] == 1 and not s["failures"]
+
+
+def test_module_failure_names_the_vendor_kernels_that_ran(tmp_path):
+    """A later section's failure (nn.Linear with a rank-1 bias bug) names the kernel that ran
+    during it, and its reproducer runs as printed in a fresh shell."""
+    ensure_runtime()
+    plugin = build_planted_plugin(tmp_path / "vendor", "RANK1_BIAS")
+    proc, cert, md = _certify(plugin, tmp_path / "cert", "--section", "modules")
+    linear = next(f for f in cert["summary"]["failures"] if f["name"] == "Linear")
+    assert linear["kernels"] == ["aten::addmm (planted_addmm_f32)"]
+    assert "vendor kernels that ran: aten::addmm (planted_addmm_f32)" in md
+    rerun = subprocess.run(
+        ["env", "-i", "PATH=/usr/bin:/bin", "bash", "-c", linear["repro"]],
+        capture_output=True, text=True, timeout=300, cwd="/",
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    (again,) = json.loads(rerun.stdout)
+    assert again["name"] == "Linear" and again["state"] == "failed" and again["kernels"] == linear["kernels"]
