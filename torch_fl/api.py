@@ -27,6 +27,7 @@ from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.core.runtime import device_records as _device_records
 from torch_fl.core.runtime import ensure_initialized as _ensure_initialized
 from torch_fl.core.runtime import rescan as _rescan_runtime
+from torch_fl.core.sdk import get_include as get_include
 from torch_fl.device import amp as _amp
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard

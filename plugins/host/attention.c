@@ -152,7 +152,8 @@ static int bcast_strides4(const ral_tensor* t, const int64_t want[4], int64_t st
 
 static const void* base_of(const ral_tensor* t) { return (const char*)t->data + t->byte_offset; }
 
-/* Scalar 0 of both attention kernels: dropout_p, which they do not implement. */
+/* Scalar 0 of the forward: dropout_p, which it does not implement (nor does aten's CPU
+ * kernel, which raises for dropout_p > 0 too). */
 static ral_status no_dropout(const ral_kernel_call* c) {
   double dropout = 0.0;
   int64_t iv;
@@ -327,7 +328,9 @@ ral_status host_sdpa_backward(const ral_kernel_call* c) {
   const ral_tensor *gq = host_out(c, 0), *gk = host_out(c, 1), *gv = host_out(c, 2);
   const ral_tensor *dout = host_in(c, 0), *q = host_in(c, 1), *k = host_in(c, 2), *v = host_in(c, 3);
   const ral_tensor *o = host_in(c, 4), *ls = host_in(c, 5), *mk = host_in(c, 6);
-  if ((st = no_dropout(c)) != RAL_OK) return st;
+  /* dropout_p is ignored, as aten's CPU kernel ignores it: the forward this differentiates
+   * refuses dropout (here and on CPU), so no element was dropped. Refusing it here made the
+   * manifest entry promise more than the kernel did for a call CPU serves. */
   sdpa_bwd_args a;
   memset(&a, 0, sizeof a);
   sdpa_args* g = &a.f;

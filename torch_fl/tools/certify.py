@@ -14,9 +14,9 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -59,16 +59,29 @@ def child_env(plugin_dir: Path, root: Path, section: str) -> dict:
     return env
 
 
+# The variables a reproducer sets (or, when certify removed them, unsets) so it runs as
+# printed in a fresh shell.
+REPRO_VARS = ("TORCH_FL_PLUGIN_PATH", "TORCH_FL_MEMORY_LIMIT", "TORCH_FL_CERTIFY_PLUGIN_DIR", "PYTHONPATH")
+
+
+def repro_prefix(env: dict) -> str:
+    """`env -u X K=V ... /abs/python` for a section child's environment."""
+    unset = [f"-u {k}" for k in REPRO_VARS if k not in env and k.startswith("TORCH_FL_")]
+    parts = unset + [f"{k}={shlex.quote(env[k])}" for k in REPRO_VARS if k in env]  # env takes -u first
+    return f"env {' '.join(parts)} {shlex.quote(sys.executable)}"
+
+
 # Sections per child. The OOM check needs TORCH_FL_MEMORY_LIMIT from process start, so it
 # gets its own; bad_input goes last in the first group, being the likeliest to crash a plugin.
 GROUPS = (("abi", "entries", "opinfo", "modules", "model", "bad_input"), ("oom",))
 
 
-def run_group(plugin_dir: Path, root: Path, sections: tuple, samples: int) -> list[dict]:
+def run_group(plugin_dir: Path, root: Path, sections: tuple, samples: int, out_dir: Path) -> list[dict]:
     """Run sections in one child; a section the child did not finish (crash, timeout) becomes
-    one failed check with the command that reproduces it."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
-        out = tmp.name
+    one failed check with the command that reproduces it. The child's raw results stay in
+    out_dir (sections-<first section>.json)."""
+    out = str(out_dir / f"sections-{sections[0]}.json")
+    Path(out).unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "torch_fl.tools.certify_child", "--plugin-dir", str(plugin_dir)]
     for s in sections:
         cmd += ["--section", s]
@@ -88,23 +101,20 @@ def run_group(plugin_dir: Path, root: Path, sections: tuple, samples: int) -> li
         done = json.loads(Path(out).read_text() or "[]")
     except (OSError, ValueError):
         done = []
-    finally:
-        Path(out).unlink(missing_ok=True)
     finished = {d["section"] for d in done}
     for section in sections:
         if section in finished:
             continue
-        keep = {k: env[k] for k in ("TORCH_FL_PLUGIN_PATH", "TORCH_FL_MEMORY_LIMIT") if k in env}
-        repro = " ".join(f"{k}={shlex.quote(v)}" for k, v in keep.items())
-        repro += f" {shlex.quote(sys.executable)} -m torch_fl.tools.certify_child --plugin-dir "
-        repro += f"{shlex.quote(str(plugin_dir))} --section {section} --out /tmp/section.json"
+        repro = f"{repro_prefix(env)} -m torch_fl.tools.certify_child --plugin-dir "
+        repro += f"{shlex.quote(str(plugin_dir))} --section {section} --out {shlex.quote(str(out_dir / 'repro.json'))}"
         detail = (
             why
             if not done or section == sections[len(done)]
             else f"not run: the child died during {sections[len(done)]}"
         )
-        check = {"name": f"{section} section ran", "passed": False, "skipped": False, "detail": detail or "no result"}
-        done.append({"section": section, "device": None, "checks": [{**check, "tiers": {}, "repro": repro.strip()}]})
+        check = {"name": f"{section} section ran", "state": "failed", "passed": False, "skipped": False}
+        check |= {"detail": detail or "no result", "tiers": {}, "repro": repro, "kernels": []}
+        done.append({"section": section, "device": None, "checks": [check]})
     order = {s: i for i, s in enumerate(sections)}
     done.sort(key=lambda d: order[d["section"]])
     if len(sections) == 1:
@@ -133,7 +143,7 @@ def summarize(sections: list[dict]) -> dict:
         for c in checks:
             for tier, n in c.get("tiers", {}).items():
                 tiers[tier] = tiers.get(tier, 0) + n
-            if not c["passed"]:
+            if not c["passed"] and not c["skipped"]:
                 failures.append({"section": s["section"], **c})
     total_ops = sum(tiers.values())
     return {
@@ -180,13 +190,15 @@ def render_markdown(cert: dict) -> str:
         lines.append("None.")
     for f in s["failures"]:
         lines.append(f"- **{f['section']}: {f['name']}**: {f['detail'].splitlines()[0] if f['detail'] else ''}")
+        if f.get("kernels"):
+            lines.append(f"  - vendor kernels that ran: {'; '.join(f['kernels'])}")
         if f.get("repro"):
             lines.append(f"  - reproduce: `{f['repro']}`")
     lines += [
         "",
-        "Not exercised: manifest entries whose schema certify cannot fill with same-shape random",
-        "tensors (index tensors, shape arguments) and OpInfo ops missing from this torch. They",
-        "count neither as passed nor as failed; the JSON file lists each one.",
+        'Not exercised (state "skipped" in the JSON, each with its reason): entry checks whose',
+        "inputs certify cannot build at that rank or that CPU itself refuses, and OpInfo ops",
+        "missing from this torch. They count neither as passed nor as failed.",
         "",
     ]
     return "\n".join(lines)
@@ -197,14 +209,20 @@ def certify(plugin_dir: str, out_dir: str, samples: int = 4, sections=SECTIONS) 
     pdir = Path(plugin_dir).resolve()
     if not (pdir / "manifest.json").is_file():
         raise FileNotFoundError(f"{plugin_dir}: not a plugin directory (no manifest.json)")
-    with tempfile.TemporaryDirectory(prefix="ral-certify-") as root:
-        # A root of its own holding only this plugin: nothing else from the caller's path.
-        (Path(root) / pdir.name).symlink_to(pdir, target_is_directory=True)
-        results = []
-        for group in GROUPS:
-            chosen = tuple(s for s in group if s in sections)
-            if chosen:
-                results += run_group(pdir, Path(root), chosen, samples)
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # A root of its own holding only this plugin (nothing else from the caller's path), kept
+    # in the output folder so that the reproducers still find it after certify returns.
+    root = out / "plugin-root"
+    if root.is_dir():
+        shutil.rmtree(root)
+    root.mkdir()
+    (root / pdir.name).symlink_to(pdir, target_is_directory=True)
+    results = []
+    for group in GROUPS:
+        chosen = tuple(s for s in group if s in sections)
+        if chosen:
+            results += run_group(pdir, root, chosen, samples, out)
     torch_version = next((r.get("torch") for r in results if r.get("torch")), "unknown")
     from torch_fl import __version__
 
@@ -221,8 +239,6 @@ def certify(plugin_dir: str, out_dir: str, samples: int = 4, sections=SECTIONS) 
         "summary": summarize(results),
         "sections": results,
     }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "certificate.json").write_text(json.dumps(cert, indent=2))
     (out / "certificate.md").write_text(render_markdown(cert))
     return cert

@@ -13,6 +13,7 @@ import argparse
 import copy
 import json
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -20,11 +21,12 @@ import traceback
 import torch
 
 import torch_fl
-from torch_fl.tools.certify import SECTIONS
+from torch_fl.tools.certify import SECTIONS, repro_prefix
 
-# Capped so a max_rank of 8 stays a few thousand elements: every dim is 3.
-MAX_RANK_TESTED = 4
-DIM = 3
+# Every declared rank up to 16 (certify_inputs.shape_of keeps them small); a quick run
+# (--samples below 3) tests up to rank 4.
+MAX_RANK_TESTED = 16
+QUICK_MAX_RANK = 4
 OPINFO_OPS = (
     "add",
     "sub",
@@ -58,14 +60,17 @@ OPINFO_OPS = (
 )
 
 
-def _check(name, passed, detail="", tiers=None, repro="", skipped=False) -> dict:
+def _check(name, passed, detail="", tiers=None, repro="", skipped=False, kernels=None) -> dict:
+    """One check's record; a skipped check is never "passed" (its detail says why)."""
     return {
         "name": name,
-        "passed": bool(passed),
+        "state": "skipped" if skipped else ("passed" if passed else "failed"),
+        "passed": bool(passed) and not skipped,
         "skipped": bool(skipped),
         "detail": detail,
         "tiers": dict(tiers or {}),
         "repro": repro,
+        "kernels": list(kernels or []),
     }
 
 
@@ -74,6 +79,25 @@ def _tiers(cov) -> dict:
     for (_, tier), n in cov.counts.items():
         out[tier] = out.get(tier, 0) + n
     return out
+
+
+def kernels_ran(cov, plugin_dir: str) -> list[str]:
+    """'op (kernel)' for every op that ran in the vendor tier under cov: a failure in a
+    module or model check names the vendor kernels that took part."""
+    st = find_plugin(plugin_dir)
+    out = []
+    for op in cov.ops_in_tier("vendor"):
+        kernels = sorted({e.kernel for e in (st.by_op.get(op, []) if st is not None else [])})
+        out.append(f"{op} ({', '.join(kernels) or '?'})")
+    return out
+
+
+def _failed(name, exc, cov, plugin_dir, repro) -> dict:
+    """A failed module/model/OpInfo check naming the vendor kernels that ran during it."""
+    ran = kernels_ran(cov, plugin_dir)
+    detail = _short(exc) if isinstance(exc, BaseException) else str(exc)
+    detail += f"\nvendor kernels that ran: {'; '.join(ran) or 'none'}"
+    return _check(name, False, detail, _tiers(cov), repro, kernels=ran)
 
 
 def _short(exc: BaseException) -> str:
@@ -176,58 +200,14 @@ def section_abi(plugin_dir: str, samples: int) -> list[dict]:
 # ---- entries ---------------------------------------------------------------------------------
 
 
-def _rand(shape, dtype, gen):
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=gen).bool()
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
-    if dtype.is_complex:
-        return torch.randn(shape, generator=gen, dtype=dtype)
-    lo = 0 if dtype == torch.uint8 else -4
-    return torch.randint(lo, 5, shape, generator=gen).to(dtype)
-
-
-def synth_args(op: str, dtype_name: str, rank: int) -> list | None:
-    """Seeded CPU arguments for an aten overload: every Tensor (DIM,)*rank, required scalars
-    set to small values; None if the schema has a required argument we cannot synthesize."""
-    from torch_fl.tensor.op_schema import resolve_op
-
-    overload = resolve_op(op)
-    dtype = getattr(torch, dtype_name)
-    gen = torch.Generator().manual_seed(0)
-    args = []
-    for a in overload._schema.arguments:
-        if a.kwarg_only or a.has_default_value():
-            break
-        t, name = str(a.type), a.name
-        if t == "Tensor":
-            args.append(_rand((DIM,) * rank, dtype, gen))
-        elif t == "number":  # Scalar
-            args.append(0.5 if dtype.is_floating_point else 2)
-        elif t == "int" and "dtype" in name:  # a ScalarType argument
-            args.append(dtype)
-        elif t == "int":
-            args.append({"dim": 0, "start": 0, "end": DIM}.get(name, 1))
-        elif t == "float":
-            args.append(0.5)
-        elif t == "bool":
-            args.append(False)
-        elif t in ("List[int]", "Optional[List[int]]"):
-            sizes = "size" in name or "shape" in name
-            args.append([DIM] * rank if sizes else ([0] if rank > 0 else []))
-        else:
-            return None
-    return args
-
-
 def _to_dev(args, dev):
     return [a.to(dev) if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def _compare(actual, expected, dtype, shapes_only=False):
+def _compare(actual, expected, dtype, shapes_only=False, exact=False):
     from torch_fl.observe.conformance import TOLERANCES
 
-    rtol, atol = TOLERANCES.get(dtype, (None, None))
+    rtol, atol = (0, 0) if exact else TOLERANCES.get(dtype, (None, None))
     actual = torch.utils._pytree.tree_map(lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, actual)
     if shapes_only:
         meta = torch.utils._pytree.tree_map(lambda t: (t.shape, t.dtype) if isinstance(t, torch.Tensor) else t, actual)
@@ -239,74 +219,269 @@ def _compare(actual, expected, dtype, shapes_only=False):
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True, check_device=False)
 
 
-def run_entry(plugin_dir: str, op: str, dtype_name: str, rank: int) -> dict:
-    """One manifest entry at one dtype and rank, forced to the vendor tier, against CPU."""
-    from torch_fl.tensor.op_schema import resolve_op
+def repro_command(call: str) -> str:
+    """A shell command that re-runs `call` (Python) in this child's environment: absolute
+    interpreter and every variable certify set or removed, so it runs as printed."""
+    return f"{repro_prefix(os.environ)} -c {shlex.quote(call)}"
 
-    name = f"{op} {dtype_name} rank {rank}"
-    repro = (
-        f'python -c "from torch_fl.tools.certify_child import repro_entry; '
-        f'repro_entry({plugin_dir!r}, {op!r}, {dtype_name!r}, {rank})"'
-    )
-    args = synth_args(op, dtype_name, rank)
-    if args is None:
-        return _check(name, True, "schema has arguments certify cannot synthesize", skipped=True)
-    overload = resolve_op(op)
-    dev = device_of(plugin_dir)
-    dev_args = _to_dev(args, dev)  # before the CPU call: in-place ops mutate their inputs
+
+def _entry_of(plugin_dir: str, op: str, dtype: torch.dtype, kernel: str | None):
+    from torch_fl.device.dtypes import CODE_OF_TORCH
+
+    st = find_plugin(plugin_dir)
+    entries = st.by_op.get(op, []) if st is not None else []
+    code = CODE_OF_TORCH.get(dtype)
+    for e in entries:
+        if (kernel is None or e.kernel == kernel) and code in e.dtype_codes:
+            return e
+    return entries[0] if entries else None
+
+
+def _dtypes(tree):
+    leaves = torch.utils._pytree.tree_leaves(tree)
+    return [t.dtype for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def _as_meta_dtypes(overload, args, kwargs, actual, expected):
+    """expected cast to the device's output dtypes where those are what PyTorch's own meta
+    kernel gives (native_layer_norm's float16 mean/rstd are float32 there, as on CUDA, and
+    float16 on CPU); otherwise expected unchanged, so a dtype mismatch still fails."""
+    if _dtypes(actual) == _dtypes(expected):
+        return expected
     try:
-        expected = overload(*args)
+        meta = overload(*[a.to("meta") if isinstance(a, torch.Tensor) else a for a in args], **kwargs)
+    except Exception:
+        return expected
+    if _dtypes(meta) != _dtypes(actual):
+        return expected
+    want = iter(_dtypes(actual))
+    return torch.utils._pytree.tree_map(lambda t: t.to(next(want)) if isinstance(t, torch.Tensor) else t, expected)
+
+
+def _float64_reference(overload, args, kwargs, dtype):
+    """CPU's result on the inputs upcast to float64, cast back to dtype."""
+
+    def up(t):
+        return t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
+    res = overload(*[up(a) for a in args], **kwargs)
+    return torch.utils._pytree.tree_map(
+        lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == torch.float64 else t, res
+    )
+
+
+def _run_forced(
+    op, overload, cpu_args, cpu_kwargs, dev_args, dev_kwargs, dtype, bases=(), alt=False, after_cpu=None, exact=False
+):
+    """Run the overload on CPU and, forced to the vendor tier, on the device; compare the
+    results and every re-laid storage (a kernel that writes outside its view changes it).
+    With alt, a result that matches CPU's float64 result instead passes too: at nan/inf/-0.0
+    CPU's own float16, float32 and float64 paths can disagree (gelu(inf) is nan in float32's
+    vectorized path, inf in float64), and either IEEE answer is a correct kernel.
+    after_cpu() runs once CPU is done (run_entry copies CPU's results into its storages).
+    Returns (passed or None if CPU refuses the inputs, detail, tiers)."""
+    try:
+        pristine = [a.clone() if isinstance(a, torch.Tensor) else a for a in cpu_args] if alt else None
+        expected = overload(*cpu_args, **cpu_kwargs)
     except Exception as exc:
-        return _check(name, True, f"CPU rejects the synthesized inputs ({_short(exc)})", skipped=True)
-    # RNG-driven ops need not reproduce CPU's random stream: shapes and dtypes only.
+        return None, f"CPU rejects the synthesized inputs ({_short(exc)})", {}
+    if after_cpu is not None:
+        after_cpu()
     random = torch.Tag.nondeterministic_seeded in overload.tags
     cov = torch_fl.Coverage()
     torch_fl.set_op_override(op, "vendor")
     try:
         with cov:
-            actual = overload(*dev_args)
-        _compare(actual, expected, getattr(torch, dtype_name), shapes_only=random)
+            actual = overload(*dev_args, **dev_kwargs)
+        expected = _as_meta_dtypes(overload, cpu_args, cpu_kwargs, actual, expected)
+        try:
+            _compare(actual, expected, dtype, shapes_only=random, exact=exact)
+        except AssertionError:
+            if not alt:
+                raise
+            _compare(actual, _float64_reference(overload, pristine, cpu_kwargs, dtype), dtype, exact=exact)
+        if not random:
+            for cpu_base, dev_base in bases:
+                _compare(dev_base, cpu_base, dtype, exact=exact)
     except Exception as exc:
-        return _check(name, False, _short(exc), _tiers(cov), repro)
+        return False, _short(exc), _tiers(cov)
     finally:
         torch_fl.set_op_override(op, None)
     tiers = _tiers(cov)
     if not tiers.get("vendor"):
-        return _check(name, False, f"the vendor kernel did not run (tiers {tiers})", tiers, repro)
-    return _check(name, True, "", tiers, repro)
+        return False, f"the vendor kernel did not run (tiers {tiers})", tiers
+    return True, "", tiers
 
 
-def repro_entry(plugin_dir: str, op: str, dtype_name: str, rank: int) -> None:
-    """Re-run one failed entry check and print its outcome (for a certificate's reproducer)."""
-    print(json.dumps(run_entry(plugin_dir, op, dtype_name, rank), indent=2))
+def run_entry(plugin_dir: str, op: str, dtype_name: str, rank: int, variant: str = "contiguous", kernel=None) -> dict:
+    """One manifest entry at one dtype, rank and input variant (certify_inputs.VARIANTS),
+    forced to the vendor tier, against CPU."""
+    from torch_fl.tensor.op_schema import resolve_op
+    from torch_fl.tools import certify_inputs as ci
+
+    name = f"{op} {dtype_name} rank {rank} {variant}"
+    repro = repro_command(
+        "from torch_fl.tools.certify_child import repro_entry; "
+        f"repro_entry({plugin_dir!r}, {op!r}, {dtype_name!r}, {rank}, {variant!r}, {kernel!r})"
+    )
+    dtype = getattr(torch, dtype_name)
+    case = ci.synth(op, dtype, rank)
+    if isinstance(case, str):
+        return _check(name, False, case, skipped=True)
+    entry = _entry_of(plugin_dir, op, dtype, kernel)
+    if entry is not None and variant not in ci.variants_for(op, entry, dtype, rank, case):
+        return _check(name, False, f"variant {variant!r} does not apply to this entry", skipped=True)
+    case = ci.apply_values(op, variant, dtype, case)
+    dev = device_of(plugin_dir)
+    layout = {"strided": "strided", "offset": "offset"}.get(variant, "contiguous")
+    # CPU computes on contiguous copies: an op's result must not depend on the layout, and
+    # CPU's own kernels are not all layout-proof (aten's CPU flash-attention backward reads
+    # strided q/k/v wrongly in torch 2.13). Its results are then written into the same
+    # strided or offset storage the device used, and both storages compared.
+    cpu_args, dev_args, bases, views = list(case.args), list(case.args), [], []
+    for p, a in enumerate(case.args):
+        if isinstance(a, list) and a and isinstance(a[0], torch.Tensor):
+            cpu_args[p] = [t.clone() for t in a]
+            dev_args[p] = [t.to(dev) for t in a]
+            continue
+        if not isinstance(a, torch.Tensor):
+            continue
+        cb, cv, db, dv = ci.place(a, layout if p in case.data_pos else "contiguous", dev)
+        cpu_args[p], dev_args[p] = a.clone(), dv
+        if db is not None:
+            bases.append((cb, db))
+            views.append((cv, p))
+    if variant == "aliased":  # the in-place op's other operand is its output
+        cpu_args[case.data_pos[1]] = cpu_args[case.data_pos[0]]
+        dev_args[case.data_pos[1]] = dev_args[case.data_pos[0]]
+    overload = resolve_op(op)
+
+    def to_views():
+        for view, p in views:
+            view.copy_(cpu_args[p])
+
+    ok, detail, tiers = _run_forced(
+        op, overload, cpu_args, case.kwargs, dev_args, case.kwargs, dtype, bases, variant == "special values", to_views
+    )
+    if ok is None:
+        return _check(name, False, detail, skipped=True)
+    return _check(name, ok, detail, tiers, "" if ok else repro)
 
 
-def entry_ranks(min_rank: int, max_rank: int, spread: bool = True) -> list[int]:
-    """The ranks tested for an entry: its minimum, 2 and its maximum, capped at MAX_RANK_TESTED
-    (without spread: only the middle one, for quick runs)."""
-    hi = min(max_rank, MAX_RANK_TESTED)
-    mid = min(max(min_rank, 2), hi)
-    if not spread:
-        return [mid] if min_rank <= mid <= hi else []
-    return sorted({r for r in (min_rank, mid, hi) if min_rank <= r <= hi})
+def run_cast(plugin_dir: str, src_name: str, dst_name: str, strided: bool = False, kernel=None) -> dict:
+    """copy_ from src to dst dtype with values that truncate, round and saturate differently,
+    exact against CPU."""
+    from torch_fl.tensor.op_schema import resolve_op
+    from torch_fl.tools import certify_inputs as ci
+
+    src, dst = getattr(torch, src_name), getattr(torch, dst_name)
+    name = f"aten::copy_ {src_name} -> {dst_name} cast values" + (" strided" if strided else "")
+    repro = repro_command(
+        "from torch_fl.tools.certify_child import repro_cast; "
+        f"repro_cast({plugin_dir!r}, {src_name!r}, {dst_name!r}, {strided!r}, {kernel!r})"
+    )
+    values = ci.cast_values(src, dst)
+    if values is None or not values.numel():
+        return _check(name, False, "no values to cast", skipped=True)
+    dev = device_of(plugin_dir)
+    layout = "strided" if strided else "offset"
+    cb, cv, db, dv = ci.place(torch.zeros(values.shape, dtype=dst), layout, dev)
+    ok, detail, tiers = _run_forced(
+        "aten::copy_",
+        resolve_op("aten::copy_"),
+        [cv, values],
+        {},
+        [dv, values.to(dev)],
+        {},
+        dst,
+        [(cb, db)],
+        exact=True,
+    )
+    if ok is None:
+        return _check(name, False, detail, skipped=True)
+    if not ok:
+        detail = f"{detail}; values {values.tolist()}"
+    return _check(name, ok, detail, tiers, "" if ok else repro)
+
+
+def repro_entry(plugin_dir, op, dtype_name, rank, variant="contiguous", kernel=None) -> None:
+    """Re-run one entry check and print its outcome (a certificate's reproducer)."""
+    print(json.dumps(run_entry(plugin_dir, op, dtype_name, rank, variant, kernel), indent=2))
+
+
+def repro_cast(plugin_dir, src_name, dst_name, strided=False, kernel=None) -> None:
+    """Re-run one copy_ cast check and print its outcome (a certificate's reproducer)."""
+    print(json.dumps(run_cast(plugin_dir, src_name, dst_name, strided, kernel), indent=2))
+
+
+def entry_ranks(min_rank: int, max_rank: int, every: bool = True) -> list[int]:
+    """The ranks tested for an entry: every declared one (up to MAX_RANK_TESTED), or for a
+    quick run every declared one up to 2 (a rank-1 bias, a 0-d operand) and its maximum
+    capped at QUICK_MAX_RANK."""
+    if every:
+        return list(range(min_rank, min(max_rank, MAX_RANK_TESTED) + 1))
+    hi = min(max_rank, QUICK_MAX_RANK)
+    return sorted({r for r in (*range(min_rank, min(max_rank, 2) + 1), hi) if min_rank <= r <= hi})
+
+
+def _kind(dtype_name: str) -> str:
+    dtype = getattr(torch, dtype_name)
+    if dtype.is_complex or dtype.is_floating_point or dtype == torch.bool:
+        return "complex" if dtype.is_complex else ("float" if dtype.is_floating_point else "bool")
+    return "int"
+
+
+def _variant_plan(names: list[str], spread: list[int], every: bool) -> dict:
+    """{dtype name: ranks that get every variant}. A full run: each dtype at each spread rank.
+    A quick run: the first dtype of each kind (float, int, bool, complex) at the middle rank."""
+    if every:
+        return {n: set(spread) for n in names}
+    firsts = {}
+    for n in names:
+        firsts.setdefault(_kind(n), n)
+    mid = spread[len(spread) // 2] if spread else None
+    return {n: ({mid} if n in firsts.values() and mid is not None else set()) for n in names}
 
 
 def section_entries(plugin_dir: str, samples: int) -> list[dict]:
-    """Every usable manifest entry over its declared dtypes and a spread of its ranks."""
+    """Every usable manifest entry over its declared dtypes and ranks in the contiguous
+    layout, and every variant that applies to it (certify_inputs.VARIANTS) at a spread of
+    ranks (quick run: at one rank, one dtype per kind); copy_ entries also cast between
+    every pair of their dtypes."""
     from torch_fl.device.dtypes import NAME_OF_TORCH, TORCH_OF_CODE
+    from torch_fl.tools import certify_inputs as ci
 
     st = find_plugin(plugin_dir)
     if st is None or not st.devices:
         return [_check("plugin has a device", False, "no device: entries cannot run")]
+    every = samples >= 3
     out = []
     for op, entries in sorted(st.by_op.items()):
         for e in entries:
-            for code in sorted(e.dtype_codes):
-                dname = NAME_OF_TORCH[TORCH_OF_CODE[code]]
-                for rank in entry_ranks(e.min_rank, e.max_rank, spread=samples >= 3):
-                    res = run_entry(plugin_dir, op, dname, rank)
-                    res["name"] = f"{res['name']} ({e.kernel})"
-                    out.append(res)
+            names = [NAME_OF_TORCH[TORCH_OF_CODE[c]] for c in sorted(e.dtype_codes)]
+            spread = entry_ranks(e.min_rank, e.max_rank, every=False)
+            plan = _variant_plan(names, spread, every)
+            for dname in names:
+                for rank in sorted(set(entry_ranks(e.min_rank, e.max_rank, every)) | set(spread)):
+                    for variant in ci.VARIANTS if rank in plan[dname] else ("contiguous",):
+                        try:
+                            res = run_entry(plugin_dir, op, dname, rank, variant, e.kernel)
+                        except Exception as exc:  # building the inputs failed: say so, go on
+                            res = _check(f"{op} {dname} rank {rank} {variant}", False, _short(exc))
+                        if res["skipped"] and "does not apply" in res["detail"]:
+                            continue
+                        res["name"] = f"{res['name']} ({e.kernel})"
+                        out.append(res)
+                        if variant == "contiguous" and res["skipped"]:
+                            break  # no inputs at this rank: the other variants have none either
+            if op == "aten::copy_" and e.min_rank <= 1 <= e.max_rank:
+                for src in names:
+                    for dst in names:
+                        for strided in (False, True) if not e.requires_contiguous else (False,):
+                            if src != dst:
+                                res = run_cast(plugin_dir, src, dst, strided, e.kernel)
+                                res["name"] = f"{res['name']} ({e.kernel})"
+                                out.append(res)
     return out
 
 
@@ -315,22 +490,44 @@ def section_entries(plugin_dir: str, samples: int) -> list[dict]:
 
 def section_opinfo(plugin_dir: str, samples: int) -> list[dict]:
     """A fixed sample of PyTorch's OpInfo database in float32 on the plugin's device."""
-    from torch_fl.observe.conformance import load_op_db, opinfo_name, run_case
+    from torch_fl.observe.conformance import load_op_db, opinfo_name
 
-    dev = device_of(plugin_dir)
-    by_name = {opinfo_name(op): op for op in load_op_db()}
+    device_of(plugin_dir)  # no device: the section fails here, once
+    db = load_op_db()
     out = []
     for name in OPINFO_OPS:
-        op = by_name.get(name)
-        if op is None or torch.float32 not in op.supported_dtypes("cpu"):
+        # An exact OpInfo name, else every variant of the op ("div" is div.no_rounding_mode,
+        # div.trunc_rounding and div.floor_rounding in OpInfo).
+        ops = [op for op in db if opinfo_name(op) == name] or [op for op in db if op.name == name]
+        ops = [op for op in ops if torch.float32 in op.supported_dtypes("cpu")]
+        if not ops:
             out.append(
-                _check(f"opinfo {name}", True, f"not in this torch's OpInfo ({torch.__version__})", skipped=True)
+                _check(f"opinfo {name}", False, f"not in this torch's OpInfo ({torch.__version__})", skipped=True)
             )
-            continue
-        res = run_case(op, torch.float32, dev, max_samples=samples)
-        repro = f"ralctl coverage --opinfo --device {dev} --op {name}"
-        out.append(_check(f"opinfo {name} float32", res.passed, res.error, res.tiers, repro))
+        for op in ops:
+            out.append(run_opinfo(plugin_dir, opinfo_name(op), samples, op))
     return out
+
+
+def run_opinfo(plugin_dir: str, name: str, samples: int, op=None) -> dict:
+    """One OpInfo entry in float32 on the plugin's device against CPU."""
+    from torch_fl.observe.conformance import load_op_db, opinfo_name, run_case
+
+    op = op or next(o for o in load_op_db() if opinfo_name(o) == name)
+    cov = torch_fl.Coverage()
+    with cov:
+        res = run_case(op, torch.float32, device_of(plugin_dir), max_samples=samples)
+    repro = repro_command(
+        f"from torch_fl.tools.certify_child import repro_opinfo; repro_opinfo({plugin_dir!r}, {name!r}, {samples})"
+    )
+    if not res.passed:
+        return _failed(f"opinfo {name} float32", res.error, cov, plugin_dir, repro)
+    return _check(f"opinfo {name} float32", True, "", res.tiers)
+
+
+def repro_opinfo(plugin_dir: str, name: str, samples: int = 4) -> None:
+    """Re-run one OpInfo check and print its outcome (a certificate's reproducer)."""
+    print(json.dumps(run_opinfo(plugin_dir, name, samples), indent=2))
 
 
 def _module_cases():
@@ -374,7 +571,7 @@ def _compare_modules(name, dev, make, make_x, rtol=1e-4, atol=1e-5):
     torch.manual_seed(0)
     module, x = make(), make_x()
     cov = torch_fl.Coverage()
-    repro = f"python -c \"from torch_fl.tools.certify_child import repro_section; repro_section('modules', {name!r})\""
+    repro = repro_command(f"from torch_fl.tools.certify_child import repro_section; repro_section('modules', {name!r})")
     try:
         y_cpu, g_cpu = _fwd_bwd(module, x, "cpu")
         with cov:
@@ -384,7 +581,7 @@ def _compare_modules(name, dev, make, make_x, rtol=1e-4, atol=1e-5):
         for k in g_cpu:
             torch.testing.assert_close(g_dev[k], g_cpu[k], rtol=rtol, atol=atol, msg=lambda m, k=k: f"grad {k}: {m}")
     except Exception as exc:
-        return _check(name, False, _short(exc), _tiers(cov), repro)
+        return _failed(name, exc, cov, os.environ["TORCH_FL_CERTIFY_PLUGIN_DIR"], repro)
     return _check(name, True, f"output and {len(g_cpu)} parameter gradients match CPU", _tiers(cov), repro)
 
 
@@ -393,7 +590,7 @@ def _optimizer_case(name, dev, make_opt):
     ref = torch.nn.Linear(6, 3)
     x, target = torch.randn(8, 6), torch.randn(8, 3)
     cov = torch_fl.Coverage()
-    repro = f"python -c \"from torch_fl.tools.certify_child import repro_section; repro_section('modules', {name!r})\""
+    repro = repro_command(f"from torch_fl.tools.certify_child import repro_section; repro_section('modules', {name!r})")
     try:
         results = []
         for d in ("cpu", dev):
@@ -410,7 +607,7 @@ def _optimizer_case(name, dev, make_opt):
         for a, b in zip(results[1], results[0]):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     except Exception as exc:
-        return _check(name, False, _short(exc), _tiers(cov), repro)
+        return _failed(name, exc, cov, os.environ["TORCH_FL_CERTIFY_PLUGIN_DIR"], repro)
     return _check(name, True, "3 steps: parameters match CPU", _tiers(cov), repro)
 
 
@@ -467,7 +664,7 @@ def section_model(plugin_dir: str, samples: int) -> list[dict]:
     ref = TinyModel()
     x, y = torch.randn(3, 1, 4, 4), torch.tensor([0, 3, 4])
     cov = torch_fl.Coverage()
-    repro = "python -c \"from torch_fl.tools.certify_child import repro_section; repro_section('model')\""
+    repro = repro_command("from torch_fl.tools.certify_child import repro_section; repro_section('model')")
     try:
         outs = []
         for d in ("cpu", dev):
@@ -484,7 +681,7 @@ def section_model(plugin_dir: str, samples: int) -> list[dict]:
         for a, b in zip(g_dev + p_dev, g_cpu + p_cpu):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     except Exception as exc:
-        return [_check("tiny model forward/backward/step", False, _short(exc), _tiers(cov), repro)]
+        return [_failed("tiny model forward/backward/step", exc, cov, plugin_dir, repro)]
     detail = f"loss {l_cpu.item():.5f}, {len(g_cpu)} gradients and the SGD step match CPU"
     return [_check("tiny model forward/backward/step", True, detail, _tiers(cov), repro)]
 
@@ -587,6 +784,11 @@ def main(argv=None) -> int:
             checks = RUNNERS[section](a.plugin_dir, a.samples)
         except Exception as exc:
             checks = [_check(f"{section} section ran", False, _short(exc) + "\n" + traceback.format_exc(limit=4))]
+        for c in checks:  # every failure kind gets a reproducer: at least its whole section
+            if c["state"] == "failed" and not c["repro"]:
+                c["repro"] = repro_command(
+                    f"from torch_fl.tools.certify_child import repro_section; repro_section({section!r})"
+                )
         done.append({"section": section, "device": dev, "torch": torch.__version__, "checks": checks})
         done[-1]["seconds"] = round(time.perf_counter() - t0, 1)
         with open(a.out, "w") as f:

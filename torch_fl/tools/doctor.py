@@ -261,7 +261,7 @@ def _run_checks(smoke: bool) -> list[Finding]:
     findings += _search_path_findings()
     torch_ok = _torch_finding()
     try:
-        plugins, devices = probe_plugins(deep=torch_ok.level == OK)
+        plugins, devices = probe_plugins("deep" if torch_ok.level == OK else "ops")
     except inventory.RuntimeUnavailable as exc:
         return findings + [
             Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl"),

@@ -52,7 +52,7 @@ def _crashed_row(plugin_dir: str, returncode: int) -> PluginRow:
     return PluginRow(name, version, "?", CRASHED, deps, reason, [], source, plugin_dir)
 
 
-def _run_child(deep: bool, skip: list[str], marker_dir: str) -> subprocess.CompletedProcess:
+def _run_child(mode: str, skip: list[str], marker_dir: str) -> subprocess.CompletedProcess:
     from torch_fl.core.runtime import builtin_plugin_dir
 
     env = {k: v for k, v in os.environ.items() if k != "TORCH_FL_TRACE"}
@@ -60,7 +60,7 @@ def _run_child(deep: bool, skip: list[str], marker_dir: str) -> subprocess.Compl
         env[SKIP_ENV] = ":".join([*filter(None, env.get(SKIP_ENV, "").split(":")), *skip])
     args = [sys.executable, "-c", "from torch_fl.tools.probe_child import main; main()"]
     # The parent's builtin folder and package (the child must see what this process would).
-    args += [builtin_plugin_dir(), marker_dir, "deep" if deep else "shallow"]
+    args += [builtin_plugin_dir(), marker_dir, mode]
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     try:
@@ -80,9 +80,10 @@ def _marker(marker_dir: str) -> str | None:
     return None
 
 
-def probe_plugins(deep: bool = False) -> tuple[list[PluginRow], list[DeviceRow]]:
+def probe_plugins(mode: str = "shallow") -> tuple[list[PluginRow], list[DeviceRow]]:
     """(plugins, devices) found by a child process; a plugin that killed it is CRASHED.
-    deep: also check every manifest op name against the installed torch (in the child)."""
+    mode "ops": also check every manifest op name against the installed torch in a grandchild
+    (the probe stays torch-free); "deep": check them in the probe itself, as the router does."""
     from torch_fl.tools.doctor_warnings import warning_lines
 
     runtime(initialise=False)  # a runtime that cannot even import: RuntimeUnavailable, no child
@@ -90,7 +91,7 @@ def probe_plugins(deep: bool = False) -> tuple[list[PluginRow], list[DeviceRow]]
     crashed: list[PluginRow] = []
     with tempfile.TemporaryDirectory(prefix="torch_fl-probe-") as marker_dir:
         while True:
-            res = _run_child(deep, [r.dir for r in crashed], marker_dir)
+            res = _run_child(mode, [r.dir for r in crashed], marker_dir)
             if res.returncode >= 0:
                 break
             loading = _marker(marker_dir)

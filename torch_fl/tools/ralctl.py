@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from torch_fl import __version__
+from torch_fl.core.discovery import ignored_folders
 from torch_fl.tools import coverage_cmd, inventory, output
 from torch_fl.tools.certify import SECTIONS
 from torch_fl.tools.output import NO_RUNTIME, OK, PROBLEM
@@ -62,19 +63,23 @@ def list_devices(as_json: bool):
 @cli.command("plugin-status", epilog=EXIT_CODES)
 @json_option
 @click.option(
-    "--deep", is_flag=True, help="Also check every manifest op name against the installed torch (imports torch)."
+    "--deep", is_flag=True, help="Check op names in the probe process itself (imports torch there), as the router does."
 )
 def plugin_status(as_json: bool, deep: bool):
     """Table of PLUGIN, VERSION, ABI, STATUS, DEPENDENCIES and REASON (exit 1 unless all LOADED)."""
     try:
-        plugins, _ = probe_plugins(deep)  # plugins load in a child process: a crash is CRASHED
+        roots = [(s, d) for s, d, _ in inventory.search_roots()]
+        # Plugins load in a child process (a crash is CRASHED); op names are checked there too.
+        plugins, _ = probe_plugins("deep" if deep else "ops")
     except inventory.RuntimeUnavailable as exc:
         _runtime_failure(exc, as_json, "plugins")
     reason = None if plugins else inventory.why_no_devices(plugins)
+    ignored = ignored_folders(roots)
     if as_json:
         output.print_json(
             {
                 "plugins": [p.as_dict() for p in plugins],
+                "ignored": ignored,
                 "reason": reason,
                 "search_path": [{"source": s, "dir": d, "exists": e} for s, d, e in inventory.search_roots()],
             }
@@ -84,7 +89,9 @@ def plugin_status(as_json: bool, deep: bool):
             [p.name, p.version, p.abi, p.status, ", ".join(p.dependencies) or "-", p.reason or "-"] for p in plugins
         ]
         output.print_table(["PLUGIN", "VERSION", "ABI", "STATUS", "DEPENDENCIES", "REASON"], rows, reason)
-    healthy = plugins and all(p.status == "LOADED" for p in plugins)
+        for line in ignored:
+            click.echo(f"IGNORED {line}")
+    healthy = plugins and all(p.status == "LOADED" for p in plugins) and not ignored
     raise SystemExit(OK if healthy else PROBLEM)
 
 
@@ -94,38 +101,59 @@ def manifest():
 
 
 @manifest.command("validate", epilog=EXIT_CODES)
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("target", type=click.Path(exists=True))
+@click.option("--no-ops", is_flag=True, help="Skip checking op names against the installed torch (a child process).")
 @json_option
-def manifest_validate(file: str, as_json: bool):
-    """Validate a manifest.json against the schema; errors name the entry and field (exit 1 if invalid)."""
-    from torch_fl.core.errors import ManifestError
-    from torch_fl.core.manifest import load_manifest
+def manifest_validate(target: str, as_json: bool, no_ops: bool):
+    """Validate a plugin folder (PLUGIN_DIR) or a bare manifest file without loading the plugin.
 
-    try:
-        m = load_manifest(file)
-    except ManifestError as exc:
-        if as_json:
-            output.print_json({"file": file, "valid": False, "error": str(exc)})
-        else:
-            click.echo(f"INVALID {exc}", err=True)
-        raise SystemExit(PROBLEM) from None
+    Both: the schema and every op name against the installed torch. A folder also: the library
+    the loader would open (read as an ELF file, never run) exports ral_plugin_entry_v1, the
+    manifest's library and plugin names agree with the folder, kernel names occur in the
+    library. Messages name the file, entry index and field (exit 1 on any problem).
+    """
+    from pathlib import Path
+
+    from torch_fl.core.discovery import check_manifest_file, check_plugin_dir
+
+    is_dir = Path(target).is_dir()
+    r = check_plugin_dir(target, not no_ops) if is_dir else check_manifest_file(target, not no_ops)
+    valid = not r.problems
     if as_json:
         output.print_json(
             {
-                "file": file,
-                "valid": True,
-                "error": None,
-                "plugin": m.plugin,
-                "version": m.version,
-                "entries": len(m.entries),
-                "ops": sorted({e.op for e in m.entries}),
+                "target": target,
+                "kind": "plugin_dir" if is_dir else "file",
+                "valid": valid,
+                "problems": r.problems,
+                "warnings": r.warnings,
+                "plugin": r.plugin,
+                "entries": r.entries,
+                "ops": r.ops,
             }
         )
     else:
-        click.echo(
-            f"OK {file}: plugin {m.plugin} {m.version}, {len(m.entries)} kernel entries "
-            f"for {len({e.op for e in m.entries})} ops"
-        )
+        for p in r.problems:
+            click.echo(f"INVALID {p}", err=True)
+        for w in r.warnings:
+            click.echo(f"WARNING {w}", err=True)
+        if valid:
+            click.echo(f"OK {target}: plugin {r.plugin}, {r.entries} kernel entries for {len(r.ops)} ops")
+    raise SystemExit(OK if valid else PROBLEM)
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.option("--include", "include", is_flag=True, help="Print the folder holding ral_plugin.h (for -I).")
+def sdk(include: bool):
+    """Where this installation's plugin SDK lives (build a plugin with -I"$(ralctl sdk --include)")."""
+    from torch_fl.core.sdk import get_include
+
+    try:
+        path = get_include()
+    except FileNotFoundError as exc:
+        click.echo(f"ralctl: {exc}", err=True)
+        raise SystemExit(PROBLEM) from None
+    click.echo(path if include else f"include: {path}")
     raise SystemExit(OK)
 
 

@@ -81,8 +81,9 @@ inline void st_i(gbuf p, long e, int dt, long v) {
 inline double ld_d(gcbuf p, long e, int dt) {
   switch (dt) {
     case DT_F64: return ((__global const double*)p)[e];
-    case DT_I64: return (double)((__global const long*)p)[e];
-    default: return (double)ld_f(p, e, dt);
+    case DT_F32: case DT_F16: case DT_BF16: return (double)ld_f(p, e, dt);
+    /* Integers through long: int32 values past 2^24 are not exact in float. */
+    default: return (double)ld_i(p, e, dt);
   }
 }
 

@@ -433,8 +433,11 @@ typedef struct {
 typedef const ral_plugin_api* (*ral_plugin_entry_fn)(uint16_t runtime_abi_major,
                                                      uint16_t runtime_abi_minor);
 
-/*! \brief Declares the entry symbol with the right name and visibility. */
+/*! \brief Declares the entry symbol with the right name and visibility (a build may
+ *  define its own, e.g. make RAL_PLUGIN_EXPORT='__attribute__((visibility("default"),used))'). */
+#ifndef RAL_PLUGIN_EXPORT
 #define RAL_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
 
 #ifdef __cplusplus
 }
