@@ -193,6 +193,12 @@ int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms);
  * stream of its forward op). Not validated: a destroyed id fails at its next use. */
 int32_t rt_current_stream(int32_t device);
 int rt_set_current_stream(int32_t device, int32_t stream);
+/* The calling thread's current device (0 until set), as CUDA's per-thread current device: the
+ * one store that PyTorch's device guard (torch.accelerator.set_device_index, the autograd
+ * engine's device threads) and torch.ral.set_device both read and write. Not validated here:
+ * callers check the index against rt_device_count when the user sets it. */
+int32_t rt_current_device(void);
+void rt_set_current_device(int32_t device);
 
 /* ---- observation -------------------------------------------------------------- */
 /* Number of calls that reached the plugins' launch entry for this device (a failed

@@ -104,6 +104,10 @@ _RUNTIME_CALLS = (
     "rt_event_query",
     "rt_stream_wait_event",
     "rt_stream_create",
+    "rt_current_device",
+    "rt_set_current_device",
+    "rt_device_count",
+    "rt_event_elapsed_ms",
 )
 
 

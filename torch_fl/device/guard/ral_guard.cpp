@@ -10,7 +10,9 @@
 // run each backward op on its forward op's stream; events, with which it orders streams;
 // torch.accelerator.synchronize(), torch.Stream/torch.Event calls) is forwarded to the
 // runtime's C entry points, handed over with ral_guard_set_runtime: plain thread-safe C,
-// so no Python and no GIL is involved.
+// so no Python and no GIL is involved. The current device lives there too (per thread), so
+// torch.accelerator.set_device_index, the autograd engine's device threads and
+// torch.ral.set_device all read and write one store.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -24,7 +26,6 @@
 
 namespace {
 
-thread_local c10::DeviceIndex current_device = 0;
 std::atomic<int> visible_devices{8};
 
 // The runtime's calls (ral_runtime.h); null until torch_fl registers them.
@@ -42,6 +43,10 @@ struct RuntimeCalls {
   int (*event_query)(int32_t device, int32_t event);
   int (*stream_wait_event)(int32_t device, int32_t stream, int32_t event);
   int (*stream_create)(int32_t device, int32_t* stream);
+  int32_t (*current_device)();
+  void (*set_current_device)(int32_t device);
+  int (*device_count)();
+  int (*event_elapsed_ms)(int32_t device, int32_t start, int32_t end, float* ms);
   int not_ready;  // RAL_ERROR_NOT_READY
 };
 RuntimeCalls runtime_calls;
@@ -77,12 +82,34 @@ bool query_done(const RuntimeCalls& rt, int status, const char* what, c10::Devic
   return true;
 }
 
+// The thread's current device (0 before the runtime is handed over).
+c10::DeviceIndex current_index() {
+  const RuntimeCalls* rt = runtime.load();
+  return rt ? static_cast<c10::DeviceIndex>(rt->current_device()) : 0;
+}
+
+// A device with no index ("ral") means the thread's current device, as on CUDA.
+c10::Device resolve(c10::Device d) {
+  return d.has_index() ? d : c10::Device(c10::DeviceType::PrivateUse1, current_index());
+}
+
+// Setting a device the runtime does not have raises, as cudaSetDevice's "invalid device ordinal".
+void set_checked(c10::Device d) {
+  const RuntimeCalls& rt = calls();
+  c10::DeviceIndex i = resolve(d).index();
+  int n = rt.device_count();
+  TORCH_CHECK(i >= 0 && i < n, "ral:", static_cast<int>(i), " does not exist: ", n,
+                    " ral device(s) are visible (ralctl list-devices)");
+  rt.set_current_device(i);
+}
+
 constexpr int kPoolStreams = 4;
 std::mutex pool_mutex;
 std::map<c10::DeviceIndex, std::pair<std::vector<int32_t>, unsigned>> stream_pool;  // ids, next
 
 c10::Stream pooled(c10::Device d) {
   const RuntimeCalls& rt = calls();
+  d = resolve(d);
   std::lock_guard<std::mutex> lock(pool_mutex);
   auto& [ids, next] = stream_pool[d.index()];
   if (ids.size() < kPoolStreams) {
@@ -97,21 +124,23 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
   c10::Device exchangeDevice(c10::Device d) const override {
     c10::Device old = getDevice();
-    current_device = d.index();
+    if (resolve(d) != old) set_checked(d);
     return old;
   }
-  c10::Device getDevice() const override {
-    return c10::Device(c10::DeviceType::PrivateUse1, current_device);
+  c10::Device getDevice() const override { return c10::Device(c10::DeviceType::PrivateUse1, current_index()); }
+  void setDevice(c10::Device d) const override { set_checked(d); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    const RuntimeCalls* rt = runtime.load();
+    if (rt && d.has_index()) rt->set_current_device(d.index());
   }
-  void setDevice(c10::Device d) const override { current_device = d.index(); }
-  void uncheckedSetDevice(c10::Device d) const noexcept override { current_device = d.index(); }
   // The current stream lives in the runtime (per thread), where torch_fl's ops read it.
   c10::Stream getStream(c10::Device d) const noexcept override {
+    d = resolve(d);
     const RuntimeCalls* rt = runtime.load();
     int32_t id = rt ? rt->current_stream(d.index()) : 0;
     return id ? c10::Stream(c10::Stream::UNSAFE, d, id) : c10::Stream(c10::Stream::DEFAULT, d);
   }
-  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, d); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return c10::Stream(c10::Stream::DEFAULT, resolve(d)); }
   // torch.Stream(device="ral:N") and other pool users: like CUDA's stream pool, a few streams
   // per device created on first use and handed out round robin (a c10::Stream has no owner
   // to destroy it, so streams made here live as long as the process).
@@ -170,6 +199,18 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     const RuntimeCalls* rt = runtime.load();
     if (event && rt) rt->event_destroy(event_device(event), event_id(event));
+  }
+  // torch.Event(enable_timing=True).elapsed_time: c10::Event has already checked that both
+  // were recorded with timing and are complete.
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    const RuntimeCalls& rt = calls();
+    TORCH_CHECK(start && end, "ral: both events must be recorded before calculating elapsed time");
+    c10::DeviceIndex d = event_device(start);
+    TORCH_CHECK(d == event_device(end), "ral: elapsed_time between an event of ral:", static_cast<int>(d),
+                " and one of ral:", static_cast<int>(event_device(end)), ": both events must be on one device");
+    float ms = 0;
+    check_status(rt, rt.event_elapsed_ms(d, event_id(start), event_id(end), &ms), "event elapsed time", d);
+    return ms;
   }
   bool queryStream(const c10::Stream& s) const override {
     const RuntimeCalls& rt = calls();
