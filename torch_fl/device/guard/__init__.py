@@ -184,3 +184,13 @@ def load_allocator() -> bool:
         return False
     _allocator = shim
     return True
+
+
+def default_rng_state(device: int) -> int | None:
+    """Address of the (seed, offset) uint64 pair of a device's default C++ generator (the one
+    PyTorch's hooks hand out), or None without the shim."""
+    if _loaded is None:
+        return None
+    fn = _loaded.ral_guard_default_rng_state
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_void_p
+    return fn(device)

@@ -13,12 +13,18 @@
 // so no Python and no GIL is involved. The current device lives there too (per thread), so
 // torch.accelerator.set_device_index, the autograd engine's device threads and
 // torch.ral.set_device all read and write one store.
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Generator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -264,12 +270,76 @@ struct PinnedAllocator final : public c10::Allocator {
 };
 
 PinnedAllocator pinned_allocator;
+
+// torch.Generator(device="ral:N"): a Philox (seed, offset) pair, the state torch_fl's random
+// kernels take ([seed, offset] per launch, offset advanced by the values drawn). torch_fl reads
+// and advances it from Python through torch.Generator's initial_seed/get_offset/set_offset. The
+// state tensor is 16 bytes (int64 seed, int64 offset), the tail of CUDA's Philox state layout.
+constexpr uint64_t kDefaultSeed = 67280421310721ULL;  // c10's default_rng_seed_val
+
+struct RalGeneratorImpl final : public c10::GeneratorImpl {
+  explicit RalGeneratorImpl(c10::DeviceIndex d)
+      : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, d), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  uint64_t state[2] = {kDefaultSeed, 0};  // seed, offset: the default generators' are read by torch_fl in place
+
+  void set_current_seed(uint64_t seed) override {
+    state[0] = seed;
+    state[1] = 0;
+  }
+  void set_offset(uint64_t offset) override { state[1] = offset; }
+  uint64_t get_offset() const override { return state[1]; }
+  uint64_t current_seed() const override { return state[0]; }
+  uint64_t seed() override {
+    std::random_device rd;
+    uint64_t s = (static_cast<uint64_t>(rd()) << 32 | rd()) & ((1ULL << 63) - 1);
+    set_current_seed(s);
+    return s;
+  }
+  void set_state(const c10::TensorImpl& t) override {
+    TORCH_CHECK_TYPE(t.dtype() == caffe2::TypeMeta::Make<uint8_t>() && t.device().is_cpu(),
+                     "ral: RNG state must be a torch.ByteTensor on the CPU");
+    TORCH_CHECK_VALUE(t.numel() == 16 && t.is_contiguous(), "ral: RNG state must hold 16 bytes (seed, offset), got ",
+                      t.numel());
+    std::memcpy(state, t.data(), 16);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    at::TensorBase t = at::detail::empty_cpu({16}, c10::ScalarType::Byte, std::nullopt, std::nullopt, std::nullopt,
+                                             std::nullopt);
+    std::memcpy(t.data_ptr(), state, 16);
+    return t.getIntrusivePtr();
+  }
+  RalGeneratorImpl* clone_impl() const override {
+    auto* g = new RalGeneratorImpl(device().index());
+    std::memcpy(g->state, state, sizeof state);
+    return g;
+  }
+};
+
+// One default generator per device (torch.ral.manual_seed & co. and every random op without
+// generator= use it); a deque so references stay valid as devices are added.
+std::mutex generator_mutex;
+std::deque<at::Generator> default_generators;
+
+const at::Generator& default_generator(c10::DeviceIndex d) {
+  TORCH_CHECK(d >= 0 && d < 64, "ral: no default generator for device ", static_cast<int>(d));
+  std::lock_guard<std::mutex> lock(generator_mutex);
+  while (static_cast<int>(default_generators.size()) <= d)
+    default_generators.push_back(
+        at::make_generator<RalGeneratorImpl>(static_cast<c10::DeviceIndex>(default_generators.size())));
+  return default_generators[d];
+}
 std::atomic<int> real_devices{0};
 
 struct RalHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return real_devices.load() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override {
+    return default_generator(d < 0 ? current_index() : d);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override {
+    return at::make_generator<RalGeneratorImpl>(d < 0 ? current_index() : d);
+  }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator; }
   bool isPinnedPtr(const void* data) const override {
     auto p = reinterpret_cast<std::uintptr_t>(data);
@@ -305,4 +375,14 @@ extern "C" __attribute__((visibility("default"))) void ral_guard_set_device_coun
 extern "C" __attribute__((visibility("default"))) void ral_guard_set_runtime(const RuntimeCalls* calls) {
   runtime_calls = *calls;
   runtime.store(&runtime_calls);
+}
+
+// The (seed, offset) pair of a device's default generator, which torch_fl's random ops read
+// and advance in place (under torch_fl's RNG lock).
+extern "C" __attribute__((visibility("default"))) uint64_t* ral_guard_default_rng_state(int device) {
+  try {
+    return static_cast<RalGeneratorImpl*>(default_generator(static_cast<c10::DeviceIndex>(device)).unsafeGetGeneratorImpl())->state;
+  } catch (...) {
+    return nullptr;
+  }
 }
