@@ -168,17 +168,17 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag) const override {
     const RuntimeCalls& rt = calls();
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "ral: event device ",
-                static_cast<int>(device_index), " does not match the stream's device ",
-                static_cast<int>(stream.device_index()));
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index), " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
     if (!*event) {
       int32_t id = 0;
       check_status(rt, rt.event_create(stream.device_index(), &id), "event create", stream.device_index());
       *event = pack_event(stream.device_index(), id);
     }
     c10::DeviceIndex d = event_device(*event);
-    TORCH_CHECK(d == stream.device_index(), "ral: an event of ral:", static_cast<int>(d),
-                " cannot be recorded on a stream of ral:", static_cast<int>(stream.device_index()));
+    TORCH_CHECK(d == stream.device_index(), "Event device index ", static_cast<int>(d),
+                " does not match recording stream's device index ", static_cast<int>(stream.device_index()), ".");
     check_status(rt, rt.event_record(d, event_id(*event), static_cast<int32_t>(stream.id())), "event record", d);
   }
   void block(void* event, const c10::Stream& stream) const override {
