@@ -11,6 +11,8 @@ from torch_fl.device import index as _index
 from torch_fl.device import rng
 from torch_fl.device.index import current_device, device_index, set_device  # noqa: F401 (torch.ral API)
 from torch_fl.device.memory import memory_stats_dict
+from torch_fl.device.properties import RalDeviceProperties
+from torch_fl.device.properties import get_device_properties as _properties
 from torch_fl.device.stream_state import set_current
 from torch_fl.device.streams import Event, Stream, StreamContext, current_stream, default_stream, stream  # noqa: F401 (torch.ral API)
 from torch_fl.device.sync import synchronize_device
@@ -48,9 +50,9 @@ def get_device_name(device=None) -> str:
     return device_records()[device_index(device)].name
 
 
-def get_device_properties(device=None):
-    """The device descriptor record."""
-    return device_records()[device_index(device)]
+def get_device_properties(device=None) -> RalDeviceProperties:
+    """Name, total memory, compute units and what else the plugin reports of a ral device."""
+    return _properties(device_index(device))
 
 
 def memory_stats(device=None) -> dict:

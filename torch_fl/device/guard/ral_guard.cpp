@@ -158,6 +158,19 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (rt) rt->set_current_stream(s.device_index(), static_cast<int32_t>(s.id()));
     return old;
   }
+  // torch.accelerator.get_device_capability: the dtypes a ral tensor may have and convert
+  // between (natively, through wider kernels or PyTorch's CPU kernel); tests/backend_contract/
+  // test_device_facts.py allocates and converts each. Not quantized or sub-byte types.
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    c10::DeviceCapability cap;
+    cap.capability_data.capability_bits = 0;
+    for (auto i : {c10::kIndex_Byte, c10::kIndex_Char, c10::kIndex_Short, c10::kIndex_Int, c10::kIndex_Long,
+                   c10::kIndex_Half, c10::kIndex_Float, c10::kIndex_Double, c10::kIndex_ComplexFloat,
+                   c10::kIndex_ComplexDouble, c10::kIndex_Bool, c10::kIndex_BFloat16, c10::kIndex_UInt16,
+                   c10::kIndex_UInt32, c10::kIndex_UInt64, c10::kIndex_Float8_e5m2, c10::kIndex_Float8_e4m3fn})
+      cap.capability_data.capability_bits |= 1ULL << i;
+    return cap;
+  }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(visible_devices.load());
   }
