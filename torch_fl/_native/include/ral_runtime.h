@@ -141,6 +141,8 @@ int rt_check_pointer(int32_t device, uint64_t ptr, uint64_t offset, uint64_t nby
 /* Copy the pool statistics (named _get: rt_memory_stats is the struct type). */
 int rt_memory_stats_get(int32_t device, rt_memory_stats* out);
 int rt_reset_peak_stats(int32_t device);
+/* Zero the cumulative counters (allocs, frees, cache hits, plugin calls, OOMs). */
+int rt_reset_accumulated_stats(int32_t device);
 /* Synchronize the device and hand every cached block back to the plugin. */
 int rt_empty_cache(int32_t device);
 /* Set the per-device limit in bytes (0 = none). TORCH_FL_MEMORY_LIMIT sets the initial
