@@ -18,6 +18,8 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/ApproximateClock.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
 #include <atomic>
 #include <cstdint>
@@ -249,6 +251,58 @@ struct RalGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, RalGuardImpl);
 
+// The autograd profiler's device hooks (torch.autograd.profiler.profile(use_device="ral")):
+// it records an event on the current device's current stream at each op's start and end and
+// asks the time between them, as it does with CUDA events. Without them every op logs
+// "PrivateUse1 used in profiler but not enabled" and the profile's times are garbage.
+struct RalProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              int64_t* cpu_ns) const override {
+    const RuntimeCalls& rt = calls();
+    c10::DeviceIndex d = current_index();
+    if (device) *device = d;
+    int32_t id = 0;
+    check_status(rt, rt.event_create(d, &id), "profiler event create", d);
+    void* packed = pack_event(d, id);
+    *event = std::shared_ptr<void>(packed, [](void* e) {
+      const RuntimeCalls* r = runtime.load();
+      if (r) r->event_destroy(event_device(e), event_id(e));
+    });
+    if (cpu_ns) *cpu_ns = c10::getTime();
+    check_status(rt, rt.event_record(d, id, rt.current_stream(d)), "profiler event record", d);
+  }
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* a,
+                const torch::profiler::impl::ProfilerVoidEventStub* b) const override {
+    const RuntimeCalls& rt = calls();
+    void* e1 = a->get();
+    void* e2 = b->get();
+    c10::DeviceIndex d = event_device(e1);
+    TORCH_CHECK(d == event_device(e2), "ral profiler: events of two devices");
+    check_status(rt, rt.event_synchronize(d, event_id(e1)), "profiler event synchronize", d);
+    check_status(rt, rt.event_synchronize(d, event_id(e2)), "profiler event synchronize", d);
+    float ms = 0;
+    check_status(rt, rt.event_elapsed_ms(d, event_id(e1), event_id(e2), &ms), "profiler elapsed time", d);
+    return ms * 1000.0f;  // microseconds, as the CUDA stubs answer
+  }
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override {
+    const RuntimeCalls& rt = calls();
+    c10::DeviceIndex prev = current_index();
+    for (int d = 0; d < rt.device_count(); d++) {
+      rt.set_current_device(d);
+      op(d);
+    }
+    rt.set_current_device(prev);
+  }
+  void synchronize() const override {
+    const RuntimeCalls& rt = calls();
+    check_status(rt, rt.device_synchronize(current_index()), "synchronize", current_index());
+  }
+};
+
 // Pinned host memory (DataLoader(pin_memory=True), Tensor.pin_memory()). PyTorch asks the
 // accelerator's hooks for a pinned allocator; the ral runtime copies through ordinary host
 // memory, so "pinned" blocks are plain 64-byte-aligned host allocations whose ranges are
@@ -388,6 +442,8 @@ extern "C" __attribute__((visibility("default"))) void ral_guard_set_device_coun
 extern "C" __attribute__((visibility("default"))) void ral_guard_set_runtime(const RuntimeCalls* calls) {
   runtime_calls = *calls;
   runtime.store(&runtime_calls);
+  static RalProfilerStubs profiler_stubs;
+  torch::profiler::impl::registerPrivateUse1Methods(&profiler_stubs);
 }
 
 // The (seed, offset) pair of a device's default generator, which torch_fl's random ops read
