@@ -20,7 +20,8 @@ def show_devices():
         print(f"  ral:{d.index}  {d.type:<5} {d.name}  [{d.vendor}]  memory {mem}  host-mappable={d.host_mappable}")
     print("== plugins ==")
     for p in torch_fl.plugins():
-        why = f"  ({p.reason})" if p.reason else ""
+        # a LOADED plugin's reason is a note (a dtype the device lacks); others name a fault
+        why = f"  (note: {p.reason})" if p.reason and p.status == "LOADED" else f"  ({p.reason})" if p.reason else ""
         print(f"  {p.record.name:<10} {p.record.version:<8} ABI {p.record.abi[0]}.{p.record.abi[1]}  {p.status}{why}")
 
 
@@ -76,14 +77,8 @@ def main():
             "  (one process times both sides, so the plugin's threads and torch's share the cores;"
             " benchmarks/run.py times each side in its own process: that is the figure to quote)"
         )
-    shares = cov.tier_shares()
     print("\n== where the op calls ran (model.to style) ==")
-    for tier, share in sorted(shares.items(), key=lambda kv: -kv[1]):
-        print(f"  {tier:<7} {share * 100:5.1f}%")
-    top = sorted(((op, n) for (op, tier), n in cov.counts.items()), key=lambda kv: -kv[1])[:8]
-    print("  busiest ops: " + ", ".join(f"{op} x{n}" for op, n in top))
-    if cov.fallbacks():
-        print("  ops that left the device:", ", ".join(op for op, *_ in cov.fallbacks()))
+    print(cov)  # tier shares and the top fallbacks by time, per device (cov.to_dict() for tools)
 
 
 if __name__ == "__main__":

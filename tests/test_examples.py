@@ -33,3 +33,5 @@ def test_training_script_unmodified_cpu_vs_ral_mode(dev):
 def test_quickstart_runs(dev):
     out = _run("examples/quickstart.py")
     assert "ral:0" in out and "eager CPU" in out and "vendor" in out
+    # a healthy machine: no plugin reads DEGRADED (PoCL lacking float16 is a note, not a fault)
+    assert "DEGRADED" not in out and "LOADED" in out, out

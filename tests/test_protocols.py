@@ -190,7 +190,7 @@ def test_dataloader_workers_forked_inside_mode(dev):
     plain, touching = r.stdout.splitlines()
     assert plain.split() == ["ok", "192.0", "cpu"]  # a worker that never touches the device
     assert touching.startswith("raised ForkedChildError")  # one that does: a clear error
-    assert "torch_fl: cannot use ral devices in a forked subprocess" in touching
+    assert "Cannot re-initialize ral in forked subprocess" in touching
 
 
 @each_device

@@ -115,6 +115,25 @@ def test_plugin_status_table_and_deep_op_check(tmp_path, problem_root):
     assert "aten::nope.Tensor" in reason and "unknown operator" in reason
 
 
+def test_a_dtype_the_device_lacks_is_a_note_not_degraded(tmp_path):
+    # PoCL declares no float16: the OpenCL plugin is LOADED, with a note, in both commands
+    from torch_fl.core import runtime as rt
+    from torch_fl.core.dtype_names import names_in_mask
+
+    rt.ensure_initialized()
+    opencl = [p.index for p in rt.plugin_records() if p.name == "opencl" and p.status == "LOADED"]
+    masks = [d.dtype_mask for d in rt.device_records() if opencl and d.plugin == opencl[0]]
+    if not masks or "float16" in names_in_mask(masks[0]):
+        pytest.skip("needs the OpenCL plugin on a device without float16 (PoCL)")
+    code, out, _ = run_ralctl(tmp_path, "plugin-status", "--json")
+    row = {p["name"]: p for p in json.loads(out)["plugins"]}["opencl"]
+    assert code == OK and row["status"] == "LOADED" and row["disabled"] == [], row
+    assert row["reason"] == "float16: not supported by this device", row
+    code, out, _ = run_ralctl(tmp_path, "doctor", "--json", "--no-smoke")
+    finding = [f for f in json.loads(out)["checks"] if f["check"] == "plugin opencl"][0]
+    assert finding["level"] == "ok" and "note: float16: not supported by this device" in finding["detail"]
+
+
 def test_doctor_prints_a_fix_per_problem(tmp_path, problem_root):
     code, out, _ = run_ralctl(tmp_path, "doctor", "--json", "--no-smoke", TORCH_FL_PLUGIN_PATH=str(problem_root))
     assert code == PROBLEM

@@ -1,8 +1,9 @@
 """torch_fl: run unmodified PyTorch programs on any accelerator that ships a RAL C plugin.
 
-`import torch_fl` registers the `ral` device type (`ral:0`, `ral:1`, ...), loads every plugin
-it finds, and exposes the `torch.ral` module. `with torch_fl.ral_mode("ral:0"):` runs plain
-CPU code on a device.
+`import torch_fl` registers the `ral` device type (`ral:0`, `ral:1`, ...) and exposes the
+`torch.ral` module; it runs no plugin code: plugins are loaded and initialised at the first
+device use (core/runtime.py), as CUDA initialises lazily. `with torch_fl.ral_mode("ral:0"):`
+runs plain CPU code on a device.
 
 Layers (imports point down only; .importlinter enforces it):
 tools > observe > mode > jit > dispatch > tiers > tensor > device > core > _native.

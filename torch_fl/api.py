@@ -1,5 +1,8 @@
 """The public, torch-facing API. Importing it registers the `ral` device with PyTorch.
 
+Registration runs no vendor code: plugins are loaded and initialised at the first device use
+or an explicit query (torch.ral.init(), device_count(), ...), as CUDA initialises lazily.
+
 `import torch_fl` imports this module whenever torch is already imported (the usual case,
 and always under `import torch` autoload); a tool that runs without torch (ralctl) gets the
 torch-free core only, until it asks for a public name here.
@@ -42,7 +45,6 @@ from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tensor.ral_tensor import RalTensor
 
-_ensure_initialized()
 _REGISTRY.op_check = resolve_op
 _backend.register()
 _amp.register()
@@ -52,7 +54,6 @@ _shortcuts.register()
 _lazy_params.register()
 _serialization.register()
 _safetensors_compat.register()
-_REGISTRY.reload()
 from torch_fl import jit  # noqa: E402 (registers the jit tier with the router)
 from torch_fl.jit import fuse  # noqa: E402,F401 (public API)
 from torch_fl.jit.fusion import install_auto as _install_auto  # noqa: E402
@@ -89,6 +90,7 @@ def rescan() -> None:
 
 def plugins():
     """Every plugin with its status (LOADED, DEGRADED, INVALID_MANIFEST, MISSING_DEPS, ...)."""
+    _ensure_initialized()
     return list(_REGISTRY.plugins)
 
 

@@ -11,7 +11,8 @@ imported after a CPU backward (autoload off), the engine has no queue for ral de
 backward dies with the engine's INTERNAL ASSERT on `device_ready_queues_`. That cannot be
 undone, but a backward with autograd multithreading disabled runs every node on the calling
 thread's CPU queue and never looks up a device queue, so we switch that on for the importing
-thread and say so.
+thread and say so. The check needs a ral device, so it waits for the first device use (plugins
+load lazily): importing torch_fl runs no vendor code.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import warnings
 from importlib import import_module
 
 from torch_fl import submodule_initializing
-from torch_fl.core.runtime import device_count
+from torch_fl.core.runtime import device_count, on_initialized
 from torch_fl.device import compat
 
 ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -61,6 +62,12 @@ def after_import() -> None:
     """Called at the end of `import torch_fl`: detect an autograd engine started without ral."""
     if compat.torch_initializing():
         return  # autoloaded by `import torch`: no backward can have run yet
+    # At the first device use, once initialisation is complete (the probe runs a backward, whose
+    # engine threads may need the runtime too).
+    on_initialized(_check_engine, late=True)
+
+
+def _check_engine() -> None:
     n = device_count()
     if n == 0:
         return

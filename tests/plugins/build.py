@@ -20,6 +20,9 @@ MANIFESTS = REPO / "manifests"
 
 # Cases compiled from <source>.c in this folder; "corrupt" and "linked_dep" are special.
 SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty")
+# crashing.c built with -DCRASH_AT=n: a witness that logs when its code runs, and plugins
+# that segfault in their dlopen constructor, in init() and in device_count().
+CRASHING = {"witness": 0, "crash_ctor": 1, "crash_init": 2, "crash_count": 3}
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall"]
 
 
@@ -102,7 +105,7 @@ def install_fake_dep(plugin_dir: Path) -> None:
 def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> Path:
     """Build test plugin `name` into dest_root/<name>/lib<name>.so with a manifest.
 
-    `source` picks the case (default: `name`): one of SOURCES, "corrupt" (a file that
+    `source` picks the case (default: `name`): one of SOURCES or CRASHING, "corrupt" (a file that
     is not an ELF library) or "linked_dep" (needs a missing libfakedep.so). The plugin
     reports `name` as its plugin_name.
     """
@@ -116,6 +119,8 @@ def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> 
         _build_linked_dep(plugin_dir, name)
     elif source in SOURCES:
         _compile(HERE / f"{source}.c", library, name)
+    elif source in CRASHING:
+        _compile(HERE / "crashing.c", library, name, [f"-DCRASH_AT={CRASHING[source]}"])
     else:
         raise ValueError(f"unknown test plugin source {source!r}")
     kernels = [

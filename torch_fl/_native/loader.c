@@ -207,9 +207,11 @@ static void load(rt_plugin* p) {
     shadow(p, owner);
     return;
   }
+  rt_marker_enter(p->rec.dir); /* vendor code runs from here: init_marker.c */
   int st = open_table(p);
   if (st == RT_PLUGIN_LOADED && (owner = find_owner(p, p->rec.name))) st = shadow(p, owner);
   if (st == RT_PLUGIN_LOADED) st = start_plugin(p);
+  rt_marker_leave();
   if (st != RT_PLUGIN_LOADED) unload(p);
 }
 
@@ -280,7 +282,8 @@ static void scan_root(const char* root, int source) {
     char manifest[RT_PATH_MAX + 16];
     snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
     /* A directory is a plugin if it has a manifest or an existing record. */
-    if (len < (int)sizeof dir && is_dir(dir) && (is_file(manifest) || find_record(dir)))
+    if (len < (int)sizeof dir && is_dir(dir) && (is_file(manifest) || find_record(dir)) &&
+        !rt_plugin_skipped(dir))
       visit_plugin_dir(dir, source);
     free(names[i]);
   }

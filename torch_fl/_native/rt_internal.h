@@ -131,6 +131,10 @@ int rt_parse_size_str(const char* text, uint64_t* out);
 /* loader.c */
 /* Walk the discovery roots; load new plugins, retry failed ones, mark vanished as GONE. */
 int rt_loader_scan(void);
+/* init_marker.c: bracket one plugin's load (marker file, crash message); skip list. */
+void rt_marker_enter(const char* plugin_dir);
+void rt_marker_leave(void);
+int rt_plugin_skipped(const char* plugin_dir);
 
 /* device_manager.c */
 /* Resolve a visible, present device or fail with a message. */

@@ -157,3 +157,20 @@ def error_for_status(status: int, message: str, **context) -> RalError:
 
 
 _PLUGIN_OP = re.compile(r"RAL_ERROR\w*: \[(?P<plugin>[^\]\s]+)\] (?:(?P<op>\S+) \(kernel )?")
+
+
+class ForkedChildError(RuntimeError):
+    """A process forked after its parent initialised ral tried to use a ral device.
+
+    Worded after CUDA's "Cannot re-initialize CUDA in forked subprocess".
+    """
+
+    MESSAGE = (
+        "Cannot re-initialize ral in forked subprocess ({what}). The parent process had initialised "
+        "ral devices, and the device runtime (plugin threads, contexts, mappings) does not survive fork(). "
+        "To use ral with multiprocessing, use the 'spawn' start method (e.g. DataLoader(..., "
+        "multiprocessing_context='spawn')) or keep worker code on CPU."
+    )
+
+    def __init__(self, what: str):
+        super().__init__(self.MESSAGE.format(what=what))

@@ -11,7 +11,7 @@ from torch_fl._native import ffi, lib
 from torch_fl.core.dtype_names import CODE_OF_NAME
 from torch_fl.core.errors import ManifestError
 from torch_fl.core.manifest import KernelEntry, Manifest, load_manifest
-from torch_fl.core.runtime import PluginRecord, device_records, ensure_initialized, plugin_records
+from torch_fl.core.runtime import PluginRecord, device_records, ensure_initialized, on_initialized, plugin_records
 
 
 @dataclass
@@ -24,6 +24,9 @@ class PluginState:
     manifest: Manifest | None = None
     devices: list[int] = field(default_factory=list)
     disabled: list[tuple[KernelEntry, str]] = field(default_factory=list)
+    # dtypes the manifest declares but the device lacks ("float16: not supported by this
+    # device"): by design, not a fault, so the plugin stays LOADED and says so here
+    notes: list[str] = field(default_factory=list)
     # op name -> entries sorted by priority (highest first), only enabled ones
     by_op: dict[str, list[KernelEntry]] = field(default_factory=dict)
 
@@ -38,6 +41,11 @@ def refuse_unsupported_dtypes(entry: KernelEntry, dtype_mask: int | None) -> tup
     kept = frozenset(c for c in entry.dtype_codes if dtype_mask & (1 << c))
     refused = sorted((n for n, c in CODE_OF_NAME.items() if c in entry.dtype_codes - kept), key=CODE_OF_NAME.get)
     return (replace(entry, dtype_codes=kept), refused) if refused else (entry, [])
+
+
+def unsupported_dtype_note(dtype: str) -> str:
+    """The note a LOADED plugin carries for a dtype its manifest declares and its device lacks."""
+    return f"{dtype}: not supported by this device"
 
 
 def canonical_op(name: str) -> str:
@@ -79,6 +87,12 @@ class Registry:
             self.device_plugin = {d: p for p in plugins for d in p.devices}
 
     def _attach_manifest(self, st: PluginState, dtype_mask: int | None = None) -> None:
+        """Load the plugin's manifest and keep the entries this device can run.
+
+        A missing kernel symbol or an op this torch lacks disables the entry and makes the
+        plugin DEGRADED (a fault to fix). Dtypes the device says it lacks (PoCL has no
+        float16) are only refused: the plugin stays LOADED, with one note per dtype.
+        """
         path = Path(st.record.dir) / "manifest.json"
         try:
             st.manifest = load_manifest(path)
@@ -87,6 +101,7 @@ class Registry:
             warnings.warn(f"torch_fl: plugin {st.record.name!r} ignored its kernels: {exc}", stacklevel=3)
             return
         probe_dev = st.devices[0] if st.devices else None
+        lacking: list[str] = []
         for entry in st.manifest.entries:
             op = canonical_op(entry.op)
             if self.op_check is not None:
@@ -99,19 +114,19 @@ class Registry:
                 st.disabled.append((entry, f"kernel symbol {entry.kernel!r} is not exported by {st.record.library}"))
                 continue
             entry, refused = refuse_unsupported_dtypes(entry, dtype_mask)
-            if refused:
-                why = f"device lacks {', '.join(refused)} (its dtype_mask), so the manifest's {', '.join(refused)} is refused"
-                st.disabled.append((entry, why))
-                if not entry.dtype_codes:
-                    continue
-            st.by_op.setdefault(op, []).append(entry)
+            lacking += [n for n in refused if n not in lacking]
+            if entry.dtype_codes:
+                st.by_op.setdefault(op, []).append(entry)
         for entries in st.by_op.values():
             entries.sort(key=lambda e: -e.priority)
+        st.notes = [unsupported_dtype_note(n) for n in sorted(lacking, key=CODE_OF_NAME.get)]
         if st.disabled:
             st.status = "DEGRADED"
             first_entry, why = st.disabled[0]
             more = f" (+{len(st.disabled) - 1} more)" if len(st.disabled) > 1 else ""
             st.reason = f"{len(st.disabled)} manifest entr{'y' if len(st.disabled) == 1 else 'ies'} disabled: {first_entry.op}: {why}{more}"
+        elif st.notes:
+            st.reason = "; ".join(st.notes)
 
     def _lookup(self, dev: int, symbol: str) -> int | None:
         key = (dev, symbol)
@@ -139,3 +154,5 @@ class Registry:
 
 
 REGISTRY = Registry()
+# The router's view is built when the plugins load (lazily, at the first device use).
+on_initialized(REGISTRY.reload)

@@ -10,7 +10,8 @@ import threading
 from dataclasses import dataclass
 
 from torch_fl._native import builtin_plugin_dir, ffi, lib
-from torch_fl.core.errors import error_for_status
+from torch_fl.core import crash_marker
+from torch_fl.core.errors import ForkedChildError, error_for_status
 
 PLUGIN_STATUS_NAMES = {
     lib.RT_PLUGIN_LOADED: "LOADED",
@@ -25,9 +26,6 @@ SOURCE_NAMES = {
     lib.RT_SOURCE_ENV_PATH: "TORCH_FL_PLUGIN_PATH",
     lib.RT_SOURCE_SYSTEM: "system",
 }
-
-_init_lock = threading.Lock()
-_initialized = False
 
 
 def system_plugin_dir() -> str:
@@ -59,15 +57,99 @@ def check(status: int, **context) -> None:
         raise_status(status, **context)
 
 
+class _InitState:
+    """One-time, thread-safe plugin loading (see ensure_initialized)."""
+
+    def __init__(self):
+        self.lock = threading.RLock()  # re-entrant: an init hook may query the runtime
+        self.ready = False  # plugins loaded and every init hook ran
+        self.running = False  # inside the one init call (on the thread holding the lock)
+        self.failure: tuple[type[Exception], tuple] | None = None
+        self.bad_fork = False  # forked from a parent that had initialised (or was initialising)
+
+
+_state = _InitState()
+# Run once, in order, right after the plugins loaded (registry reload, device guard, ...),
+# still under the init lock; the "late" ones after initialisation is complete, outside it
+# (free to run device work that other threads may join, such as a backward pass).
+_init_hooks: list = []
+_late_hooks: list = []
+
+
+def on_initialized(fn, late: bool = False) -> None:
+    """Run fn() once right after the plugins are loaded (now, if they already are)."""
+    if _state.ready:
+        fn()
+    else:
+        (_late_hooks if late else _init_hooks).append(fn)
+
+
+def is_initialized() -> bool:
+    """Whether the plugins have been loaded in this process (False in a bad fork, as CUDA)."""
+    return _state.ready and not _state.bad_fork
+
+
+def in_bad_fork() -> bool:
+    """Whether this process was forked after its parent initialised ral."""
+    return _state.bad_fork
+
+
 def ensure_initialized() -> None:
-    """Discover and load plugins once per process."""
-    global _initialized
-    if _initialized:
+    """Load and initialise every plugin, once per process, at the first device use.
+
+    Importing torch_fl (and so `import torch`, through autoload) runs no vendor code; this is
+    the one place where plugins are loaded. Thread-safe: a second thread waits for the first;
+    a failed init raises the same error again on every later call. Raises ForkedChildError
+    in a process forked after its parent had initialised.
+    """
+    if _state.ready and not _state.bad_fork:
         return
-    with _init_lock:
-        if not _initialized:
+    _initialize()
+
+
+def _initialize() -> None:
+    st = _state
+    if st.bad_fork:
+        raise ForkedChildError("initialising the ral runtime")
+    with st.lock:
+        if st.ready or st.running:  # done, or a re-entrant query from an init hook
+            return
+        if st.failure is not None:
+            cls, args = st.failure
+            try:
+                again = cls(*args)
+            except Exception:  # noqa: BLE001 - an exception class with another signature
+                again = RuntimeError(*args)
+            raise again
+        st.running = True
+        try:
+            crash_marker.before_init(lib)
             check(lib.rt_init(os.fsencode(builtin_plugin_dir())))
-            _initialized = True
+            for fn in list(_init_hooks):
+                fn()
+        except Exception as exc:
+            st.failure = (type(exc), exc.args)
+            raise
+        finally:
+            st.running = False
+        st.ready = True
+    while _late_hooks:
+        _late_hooks.pop(0)()
+
+
+def _after_fork_in_child() -> None:
+    # A child of a process that had loaded (or was loading) plugins inherits a runtime whose
+    # threads and contexts are gone: it must not touch it. A child forked before that may
+    # initialise normally (that is what lazy initialisation buys).
+    global _state
+    old = _state
+    _state = _InitState()
+    _state.ready = old.ready
+    _state.failure = old.failure
+    _state.bad_fork = old.bad_fork or old.ready or old.running
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def rescan() -> None:
@@ -131,9 +213,16 @@ class DeviceRecord:
         return bool(self.flags & lib.RAL_DEVICE_FP16)
 
 
+def _query() -> None:
+    # Queries (counts and records) read memory the runtime filled: in a bad fork they answer
+    # from what the parent found, as torch.cuda.device_count() does; anything else initialises.
+    if not _state.ready:
+        ensure_initialized()
+
+
 def plugin_records() -> list[PluginRecord]:
     """Every plugin the loader saw, in discovery order, whatever its status."""
-    ensure_initialized()
+    _query()
     out = []
     rec = ffi.new("rt_plugin_record*")
     for i in range(lib.rt_plugin_count()):
@@ -158,7 +247,7 @@ def plugin_records() -> list[PluginRecord]:
 
 def device_records() -> list[DeviceRecord]:
     """Every visible ral device, in `ral:N` order."""
-    ensure_initialized()
+    _query()
     out = []
     rec = ffi.new("rt_device_record*")
     for i in range(lib.rt_device_count()):
@@ -185,6 +274,26 @@ def device_records() -> list[DeviceRecord]:
 
 
 def device_count() -> int:
-    """Number of visible ral devices."""
-    ensure_initialized()
+    """Number of visible ral devices (initialises the runtime on first call)."""
+    _query()
     return lib.rt_device_count()
+
+
+def visible_devices_summary() -> str:
+    """What is visible and what failed, for "ral:N does not exist" messages: "2 ral device(s)
+    (host: 1, opencl: 1); plugin 'foo' at /dir failed to load: MISSING_DEPS libfoo.so.1"."""
+    devices = device_records()
+    plugins = plugin_records()
+    per_plugin: dict[int, int] = {}
+    for d in devices:
+        per_plugin[d.plugin] = per_plugin.get(d.plugin, 0) + 1
+    names = {p.index: p.name for p in plugins}
+    counts = ", ".join(f"{names.get(i, i)}: {n}" for i, n in per_plugin.items())
+    text = f"{len(devices)} ral device(s) are visible" + (f" ({counts})" if counts else "")
+    failed = [p for p in plugins if p.status not in ("LOADED", "SHADOWED")]
+    for p in failed:
+        text += f"; plugin '{p.name}' at {p.dir} failed to load: {p.status} {p.reason}".rstrip()
+    skipped = os.environ.get("TORCH_FL_PLUGIN_SKIP")
+    if skipped:
+        text += f"; TORCH_FL_PLUGIN_SKIP={skipped} skips those plugins"
+    return text + " (ralctl plugin-status)"

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from torch_fl.core.runtime import device_count
+from torch_fl.core.runtime import device_count, on_initialized
 from torch_fl.device import compat, guard
 from torch_fl.device import module as device_module
 
@@ -41,10 +41,12 @@ def register() -> None:
     global _done
     if _done:
         return
-    guard.load(device_count())  # must precede the Python guard: registration is first-wins
+    # No device_count() here: registering runs no vendor code (plugins load at first use).
+    # The guard reports headroom (8 devices) until then, and the real count after.
+    guard.load(0)  # must precede the Python guard: registration is first-wins
     from torch.utils import backend_registration as br
 
-    if hasattr(br, "_setup_privateuseone_for_python_backend") and guard.register_hooks(device_count()):
+    if hasattr(br, "_setup_privateuseone_for_python_backend") and guard.register_hooks(0):
         # br._setup_privateuseone_for_python_backend without its Python hooks object: the
         # shim's C++ hooks also provide the pinned-memory allocator (DataLoader pin_memory)
         torch.utils.rename_privateuse1_backend("ral")
@@ -60,4 +62,12 @@ def register() -> None:
     sys.modules.setdefault("torch.ral", device_module)
     guard.load_allocator()  # torch.accelerator.memory_* (optional: see its docstring)
     atexit.register(_let_autograd_threads_settle)
+    on_initialized(_tell_guard)
     _done = True
+
+
+def _tell_guard() -> None:
+    """Once the plugins are loaded: the device count for the C++ guard and hooks."""
+    n = device_count()
+    guard.load(n)
+    guard.update_hooks(n)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from torch_fl._native import lib
+from torch_fl.core import runtime as _runtime
 from torch_fl.core.runtime import device_count as _device_count
+from torch_fl.device import fork as _fork
 
 # current_device() -> the calling thread's current ral index. The store is the runtime's (one
 # int per thread), not a Python thread-local: PyTorch's device guard reads and writes it too
@@ -31,9 +33,11 @@ def parse_device(device, default: int | None = None) -> int | None:
         idx = d.index if d.index is not None else default
     if idx is None:
         idx = current_device()
+    if _fork.in_child:
+        _fork.refuse(f"ral:{idx}")
     n = _device_count()
     if not 0 <= idx < n:
-        raise RuntimeError(f"ral:{idx} does not exist: {n} ral device(s) are visible (ralctl list-devices)")
+        raise RuntimeError(f"ral:{idx} does not exist: {_runtime.visible_devices_summary()}")
     return idx
 
 

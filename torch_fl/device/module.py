@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl._native import lib
+from torch_fl.core import runtime as _runtime
 from torch_fl.core.runtime import check, device_records
 from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.device import index as _index
@@ -28,12 +29,22 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    """The runtime initializes at import; always True."""
-    return True
+    """Whether the plugins are loaded in this process (they load lazily, at first device use)."""
+    return _runtime.is_initialized()
+
+
+def init() -> None:
+    """Load and initialise every ral plugin now (otherwise the first device use does it)."""
+    _runtime.ensure_initialized()
+
+
+# PyTorch calls torch.<backend>._lazy_init() before a factory with device="ral" (as for CUDA).
+_lazy_init = init
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """Whether this process was forked after its parent initialised ral (it must not use ral)."""
+    return _runtime.in_bad_fork()
 
 
 def device_count() -> int:
@@ -214,9 +225,8 @@ def manual_seed(seed: int) -> None:
 
 
 def manual_seed_all(seed: int) -> None:
-    """Seed every ral device (torch.manual_seed calls this)."""
-    for i in range(max(_device_count(), 1)):
-        rng.manual_seed(i, seed)
+    """Seed every ral device (torch.manual_seed calls this; it loads no plugin)."""
+    rng.manual_seed_all(seed)
 
 
 def seed() -> None:

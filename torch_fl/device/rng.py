@@ -18,18 +18,26 @@ from torch_fl.device import guard
 _lock = threading.Lock()
 _DEFAULT_SEED = 67280421310721
 _state: dict[int, object] = {}  # device -> uint64_t[2] (seed, offset)
+_seed_all = [_DEFAULT_SEED]  # the seed of every device not seeded on its own since
 
 
 def _st(dev: int):
     st = _state.get(dev)
     if st is None:
-        addr = guard.default_rng_state(dev)
-        if addr:
-            st = ffi.cast("uint64_t *", addr)
-        else:
-            st = ffi.new("uint64_t[2]", [_DEFAULT_SEED, 0])
+        addr = guard.default_rng_state(dev)  # creates a generator object; loads no plugin
+        st = ffi.cast("uint64_t *", addr) if addr else ffi.new("uint64_t[2]")
+        st[0], st[1] = _seed_all[0], 0
         st = _state.setdefault(dev, st)
     return st
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed every device, present or not yet initialised (torch.manual_seed calls this at any
+    time, even in CPU-only scripts, so it must not need the device count)."""
+    with _lock:
+        _seed_all[0] = int(seed) & ((1 << 64) - 1)
+        for st in _state.values():
+            st[0], st[1] = _seed_all[0], 0
 
 
 def _reserve(numel: int) -> int:

@@ -8,19 +8,8 @@ from collections import defaultdict
 
 
 def workload_rows(cov) -> list[dict]:
-    """One row per (op, tier) of a Coverage: calls, seconds and share of traced op time."""
-    total = sum(cov.seconds.values()) or 1.0
-    rows = [
-        {
-            "op": op,
-            "tier": tier,
-            "calls": n,
-            "seconds": cov.seconds[(op, tier)],
-            "share": cov.seconds[(op, tier)] / total,
-        }
-        for (op, tier), n in cov.counts.items()
-    ]
-    return sorted(rows, key=lambda r: -r["seconds"])
+    """One row per (op, tier) of a Coverage over all its devices: calls, seconds and share of time."""
+    return cov.rows()
 
 
 def todo_rows(cov) -> list[dict]:

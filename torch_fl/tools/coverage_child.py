@@ -35,8 +35,9 @@ def main() -> int:
         code = 1
     finally:
         rows = [
-            {"op": op, "tier": tier, "calls": n, "seconds": cov.seconds[(op, tier)]}
-            for (op, tier), n in cov.counts.items()
+            {"op": op, "tier": tier, "device": dev, "calls": n, "seconds": seconds[(op, tier)]}
+            for dev, (counts, seconds) in cov.per_device.items()
+            for (op, tier), n in counts.items()
         ]
         with open(ns.out, "w") as f:
             json.dump({"rows": rows, "exit_code": code}, f)

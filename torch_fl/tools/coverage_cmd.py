@@ -4,8 +4,9 @@
     ralctl coverage --opinfo [--device ral:N ...] [--dtype float32 ...] [--op NAME ...]
 
 Workload mode runs the script once per --device in a child process under
-`torch_fl.ral_mode(device)` (without --device: as written, reporting every ral device), so a
-script that raises still gets its report and ralctl exits with the script's own code.
+`torch_fl.ral_mode(device)` (without --device: as written, with one report per ral device the
+script used), so a script that raises still gets its report and ralctl exits with the script's
+own code. In a program, `with torch_fl.coverage() as cov:` then `print(cov)` gives the same.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ def _child_command(device: str | None, out: str, script_argv: list[str]) -> list
     ]
 
 
+def _coverage_of(rows: list[dict]):
+    """A Coverage holding the child's rows."""
+    from torch_fl.observe.coverage import Coverage
+
+    cov = Coverage()
+    for r in rows:
+        cov.record(r["op"], r["tier"], r["device"], r["calls"], r["seconds"])
+    return cov
+
+
 def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
     """Run the script per device, print the report, return the script's exit code."""
     import torch  # noqa: F401  (torch first: it loads torch_fl's API before its torch-facing modules)
@@ -58,11 +69,13 @@ def run_workload(devices: list[str], script_argv: list[str], fmt: str) -> int:
         finally:
             if os.path.exists(out):
                 os.unlink(out)
-        cov = Coverage()
-        for row in data.get("rows", []):
-            cov.counts[(row["op"], row["tier"])] = row["calls"]
-            cov.seconds[(row["op"], row["tier"])] = row["seconds"]
-        covs[dev or "all ral devices"] = cov
+        rows = data.get("rows", [])
+        if dev:
+            covs[dev] = _coverage_of(rows)
+        else:  # as written: one report per device the script used
+            for d in sorted({r["device"] for r in rows}):
+                covs[f"ral:{d}"] = _coverage_of([r for r in rows if r["device"] == d])
+            covs = covs or {"all ral devices": Coverage()}
     click.echo(workload_report(covs, fmt))
     return code
 

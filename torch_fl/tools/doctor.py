@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from torch_fl.tools import inventory
+from torch_fl.tools.probe import probe_plugins
 
 OK, WARNING, PROBLEM = "ok", "warning", "problem"
 # The torch requirement when torch_fl is used from a source tree rather than installed.
@@ -30,6 +31,8 @@ STATUS_FIX = {
     "DEGRADED": "export the missing kernel symbols from the library, or remove those entries from {dir}/manifest.json "
     "(`ralctl plugin-status --deep --json` lists every disabled entry)",
     "GONE": "the plugin directory vanished: reinstall it, then call torch_fl.rescan()",
+    "CRASHED": "the plugin kills any process that loads it: report it to its vendor, remove {dir}, or skip it with "
+    "TORCH_FL_PLUGIN_SKIP={dir} (CPU-only scripts are not affected: plugins load at the first device use)",
 }
 
 
@@ -66,11 +69,32 @@ def _plugin_findings(rows: list[inventory.PluginRow]) -> list[Finding]:
                 )
             )
         elif p.status == "LOADED":
-            out.append(Finding(name, OK, f"LOADED {p.version}, ABI {p.abi}, devices {p.devices}"))
+            note = f"; note: {p.reason}" if p.reason else ""  # e.g. a dtype the device lacks
+            out.append(Finding(name, OK, f"LOADED {p.version}, ABI {p.abi}, devices {p.devices}{note}"))
         else:
             fix = STATUS_FIX.get(p.status, "see the reason").format(dir=p.dir)
             out.append(Finding(name, PROBLEM, f"{p.status}: {p.reason}", fix))
     return out
+
+
+def _crash_marker_findings() -> list[Finding]:
+    """Processes that died while a plugin loaded (core/crash_marker.py), seen by a later run."""
+    from torch_fl.core import crash_marker
+
+    crashes = crash_marker.stale_markers()
+    last = crash_marker.last_crash()
+    if last and all(c["plugin_dir"] != last["plugin_dir"] for c in crashes):
+        crashes.append(last)
+    return [
+        Finding(
+            f"crash while loading {c['plugin_dir']}",
+            WARNING,
+            crash_marker.describe(c),
+            f"`ralctl plugin-status` shows whether it still crashes; skip it with TORCH_FL_PLUGIN_SKIP={c['plugin_dir']}; "
+            f"delete {crash_marker.marker_dir() / crash_marker.LAST_CRASH} once it is fixed",
+        )
+        for c in crashes
+    ]
 
 
 def _search_path_findings() -> list[Finding]:
@@ -225,7 +249,7 @@ def run_checks(smoke: bool = True) -> list[Finding]:
 def _run_checks(smoke: bool) -> list[Finding]:
     """Every check, in order; later checks are skipped when the ones they depend on failed."""
     try:
-        inventory.runtime()
+        inventory.runtime(initialise=False)  # plugins load in the probe's child process only
     except inventory.RuntimeUnavailable as exc:
         findings = [
             Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl")
@@ -236,13 +260,19 @@ def _run_checks(smoke: bool) -> list[Finding]:
     findings = [Finding("native runtime", OK, f"loaded {_ral.__file__}")]
     findings += _search_path_findings()
     torch_ok = _torch_finding()
-    check_op = inventory.op_checker() if torch_ok.level == OK else None
-    plugins = inventory.plugin_rows(check_op)
+    try:
+        plugins, devices = probe_plugins(deep=torch_ok.level == OK)
+    except inventory.RuntimeUnavailable as exc:
+        return findings + [
+            Finding("native runtime", PROBLEM, str(exc), "build it: `python setup.py native` or reinstall torch_fl"),
+            torch_ok,
+        ]
     findings += _plugin_findings(plugins)
+    findings += _crash_marker_findings()
     findings.append(torch_ok)
     if torch_ok.level == OK:
         findings += _cache_findings()
-        n = len(inventory.device_rows(plugins))
+        n = len(devices)
         if smoke and n:
             findings.append(_smoke_finding(n))
     return findings

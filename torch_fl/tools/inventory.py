@@ -2,6 +2,8 @@
 
 Torch-free: the loader's records come from torch_fl.core.runtime, manifests from torch_fl.core.manifest,
 and kernel symbols are looked up through the runtime. Only `check_op` (deep mode) needs torch.
+The tools never load a plugin in their own process: probe.py runs `plugin_rows` and
+`device_rows` in a child process, so a plugin that crashes is reported as CRASHED.
 """
 
 from __future__ import annotations
@@ -52,12 +54,14 @@ class DeviceRow:
         return asdict(self)
 
 
-def runtime():
-    """torch_fl.core.runtime, initialised; raises RuntimeUnavailable with the cause and the fix."""
+def runtime(initialise: bool = True):
+    """torch_fl.core.runtime (initialised, unless not asked to: the tools' own process loads no
+    plugin); raises RuntimeUnavailable with the cause and the fix."""
     try:
         from torch_fl.core import runtime as rt
 
-        rt.ensure_initialized()
+        if initialise:
+            rt.ensure_initialized()
     except ImportError as exc:
         raise RuntimeUnavailable(
             f"the native runtime is not built or cannot load ({exc}); build it with "
@@ -70,7 +74,7 @@ def runtime():
 
 def search_roots() -> list[tuple[str, str, bool]]:
     """(where it comes from, directory, exists) for every place the loader looks for plugins."""
-    return [(src, path, os.path.isdir(path)) for src, path in runtime().search_roots()]
+    return [(src, path, os.path.isdir(path)) for src, path in runtime(initialise=False).search_roots()]
 
 
 def _read_manifest(plugin_dir: str):
@@ -96,6 +100,15 @@ def _disabled_entries(manifest, device: int | None, check_op: Callable[[str], st
         if why:
             out.append(f"{entry.op}: {why}")
     return out
+
+
+def _dtype_notes(manifest, dtype_mask: int | None) -> list[str]:
+    """The router's notes for dtypes the manifest declares and the device lacks (still LOADED)."""
+    from torch_fl.core.dtype_names import CODE_OF_NAME
+    from torch_fl.core.registry import refuse_unsupported_dtypes, unsupported_dtype_note
+
+    lacking = {n for e in manifest.entries for n in refuse_unsupported_dtypes(e, dtype_mask)[1]}
+    return [unsupported_dtype_note(n) for n in sorted(lacking, key=CODE_OF_NAME.get)]
 
 
 def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[PluginRow]:
@@ -133,6 +146,9 @@ def plugin_rows(check_op: Callable[[str], str | None] | None = None) -> list[Plu
                 row.reason = (
                     f"{len(row.disabled)} of {len(manifest.entries)} kernels disabled: {row.disabled[0]}{extra}"
                 )
+            else:
+                masks = [d.dtype_mask for d in rt.device_records() if d.plugin == rec.index]
+                row.reason = "; ".join(_dtype_notes(manifest, masks[0] if masks else None)) or row.reason
         rows.append(row)
     return rows
 

@@ -11,6 +11,7 @@ from torch_fl import __version__
 from torch_fl.tools import coverage_cmd, inventory, output
 from torch_fl.tools.certify import SECTIONS
 from torch_fl.tools.output import NO_RUNTIME, OK, PROBLEM
+from torch_fl.tools.probe import probe_plugins
 from torch_fl.tools.units import fmt_bytes
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON instead of a table.")
@@ -36,8 +37,7 @@ def _runtime_failure(exc: inventory.RuntimeUnavailable, as_json: bool, key: str)
 def list_devices(as_json: bool):
     """Table of ID, TYPE, NAME, VENDOR, MEMORY and STATUS of every ral device (exit 1 if none)."""
     try:
-        plugins = inventory.plugin_rows()
-        devices = inventory.device_rows(plugins)
+        plugins, devices = probe_plugins()  # plugins load in a child process
     except inventory.RuntimeUnavailable as exc:
         _runtime_failure(exc, as_json, "devices")
     reason = None if devices else inventory.why_no_devices(plugins)
@@ -67,7 +67,7 @@ def list_devices(as_json: bool):
 def plugin_status(as_json: bool, deep: bool):
     """Table of PLUGIN, VERSION, ABI, STATUS, DEPENDENCIES and REASON (exit 1 unless all LOADED)."""
     try:
-        plugins = inventory.plugin_rows(inventory.op_checker() if deep else None)
+        plugins, _ = probe_plugins(deep)  # plugins load in a child process: a crash is CRASHED
     except inventory.RuntimeUnavailable as exc:
         _runtime_failure(exc, as_json, "plugins")
     reason = None if plugins else inventory.why_no_devices(plugins)

@@ -94,6 +94,10 @@ const char* rt_system_plugin_root(void);
  * directory vanished as GONE (their devices become not present). Existing device
  * indices never change. */
 int rt_rescan(void);
+/* While a plugin loads (library constructor, init(), device_count()), keep its directory in
+ * the file `path` ("" = none), removed when it is done: a file left behind names the plugin
+ * that killed the process. Fatal signals meanwhile print a line naming the plugin. */
+int rt_set_init_marker(const char* path);
 int rt_plugin_count(void);
 int rt_plugin_get(int32_t plugin, rt_plugin_record* out);
 /* Number of visible devices (after TORCH_FL_VISIBLE_DEVICES, e.g. "1,0"). */

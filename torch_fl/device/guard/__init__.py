@@ -194,3 +194,13 @@ def default_rng_state(device: int) -> int | None:
     fn = _loaded.ral_guard_default_rng_state
     fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_void_p
     return fn(device)
+
+
+def update_hooks(device_count: int) -> None:
+    """Tell the registered C++ hooks the device count found at (lazy) initialisation.
+
+    ral_guard_register_hooks stores the count before it registers; registration itself is
+    once-only, so a later call just updates the count (and answers 1, which is expected).
+    """
+    if _loaded is not None:
+        _loaded.ral_guard_register_hooks(device_count)
