@@ -23,7 +23,7 @@ import torch.utils.checkpoint as _checkpoint
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
-from torch_fl.device import fork
+from torch_fl.device import dynamo_interface, fork, rng
 from torch_fl.device.amp import cpu_autocast_needs_mirror as _cpu_amp_needs_mirror
 from torch_fl.device.amp import mirror_cpu_autocast as _mirror_cpu_amp
 from torch_fl.device.index import parse_device
@@ -569,6 +569,8 @@ def _mark_static_kind() -> None:
 
 
 when_imported("torch._dynamo", _mark_static_kind)
+# torch.compile's device interface for "ral", in place before any compile asks for it
+when_imported("torch._dynamo.device_interface", dynamo_interface.register)
 
 _compiling = torch.compiler.is_compiling
 
@@ -634,6 +636,10 @@ class ral_mode(TorchFunctionMode):
     def _cpu_rng(self, kind, func, args, kwargs, traced=False):
         """Run a random op on CPU (PyTorch's generator and algorithm), then place the result.
         `traced`: under a tracer, with `.to()` graph ops for the moves (see _traced)."""
+        gen = kwargs.get("generator")
+        if isinstance(gen, torch.Generator) and gen.device.type == "ral":
+            # the CPU op draws from a CPU generator seeded from (and advancing) the ral one
+            kwargs = dict(kwargs, generator=rng.cpu_generator(gen.device.index or 0, gen))
         if traced:
             down, on_device = _down_traced, _is_device_tensor
 

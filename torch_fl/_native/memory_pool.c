@@ -268,6 +268,18 @@ int rt_reset_peak_stats(int32_t device) {
   return RAL_OK;
 }
 
+/* Public: zero the pool's cumulative counters (torch.cuda.reset_accumulated_memory_stats). */
+int rt_reset_accumulated_stats(int32_t device) {
+  rt_device* dev;
+  int st = rt_dev_get_any(device, &dev);
+  if (st != RAL_OK) return st;
+  pthread_mutex_lock(&dev->lock);
+  dev->pool.stats.num_allocs = dev->pool.stats.num_frees = dev->pool.stats.num_cache_hits = 0;
+  dev->pool.stats.num_plugin_mallocs = dev->pool.stats.num_plugin_frees = dev->pool.stats.num_ooms = 0;
+  pthread_mutex_unlock(&dev->lock);
+  return RAL_OK;
+}
+
 /* Public: synchronize the device and give every cached block back. */
 int rt_empty_cache(int32_t device) {
   rt_device* dev;

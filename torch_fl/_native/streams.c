@@ -163,6 +163,11 @@ int rt_set_current_stream(int32_t device, int32_t stream) {
   return RAL_OK;
 }
 
+/* Public: the calling thread's current device (see ral_runtime.h). */
+static _Thread_local int32_t tl_device;
+int32_t rt_current_device(void) { return tl_device; }
+void rt_set_current_device(int32_t device) { tl_device = device; }
+
 /* Public: create a stream; ids are reused after destroy. */
 int rt_stream_create(int32_t device, int32_t* stream) {
   rt_device* dev;

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
+from torch_fl._native import lib
 from torch_fl.core import runtime as _runtime
 from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.device import fork as _fork
 
-_tls = threading.local()
-
-
-def current_device() -> int:
-    """Index of the current ral device of this thread."""
-    return getattr(_tls, "device", 0)
+# current_device() -> the calling thread's current ral index. The store is the runtime's (one
+# int per thread), not a Python thread-local: PyTorch's device guard reads and writes it too
+# (torch.accelerator.set_device_index, the autograd engine's thread for ral:N), so both sides
+# always agree. A C function: no wrapper on the per-op path.
+current_device = lib.rt_current_device
 
 
 def parse_device(device, default: int | None = None) -> int | None:
@@ -52,8 +50,8 @@ def device_index(device) -> int:
 
 
 def set_device(device) -> None:
-    """Make a ral device current for this thread."""
-    _tls.device = device_index(device)
+    """Make a ral device current for this thread (RuntimeError for one that does not exist)."""
+    lib.rt_set_current_device(device_index(device))
 
 
 class device:
@@ -65,7 +63,7 @@ class device:
 
     def __enter__(self):
         self.prev = current_device()
-        _tls.device = self.idx
+        lib.rt_set_current_device(self.idx)
 
     def __exit__(self, *exc):
-        _tls.device = self.prev
+        lib.rt_set_current_device(self.prev)  # also when the block raised

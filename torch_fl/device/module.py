@@ -9,12 +9,15 @@ from torch_fl.core import runtime as _runtime
 from torch_fl.core.runtime import check, device_records
 from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.device import index as _index
-from torch_fl.device import rng
+from torch_fl.device import memory_report, rng
 from torch_fl.device.index import current_device, device_index, set_device  # noqa: F401 (torch.ral API)
 from torch_fl.device.memory import memory_stats_dict
+from torch_fl.device.properties import RalDeviceProperties
+from torch_fl.device.properties import get_device_properties as _properties
 from torch_fl.device.stream_state import set_current
 from torch_fl.device.streams import Event, Stream, StreamContext, current_stream, default_stream, stream  # noqa: F401 (torch.ral API)
 from torch_fl.device.sync import synchronize_device
+from torch_fl.device.sync_debug import get_sync_debug_mode, set_sync_debug_mode  # noqa: F401 (torch.ral API)
 
 # torch.ral.device(n): the context manager that changes the current device.
 device = _index.device
@@ -59,9 +62,9 @@ def get_device_name(device=None) -> str:
     return device_records()[device_index(device)].name
 
 
-def get_device_properties(device=None):
-    """The device descriptor record."""
-    return device_records()[device_index(device)]
+def get_device_properties(device=None) -> RalDeviceProperties:
+    """Name, total memory, compute units and what else the plugin reports of a ral device."""
+    return _properties(device_index(device))
 
 
 def memory_stats(device=None) -> dict:
@@ -94,8 +97,14 @@ def reset_peak_memory_stats(device=None) -> None:
     check(lib.rt_reset_peak_stats(device_index(device)))
 
 
-# torch.cuda's older name for the same reset
-reset_max_memory_allocated = reset_peak_memory_stats
+# torch.cuda's older names for the same figures and reset
+reset_max_memory_allocated = reset_max_memory_cached = reset_peak_memory_stats
+memory_cached, max_memory_cached = memory_reserved, max_memory_reserved
+
+
+def is_tf32_supported() -> bool:
+    """False: ral kernels compute float32 in float32 (there is no TF32 mode to allow)."""
+    return False
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
@@ -126,6 +135,83 @@ def empty_cache() -> None:
     """Hand every cached block of every device back to its plugin."""
     for i in range(_device_count()):
         check(lib.rt_empty_cache(i))
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """memory_stats as nested dicts, split at each "." (torch.cuda's shape)."""
+    return memory_report.nested(memory_stats(device))
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A printable table of a device's pool: allocated, reserved, blocks, counters, limit."""
+    index = device_index(device)
+    return memory_report.summary(index, device_records()[index].name)
+
+
+def memory_snapshot() -> list[dict]:
+    """One pool segment per ral device, with its totals (torch.cuda.memory_snapshot's shape)."""
+    return memory_report.snapshot(range(_device_count()))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    """Zero the cumulative counters (allocations, frees, cache hits, plugin calls, OOMs)."""
+    check(lib.rt_reset_accumulated_stats(device_index(device)))
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Cap this process's pool on a device at `fraction` of its total memory; allocating past
+    it raises torch.OutOfMemoryError (as torch.cuda does). 1.0 removes the cap."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    index = device_index(device)
+    total = device_records()[index].total_memory
+    # the pool's limit 0 means "no cap": fraction 0 caps at one byte
+    limit = 0 if fraction == 1.0 else max(int(fraction * total), 1)
+    check(lib.rt_set_memory_limit(index, limit))
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The fraction of a device's memory this process's pool may take (1.0 when uncapped)."""
+    index = device_index(device)
+    limit = memory_stats_dict(index)["limit_bytes"]
+    total = device_records()[index].total_memory
+    return 1.0 if not limit or not total else min(limit / total, 1.0)
+
+
+def can_device_access_peer(device, peer_device) -> bool:
+    """False: a ral kernel reads only its own device's buffers; copies between ral devices go
+    through the runtime (rt_copy_d2d), not peer access."""
+    device_index(device), device_index(peer_device)  # a device that does not exist raises
+    return False
+
+
+class device_of(_index.device):
+    """Context manager that makes the device of `obj` current (no-op for a non-ral tensor)."""
+
+    def __init__(self, obj):
+        idx = obj.get_device() if obj.device.type in ("ral", "privateuseone") else -1
+        self.idx, self.prev = idx, None
+
+    def __enter__(self):
+        if self.idx >= 0:
+            super().__enter__()
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            super().__exit__(*exc)
+
+
+class ExternalStream:
+    """Not available: the plugin ABI has no entry that adopts a queue created outside the
+    runtime (streams are made by stream_create and owned by the runtime)."""
+
+    def __new__(cls, stream_ptr, device=None):
+        raise NotImplementedError(
+            "torch.ral.ExternalStream: the ral plugin ABI cannot adopt a native queue created outside "
+            "torch_fl; create a torch.ral.Stream (or torch.Stream(device='ral:N')) instead"
+        )
 
 
 def set_memory_limit(limit_bytes: int, device=None) -> None:

@@ -124,6 +124,11 @@ class Event:
         if stream is None:
             stream = current_stream()
         self._ensure(stream.device_index)
+        if stream.device_index != self.device_index:  # event ids are per device (CUDA's wording)
+            raise RuntimeError(
+                f"Event device index {self.device_index} does not match recording stream's device index "
+                f"{stream.device_index}."
+            )
         check(lib.rt_event_record(self.device_index, self.event_id, stream.stream_id))
 
     def synchronize(self) -> None:
@@ -147,10 +152,22 @@ class Event:
             return
         if stream is None:
             stream = current_stream(self.device_index)
-        check(lib.rt_stream_wait_event(stream.device_index, stream.stream_id, self.event_id))
+        if stream.device_index == self.device_index:
+            check(lib.rt_stream_wait_event(stream.device_index, stream.stream_id, self.event_id))
+        else:  # a stream of another device: ids are per device, so wait on the host (as the guard)
+            self.synchronize()
 
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds between this event and `end` (both recorded and complete)."""
+        if not (self.enable_timing and end.enable_timing):
+            raise ValueError("Both events must be created with argument 'enable_timing=True'.")
+        if self.event_id is None or end.event_id is None:
+            raise ValueError("Both events must be recorded before calculating elapsed time.")
+        if self.device_index != end.device_index:
+            raise RuntimeError(
+                f"elapsed_time between an event of ral:{self.device_index} and one of ral:{end.device_index}: "
+                "both events must be on one device"
+            )
         out = ffi.new("float*")
         check(lib.rt_event_elapsed_ms(self.device_index, self.event_id, end.event_id, out))
         return float(out[0])

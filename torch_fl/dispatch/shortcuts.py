@@ -15,7 +15,7 @@ decomposes into. `F.linear` decomposes into `t` + `addmm` (two trips); `.sum()`,
 
 A shortcut is taken only when nothing between the Python call and the kernel would act:
 no autograd recording, forward-mode AD, autocast, torch-function or dispatch mode, tracer
-(Dynamo, torch.jit.trace) or op observer. Otherwise the call takes PyTorch's path unchanged;
+(Dynamo, torch.jit.trace), profiler or op observer. Otherwise the call takes PyTorch's path unchanged;
 both paths run the same aten ops through the same router, so results are identical
 (tests/test_shortcuts.py).
 """
@@ -51,6 +51,8 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _any_autocast = torch._C._is_any_autocast_enabled
 _compiling = torch.compiler.is_compiling
 _jit_tracing = torch._C._is_tracing  # torch.jit.is_tracing() without its Python frame
+# torch.profiler records ops at the dispatcher: a shortcut would hide them from it
+_profiling = torch._C._autograd._profiler_enabled
 _dispatch = entry.dispatch
 _torch_dispatch = RalTensor.__torch_dispatch__
 
@@ -74,6 +76,7 @@ def _quiet(t) -> bool:
         or _jit_tracing()
         or _forward_ad._current_level >= 0
         or entry.OBSERVERS
+        or _profiling()
         or (t.requires_grad and _grad_on())
     )
 
@@ -144,7 +147,7 @@ def _linear_direct(x, w, b) -> bool:
     # functorch wrapper or fake tensor is not a RalTensor and takes the decomposition.
     if type(x) is not RalTensor or type(w) is not RalTensor or (b is not None and type(b) is not RalTensor):
         return False
-    if _dispatch_modes() or _forward_ad._current_level >= 0 or _jit_tracing():
+    if _dispatch_modes() or _forward_ad._current_level >= 0 or _jit_tracing() or _profiling():
         return False
     if _grad_on() and (x.requires_grad or w.requires_grad or (b is not None and b.requires_grad)):
         return False

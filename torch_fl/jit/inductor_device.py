@@ -1,8 +1,8 @@
 """The default `torch.compile` backend (inductor) on ral tensors, through public registration.
 
 ral:0 is host-mappable: its buffers are host memory. Inductor's C++ CPU code generator is
-registered for the "ral" device (`register_backend_for_device`, `register_device_op_overrides`,
-Dynamo's `register_interface_for_device`), so the kernels it generates are ordinary host C++.
+registered for the "ral" device (`register_backend_for_device`, `register_device_op_overrides`;
+Dynamo's device interface is the device layer's, device/dynamo_interface.py), so the kernels it generates are ordinary host C++.
 The one thing they cannot do is read a RalTensor's memory (a wrapper tensor has no storage;
 its `data_ptr()` is a device address), so the wrapper code passes each kernel zero-copy CPU views of its ral
 buffers (`host_args`); buffers are allocated with `torch.empty_strided(device="ral:N")` and
@@ -93,7 +93,6 @@ def register() -> None:
         return
     _REGISTERED = True
     import torch._inductor.config as iconfig
-    from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
     from torch._inductor.codegen.common import (
         get_wrapper_codegen_for_device,
         register_backend_for_device,
@@ -155,4 +154,4 @@ def register() -> None:
             setattr(iconfig, k, v)
     register_backend_for_device("ral", RalScheduling, RalWrapper)
     register_device_op_overrides("ral", CpuDeviceOpOverrides())
-    register_interface_for_device("ral", CpuInterface)
+    # Dynamo's device interface for "ral" is the device layer's (device/dynamo_interface.py).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
 from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, write_back
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
@@ -38,7 +39,7 @@ class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
     tier = "cpu"
-    __slots__ = ("sch", "dev", "fn", "keep_layout")
+    __slots__ = ("sch", "dev", "fn", "keep_layout", "generators")
 
     def __init__(self, sch, dev):
         self.sch = sch
@@ -46,6 +47,7 @@ class CpuRun:
         # the CPU kernel, or an exact replacement where CPU lacks a dtype CUDA has (widen.py)
         self.fn = WIDENED.get(sch.func, sch.func)
         self.keep_layout = sch.name not in ROW_MAJOR_RESULTS  # upload results as CPU laid them out
+        self.generators = tuple(p for p, ts in enumerate(sch.type_strs) if "Generator" in ts)
 
     def run(self, args, kwargs, full):
         """Execute the op through PyTorch's CPU kernel."""
@@ -90,6 +92,12 @@ class CpuRun:
 
         cpu_args = [down(a) for a in args]
         cpu_kwargs = {k: down(v) for k, v in kwargs.items()}
+        for p in self.generators:  # a ral generator (or the device's default) as a CPU one
+            gen = rng.cpu_generator(dev, full[p])
+            if p < len(cpu_args):
+                cpu_args[p] = gen
+            else:
+                cpu_kwargs[self.sch.names[p]] = gen
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.fn(*cpu_args, **cpu_kwargs)
         resized = set()

@@ -90,6 +90,7 @@ class FastPlan:
         "out_sigs",
         "outs",
         "prep_slots",
+        "gen_pos",
     )
 
     def __init__(self, template, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs):
@@ -170,14 +171,14 @@ def _compile_fast(run, full):
             tensor_slots.append((idx, pos, j, t.dtype.itemsize))
     packed[1] = n_in
     int_slots, float_slots, floats, strings = [], [], [], []
-    gen_slot = -1
+    gen_slot, gen_pos = -1, -1
     for pos, kind in run.scalars:
         v = full[pos]
         if kind == 1:
             packed.extend((TAG_INT, len(v)))
         elif kind == 2:
             packed.extend((TAG_INT_LIST, 2, 0, 0))
-            gen_slot = len(packed) - 2
+            gen_slot, gen_pos = len(packed) - 2, pos
         elif sch.value_free[pos] and v is not None:
             tv = type(v)
             if tv is bool or tv is int:
@@ -202,6 +203,7 @@ def _compile_fast(run, full):
     )
     plan = FastPlan(packed, floats, out_slots, tensor_slots, int_slots, float_slots, gen_slot, strings, out_sigs)
     plan.prep_slots = tuple(prep_slots)
+    plan.gen_pos = gen_pos  # where the op's generator= argument is (its state is drawn per call)
     if run.fresh:
         plan.outs = tuple((i, *spec, sig) for i, spec, sig in zip(out_slots, run.out_specs, out_sigs))
     return plan
@@ -284,7 +286,7 @@ class VendorRun:
         for fi, pos in fast.float_slots:
             farr[fi] = full[pos]
         if fast.gen_slot >= 0:
-            arr[fast.gen_slot], arr[fast.gen_slot + 1] = rng.next_philox(dev, self.numel)
+            arr[fast.gen_slot], arr[fast.gen_slot + 1] = rng.next_philox(dev, self.numel, full[fast.gen_pos])
         status = rt_launch(dev, stream, self.handle, arr, fast.n, farr, fast.strings_c, self.name_c)
         if status:
             raise_status(status, plugin=self.plugin, op=self.sch.name)
@@ -337,7 +339,7 @@ class VendorRun:
                 packed.append(TAG_INT)
                 packed.append(len(full[pos]))
             else:  # Generator -> Philox [seed, offset]
-                packed.extend((TAG_INT_LIST, 2, *rng.next_philox(dev, self.numel)))
+                packed.extend((TAG_INT_LIST, 2, *rng.next_philox(dev, self.numel, full[pos])))
         launch_packed(dev, self.handle, packed, floats, strings, self.name_c, self.plugin, self.sch.name)
         return outs[0] if self.single else tuple(outs)
 
@@ -711,7 +713,7 @@ def _specialize(run, fast):
     if fast.gen_slot >= 0:
         env["_philox"] = rng.next_philox
         g = fast.gen_slot
-        lines.append(f"    arr[{g}], arr[{g + 1}] = _philox({dev}, {int(run.numel)})")
+        lines.append(f"    arr[{g}], arr[{g + 1}] = _philox({dev}, {int(run.numel)}, full[{int(fast.gen_pos)}])")
     for fi, pos in fast.float_slots:
         lines.append(f"    farr[{fi}] = full[{int(pos)}]")
     if run.fresh:  # wrap before the launch, as _run_fast does: a failed launch frees them

@@ -145,6 +145,8 @@ int rt_check_pointer(int32_t device, uint64_t ptr, uint64_t offset, uint64_t nby
 /* Copy the pool statistics (named _get: rt_memory_stats is the struct type). */
 int rt_memory_stats_get(int32_t device, rt_memory_stats* out);
 int rt_reset_peak_stats(int32_t device);
+/* Zero the cumulative counters (allocs, frees, cache hits, plugin calls, OOMs). */
+int rt_reset_accumulated_stats(int32_t device);
 /* Synchronize the device and hand every cached block back to the plugin. */
 int rt_empty_cache(int32_t device);
 /* Set the per-device limit in bytes (0 = none). TORCH_FL_MEMORY_LIMIT sets the initial
@@ -197,6 +199,12 @@ int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms);
  * stream of its forward op). Not validated: a destroyed id fails at its next use. */
 int32_t rt_current_stream(int32_t device);
 int rt_set_current_stream(int32_t device, int32_t stream);
+/* The calling thread's current device (0 until set), as CUDA's per-thread current device: the
+ * one store that PyTorch's device guard (torch.accelerator.set_device_index, the autograd
+ * engine's device threads) and torch.ral.set_device both read and write. Not validated here:
+ * callers check the index against rt_device_count when the user sets it. */
+int32_t rt_current_device(void);
+void rt_set_current_device(int32_t device);
 
 /* ---- observation -------------------------------------------------------------- */
 /* Number of calls that reached the plugins' launch entry for this device (a failed

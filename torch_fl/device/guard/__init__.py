@@ -104,6 +104,10 @@ _RUNTIME_CALLS = (
     "rt_event_query",
     "rt_stream_wait_event",
     "rt_stream_create",
+    "rt_current_device",
+    "rt_set_current_device",
+    "rt_device_count",
+    "rt_event_elapsed_ms",
 )
 
 
@@ -180,6 +184,16 @@ def load_allocator() -> bool:
         return False
     _allocator = shim
     return True
+
+
+def default_rng_state(device: int) -> int | None:
+    """Address of the (seed, offset) uint64 pair of a device's default C++ generator (the one
+    PyTorch's hooks hand out), or None without the shim."""
+    if _loaded is None:
+        return None
+    fn = _loaded.ral_guard_default_rng_state
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_void_p
+    return fn(device)
 
 
 def update_hooks(device_count: int) -> None:
