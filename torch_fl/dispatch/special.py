@@ -226,7 +226,7 @@ def _resize_(func, args, kwargs):
 @special(aten.set_.source_Tensor)
 def _set_source_tensor(func, args, kwargs):
     t, src = args[0], args[1]
-    if type(src) is not RalTensor or src._dev != t._dev:
+    if type(t) is not RalTensor or type(src) is not RalTensor or src._dev != t._dev:
         raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: set_ needs a source tensor on {t.device}", op=str(func))
     return restride(t, src._buf, src.shape, src.stride(), src.storage_offset())
 
