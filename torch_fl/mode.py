@@ -287,6 +287,20 @@ def flush_upload_cache() -> None:
     _BY_STORAGE.clear()
 
 
+# Namespaces of ops whose tensor arguments are opaque handles, not data: the old profiler
+# API's `_record_function_enter` returns a CPU tensor that wraps a C++ RecordFunction, which
+# `_record_function_exit` unwraps. Uploading it would hand the op a tensor it cannot read.
+_HANDLE_NAMESPACES = ("profiler::",)
+
+
+def _opaque_handle_op(func) -> bool:
+    name = getattr(func, "_qualified_op_name", None)  # an OpOverloadPacket
+    if name is None:
+        packet = getattr(func, "overloadpacket", None)  # an OpOverload
+        name = getattr(packet, "_qualified_op_name", "")
+    return name.startswith(_HANDLE_NAMESPACES)
+
+
 def _kind(func) -> int:
     k = _KINDS.get(func)
     if k is None:
@@ -307,7 +321,7 @@ def _kind(func) -> int:
             k = _NUMPY
         elif name == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
             k = _SET_DATA
-        elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
+        elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__") or _opaque_handle_op(func):
             k = _PASS
         elif func is torch.autograd.grad or func is torch.autograd.backward:
             k = _PASS  # its inputs are graph nodes to differentiate for, not data to upload
