@@ -203,8 +203,9 @@ _KINDS: dict = {}
 #     every entry on that storage (_BY_STORAGE, no per-hit cost);
 #   - memory torch does not own (torch.from_numpy, torch.frombuffer: storages that are not
 #     resizable) and storages handed to numpy under the mode are never cached;
-#   - entering a ral_mode empties the cache, so anything done between two blocks (a `.data`
-#     update outside the mode, numpy writes) is seen by the next block.
+#   - entering and leaving a ral_mode empties the cache, so anything done between two blocks
+#     (a `.data` update outside the mode, numpy writes) is seen by the next block, and no
+#     twin or weak reference outlives its block.
 _CACHE: dict = {}
 _BY_STORAGE: dict = {}  # storage data_ptr -> set of _CACHE keys on it
 _EXPOSED: set = set()  # storage data_ptrs handed to numpy under the mode
@@ -706,6 +707,10 @@ class ral_mode(TorchFunctionMode):
         return super().__enter__()
 
     def __exit__(self, *exc):
+        # The next block starts from fresh uploads anyway: release the twins' device memory
+        # and the weak references on CPU tensors now (Module._apply's swap refuses a tensor
+        # with a weak reference: `model.to("ral:0")` after a block must work).
+        flush_upload_cache()
         # a step that raised never ran its post hook: do not let its flag outlive the block
         if getattr(_steps, "stack", None):
             _count_steps(-len(_steps.stack))
