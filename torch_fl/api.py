@@ -40,6 +40,7 @@ from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
 from torch_fl.observe.coverage import Coverage, coverage
 from torch_fl.tensor import factories as _factories
+from torch_fl.tensor import ipc as _ipc
 from torch_fl.tensor import lazy_params as _lazy_params
 from torch_fl.tensor import safetensors_compat as _safetensors_compat
 from torch_fl.tensor import serialization as _serialization
@@ -54,6 +55,7 @@ _sdpa_entry.register()
 _shortcuts.register()
 _lazy_params.register()
 _serialization.register()
+_ipc.register()
 _safetensors_compat.register()
 from torch_fl import jit  # noqa: E402 (registers the jit tier with the router)
 from torch_fl.jit import fuse  # noqa: E402,F401 (public API)

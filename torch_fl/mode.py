@@ -54,7 +54,6 @@ _PASSTHROUGH_NAMES = {
     "ndimension",
     "data_ptr",
     "cpu",
-    "numpy",
     "tolist",
     "item",
     "to",
@@ -65,7 +64,6 @@ _PASSTHROUGH_NAMES = {
     "__format__",
     "__str__",
     "__len__",
-    "__array__",
     "__reduce_ex__",
     "__deepcopy__",
     "requires_grad_",
@@ -184,15 +182,42 @@ _VIEW_NAMES = {
     "contiguous",
 }
 _PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _SWAP, _RNG_INPLACE, _RNG, _DROPOUT = range(10)
+_NUMPY = -1  # hands a CPU tensor's memory to numpy (whose writes bump no version counter)
+_NUMPY_NAMES = {"numpy", "__array__"}
+_SET_DATA = -2  # `cpu_tensor.data = value`: the value a computation made on the device comes home
+_DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 _KINDS: dict = {}
 
-# Upload cache: id(cpu tensor) -> (weak ref to it, version, data_ptr, device, device copy).
-# Looked up on every operand of every op: a plain id-keyed dict with an identity check on
-# the weak ref costs a fraction of WeakIdKeyDictionary's lookup (which builds a key object
-# per call). The ref's callback drops the entry when the CPU tensor dies, so the cache
-# keeps no CPU tensor alive and a reused id never finds a stale entry.
+# Upload cache: id(cpu tensor) -> (weak ref to it, version, data_ptr, device, device copy,
+# storage data_ptr). Looked up on every operand of every op: a plain id-keyed dict with an
+# identity check on the weak ref costs a fraction of WeakIdKeyDictionary's lookup (which
+# builds a key object per call). The ref's callback drops the entry when the CPU tensor
+# dies, so the cache keeps no CPU tensor alive and a reused id never finds a stale entry.
+#
+# When an entry is current (docs/tensors_and_serialization.md, "Freshness under ral_mode"):
+#   - a write through the tensor itself, or any view or detach() of it, in any thread, bumps
+#     the version counter they share (checked per hit), and set_ / `.data =` change its
+#     data pointer (checked per hit);
+#   - a write through an alias with its own version counter (`p.data`, another tensor made
+#     on the same storage) made under the mode is an in-place CPU op the mode runs: it drops
+#     every entry on that storage (_BY_STORAGE, no per-hit cost);
+#   - memory torch does not own (torch.from_numpy, torch.frombuffer: storages that are not
+#     resizable) and storages handed to numpy under the mode are never cached;
+#   - entering and leaving a ral_mode empties the cache, so anything done between two blocks
+#     (a `.data` update outside the mode, numpy writes) is seen by the next block, and no
+#     twin or weak reference outlives its block.
 _CACHE: dict = {}
+_BY_STORAGE: dict = {}  # storage data_ptr -> set of _CACHE keys on it
+_EXPOSED: set = set()  # storage data_ptrs handed to numpy under the mode
 stats = {"uploads": 0, "cache_hits": 0}
+
+
+def _unindex(key: int, sptr: int) -> None:
+    keys = _BY_STORAGE.get(sptr)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            _BY_STORAGE.pop(sptr, None)
 
 
 def _evict(key: int, ref) -> None:
@@ -200,6 +225,7 @@ def _evict(key: int, ref) -> None:
     e = _CACHE.get(key)
     if e is not None and e[0] is ref:
         _CACHE.pop(key, None)
+        _unindex(key, e[5])
 
 
 def _cache_get(t):
@@ -210,16 +236,70 @@ def _cache_get(t):
     return None
 
 
-def _cache_put(t, version: int, ptr: int, dev: int, copy) -> None:
+def _storage_ptr(t) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _cacheable(t) -> bool:
+    """Whether torch sees every write to t's memory: not memory it borrowed (from_numpy,
+    frombuffer make storages that cannot resize) nor a storage handed to numpy here."""
+    s = t.untyped_storage()
+    return s.resizable() and s.data_ptr() not in _EXPOSED
+
+
+def _cache_put(t, version: int, ptr: int, dev: int, copy, sptr: int) -> None:
     key = id(t)
     e = _CACHE.get(key)
-    ref = e[0] if e is not None and e[0]() is t else weakref.ref(t, partial(_evict, key))
-    _CACHE[key] = (ref, version, ptr, dev, copy)
+    if e is not None and e[0]() is t:
+        ref = e[0]
+        if e[5] != sptr:
+            _unindex(key, e[5])
+    else:
+        ref = weakref.ref(t, partial(_evict, key))
+    _CACHE[key] = (ref, version, ptr, dev, copy, sptr)
+    _BY_STORAGE.setdefault(sptr, set()).add(key)
 
 
 def _cache_drop(t) -> None:
-    if _cache_get(t) is not None:
+    e = _cache_get(t)
+    if e is not None:
         _CACHE.pop(id(t), None)
+        _unindex(id(t), e[5])
+
+
+def _invalidate_storage(t) -> None:
+    """Drop the twin of every cached CPU tensor on t's storage: t was written through an
+    alias whose version counter the others do not share (`p.data.add_(...)`)."""
+    for key in _BY_STORAGE.pop(_storage_ptr(t), ()):
+        _CACHE.pop(key, None)
+
+
+def _expose(t) -> None:
+    """t's memory was handed to numpy: numpy's writes bump no version counter, so t's
+    storage is never cached again."""
+    if _is_cpu_tensor(t) and t.layout is torch.strided:
+        _invalidate_storage(t)
+        _EXPOSED.add(_storage_ptr(t))
+
+
+def flush_upload_cache() -> None:
+    """Forget every cached device twin (each CPU tensor is uploaded afresh at its next use)."""
+    _CACHE.clear()
+    _BY_STORAGE.clear()
+
+
+# Namespaces of ops whose tensor arguments are opaque handles, not data: the old profiler
+# API's `_record_function_enter` returns a CPU tensor that wraps a C++ RecordFunction, which
+# `_record_function_exit` unwraps. Uploading it would hand the op a tensor it cannot read.
+_HANDLE_NAMESPACES = ("profiler::",)
+
+
+def _opaque_handle_op(func) -> bool:
+    name = getattr(func, "_qualified_op_name", None)  # an OpOverloadPacket
+    if name is None:
+        packet = getattr(func, "overloadpacket", None)  # an OpOverload
+        name = getattr(packet, "_qualified_op_name", "")
+    return name.startswith(_HANDLE_NAMESPACES)
 
 
 def _kind(func) -> int:
@@ -238,7 +318,11 @@ def _kind(func) -> int:
             k = _FACTORY
         elif func is torch._has_compatible_shallow_copy_type:
             k = _SWAP
-        elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__"):
+        elif name in _NUMPY_NAMES:
+            k = _NUMPY
+        elif name == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
+            k = _SET_DATA
+        elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__") or _opaque_handle_op(func):
             k = _PASS
         elif func is torch.autograd.grad or func is torch.autograd.backward:
             k = _PASS  # its inputs are graph nodes to differentiate for, not data to upload
@@ -274,7 +358,8 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
         return hit[4]
     copy = to_device(t.detach(), dev)
     stats["uploads"] += 1
-    _cache_put(t, version, ptr, dev, copy)
+    if _cacheable(t):
+        _cache_put(t, version, ptr, dev, copy, _storage_ptr(t))
     return copy
 
 
@@ -363,8 +448,9 @@ def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
     with torch.no_grad():
         t.copy_(to_cpu(twin.detach()))
     hit = _cache_get(t)
+    _invalidate_storage(t)  # aliases of t with their own version counters now differ
     if hit is not None:
-        _cache_put(t, t._version, hit[2], hit[3], hit[4])
+        _cache_put(t, t._version, hit[2], hit[3], hit[4], hit[5])
 
 
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
@@ -586,6 +672,8 @@ def _forget(v) -> None:
             _cache_drop(t)
             if t._base is not None:
                 _cache_drop(t._base)
+            if t.layout is torch.strided:
+                _invalidate_storage(t)
 
 
 def _on_cpu(kind, func, args, kwargs):
@@ -614,7 +702,17 @@ class ral_mode(TorchFunctionMode):
         self.device = torch.device("ral", self.index)
         _install_step_hooks()
 
+    def __enter__(self):
+        # Writes made between two blocks may bypass every version counter (`p.data` updates,
+        # numpy views): each block starts from fresh uploads.
+        flush_upload_cache()
+        return super().__enter__()
+
     def __exit__(self, *exc):
+        # The next block starts from fresh uploads anyway: release the twins' device memory
+        # and the weak references on CPU tensors now (Module._apply's swap refuses a tensor
+        # with a weak reference: `model.to("ral:0")` after a block must work).
+        flush_upload_cache()
         # a step that raised never ran its post hook: do not let its flag outlive the block
         if getattr(_steps, "stack", None):
             _count_steps(-len(_steps.stack))
@@ -758,7 +856,7 @@ class ral_mode(TorchFunctionMode):
         cached: the compiled graph reads its CPU inputs afresh on every call) instead of the
         runtime's native calls, which Dynamo cannot trace."""
         kind = _static_kind(func)
-        if kind == _PASS or kind == _SWAP:
+        if kind == _PASS or kind == _SWAP or kind == _NUMPY or kind == _SET_DATA:
             return func(*args, **kwargs)
         if kind == _INIT:
             return self._init(func, args, kwargs, _is_device_tensor)
@@ -821,6 +919,19 @@ class ral_mode(TorchFunctionMode):
             kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if kind == _NUMPY:
+            if args:
+                _expose(args[0])
+            return func(*args, **kwargs)
+        if kind == _SET_DATA:
+            # `p.data = p.data - lr * p.grad` on a CPU parameter: the right side came out on
+            # the device; the parameter stays the CPU state the user owns (as without the mode)
+            target, value = args
+            if _is_cpu_tensor(target):
+                _forget(target)
+                if type(value) is RalTensor:
+                    value = to_cpu(value)
+            return func(target, value)
         if not _open_steps[0] and (
             kind == _COMPUTE or ((kind == _VIEW or kind == _INPLACE) and args and type(args[0]) is RalTensor)
         ):

@@ -13,9 +13,10 @@ from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
-from torch_fl.tensor.layout import strides_like
+from torch_fl.tensor.layout import contiguous_strides, strides_like
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
+from torch_fl.tensor.staged_storage import is_host_bytes, set_from_host_storage
 from torch_fl.tensor.views import alias, as_strided, view_op
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
 from torch_fl.tiers.vendor import meta_run
@@ -226,9 +227,20 @@ def _resize_(func, args, kwargs):
 @special(aten.set_.source_Tensor)
 def _set_source_tensor(func, args, kwargs):
     t, src = args[0], args[1]
-    if type(src) is not RalTensor or src._dev != t._dev:
+    if type(t) is not RalTensor or type(src) is not RalTensor or src._dev != t._dev:
         raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: set_ needs a source tensor on {t.device}", op=str(func))
     return restride(t, src._buf, src.shape, src.stride(), src.storage_offset())
+
+
+@special(aten.set_.source_Storage_storage_offset)
+def _set_source_storage(func, args, kwargs):
+    # torch.load's _rebuild_tensor: a ral tensor set_ to a checkpoint's host bytes
+    t, storage, offset, size = args[:4]
+    stride = args[4] if len(args) > 4 else kwargs.get("stride", ())
+    if type(t) is RalTensor and is_host_bytes(storage):
+        stride = list(stride) or list(contiguous_strides(size))
+        return set_from_host_storage(t, storage, offset, size, stride)
+    return ROUTE
 
 
 @special(aten.set_.default)

@@ -1,14 +1,22 @@
-"""torch.save / torch.load of ral tensors, honouring map_location.
+"""torch.save / torch.load of ral tensors, honouring map_location, in CUDA's format.
 
-A ral tensor is saved as a CPU copy of its whole device buffer (one per buffer per save, so
-views saved together come back sharing one buffer) whose location tag is "ral:N". On load, PyTorch's own
-map_location logic rewrites that tag (or not) and calls our deserializer for "ral" tags; the
-rebuild function then moves the data to the device the tag finally names, or keeps it on CPU.
+A ral tensor is saved as CUDA saves its tensors: PyTorch's own `_rebuild_tensor_v2` (or
+`_rebuild_parameter`) over a storage whose location tag is "ral:N", the storage being a CPU
+copy of the whole device buffer (one per buffer per save, so views saved together come back
+sharing one buffer). Plain PyTorch, without torch_fl, loads it with `map_location="cpu"`
+(`weights_only=True` included), as it loads a CUDA checkpoint on a machine without a GPU.
+
+On load, PyTorch's map_location logic (a string, torch.device, dict or callable) rewrites the
+tag (or not) and calls our deserializer for "ral" tags ("ral" alone: the current device). It
+returns a StagedStorage: the CPU bytes, reporting the ral device, so `_rebuild_tensor` makes an
+empty ral tensor and `set_`s it to the storage; that set_ (tensor/staged_storage.py) uploads
+each storage once and points every view at the one device buffer.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -32,11 +40,40 @@ def _tagger(storage):
     return _tag_of(storage)
 
 
-def _deserializer(storage, location: str):
-    if not location.startswith("ral"):
+class StagedStorage(torch.UntypedStorage):
+    """CPU bytes on their way to a ral device: `.device` names the device they belong on."""
+
+    @property
+    def device(self):
+        return self._ral_device
+
+    @property
+    def is_ral(self) -> bool:
+        return True
+
+
+def _ral_location(location: str) -> torch.device | None:
+    """The ral device a location tag names ("ral" alone: the current device), else None."""
+    if location != "ral" and not location.startswith("ral:"):
         return None
-    _mark(storage, location)
-    return storage
+    if location == "ral":
+        from torch_fl.device.index import current_device
+
+        return torch.device("ral", current_device())
+    return torch.device(location)
+
+
+def _deserializer(storage, location: str):
+    dev = _ral_location(location)
+    if dev is None:
+        return None
+    if isinstance(storage, StagedStorage):
+        storage._ral_device = dev
+        return storage
+    staged = StagedStorage(storage.nbytes())
+    staged.copy_(storage)
+    staged._ral_device = dev
+    return staged
 
 
 # A weight's transpose, kept on the weight by the linear shortcut (dispatch/shortcuts.py).
@@ -60,7 +97,7 @@ def _rebuild_ral(typed_storage, storage_offset, size, stride, requires_grad, sta
     """Unpickle a ral tensor: CPU data, moved to the ral device its location tag names."""
     untyped = typed_storage._untyped_storage
     dtype = typed_storage.dtype
-    tag = _tag_of(untyped)
+    tag = str(untyped.device) if isinstance(untyped, StagedStorage) else None
     if tag is None:  # map_location put it on CPU: a view of the storage, shared as on CPU
         t = torch.empty(0, dtype=dtype).set_(untyped, storage_offset, size, stride)
     else:
@@ -81,12 +118,20 @@ def _rebuild_ral(typed_storage, storage_offset, size, stride, requires_grad, sta
 
 
 def reduce_ral_tensor(t):
-    """__reduce_ex__ of a RalTensor: its whole device buffer as one CPU storage, and its view
-    of it, so views of one buffer saved together come back sharing one buffer (as on CPU)."""
+    """__reduce_ex__ of a RalTensor: its whole device buffer as one CPU storage tagged "ral:N",
+    and its view of it, rebuilt by PyTorch's own functions (CUDA's format)."""
     typed = _buffer_snapshot(t)
-    args = (typed, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.requires_grad)
+    geometry = (typed, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
     state = user_attrs(t)
-    return (_rebuild_ral, (*args, state) if state else args)
+    is_param = state.pop("_is_param", False)
+    if is_param and not state:
+        return (torch._utils._rebuild_parameter, (t.detach(), t.requires_grad, OrderedDict()))
+    if not is_param and not state:
+        return (torch._utils._rebuild_tensor_v2, (*geometry, t.requires_grad, OrderedDict()))
+    # Python attributes on the tensor: torch_fl's own rebuild (needs torch_fl to load)
+    if is_param:
+        state["_is_param"] = True
+    return (_rebuild_ral, (*geometry, t.requires_grad, state))
 
 
 # id(buffer) -> (weak buffer, weak untyped CPU snapshot). A snapshot lives as long as the

@@ -1,0 +1,108 @@
+"""Serialization like CUDA's: map_location in every form places a checkpoint on ral:N; a
+checkpoint saved from ral is PyTorch's own format (location tag "ral:N"), loadable by plain
+PyTorch without torch_fl with map_location="cpu" (weights_only=True included); views saved
+together load sharing one buffer; default_restore_location gives a ral storage; skip_data."""
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+
+
+def _save(obj) -> io.BytesIO:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf
+
+
+def _ral_checkpoint(device):
+    base = torch.arange(12.0, device=device)
+    return {
+        "view": base[2:8].view(2, 3),
+        "strided": base[::3],
+        "param": torch.nn.Parameter(torch.linspace(-1, 1, 5, device=device)),
+        "half": torch.arange(4, device=device).to(torch.float16),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("form", ["str", "device", "dict", "callable", "bare_ral_current"], ids=lambda f: f)
+def test_map_location_places_a_cpu_checkpoint_on_ral(device, form):
+    cpu = {"w": torch.arange(6.0).reshape(2, 3), "p": torch.nn.Parameter(torch.ones(2))}
+    ml = {
+        "str": device,
+        "device": torch.device(device),
+        "dict": {"cpu": device},
+        "callable": lambda s, loc: torch.serialization.default_restore_location(s, device),
+        "bare_ral_current": "ral",
+    }[form]
+    want = torch.device(device) if form != "bare_ral_current" else torch.device("ral", torch.ral.current_device())
+    got = torch.load(_save(cpu), map_location=ml, weights_only=True)
+    assert got["w"].device == want and got["p"].device == want
+    assert isinstance(got["p"], torch.nn.Parameter) and got["p"].requires_grad
+    torch.testing.assert_close(got["w"].cpu(), cpu["w"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_restore_location_returns_a_ral_storage(device):
+    host = torch.UntypedStorage(8)
+    s = torch.serialization.default_restore_location(host, device)
+    assert s.device == torch.device(device) and s.is_ral and s.nbytes() == 8
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_ral_checkpoint_round_trip_shares_views(device, weights_only):
+    ck = _ral_checkpoint(device)
+    got = torch.load(_save(ck), weights_only=weights_only)
+    for k in ck:
+        assert got[k].device == torch.device(device), k
+        torch.testing.assert_close(got[k].cpu(), ck[k].detach().cpu())
+    assert isinstance(got["param"], torch.nn.Parameter)
+    got["view"].add_(100)  # one buffer again: the strided view sees the write
+    torch.testing.assert_close(got["strided"].cpu(), torch.tensor([0.0, 103.0, 106.0, 9.0]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ral_checkpoint_loads_on_cpu_in_this_process(device):
+    got = torch.load(_save(_ral_checkpoint(device)), map_location="cpu", weights_only=True)
+    assert got["view"].device.type == "cpu"
+    torch.testing.assert_close(got["view"], torch.arange(2.0, 8.0).view(2, 3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_plain_pytorch_without_torch_fl_loads_a_ral_checkpoint(tmp_path, device):
+    path = tmp_path / "ck.pt"
+    torch.save(_ral_checkpoint(device), path)
+    code = f"""
+import sys, torch
+d = torch.load({str(path)!r}, map_location="cpu", weights_only=True)
+assert "torch_fl" not in sys.modules, "torch_fl was imported"
+assert d["view"].tolist() == [[2.0, 3.0, 4.0], [5.0, 6.0, 7.0]], d["view"]
+assert d["strided"].tolist() == [0.0, 3.0, 6.0, 9.0]
+assert isinstance(d["param"], torch.nn.Parameter) and d["param"].requires_grad
+assert d["half"].dtype == torch.float16 and d["half"].tolist() == [0.0, 1.0, 2.0, 3.0]
+d["view"].add_(100)
+assert d["strided"].tolist() == [0.0, 103.0, 106.0, 9.0]
+print("plain-ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "plain-ok" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_save_under_skip_data(device):
+    buf = io.BytesIO()
+    with torch.serialization.skip_data():
+        torch.save({"t": torch.arange(4.0, device=device)}, buf)
+    buf.seek(0)
+    t = torch.load(buf, weights_only=True)["t"]
+    assert t.device == torch.device(device) and t.shape == (4,)
