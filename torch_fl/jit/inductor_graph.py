@@ -59,7 +59,18 @@ class _Runner:
         if part is None:
             if len(self.parts) >= MAX_GEOMETRIES:
                 return self.gm(*args)
-            part = self.parts[key] = _partitioned(self.gm, args)
+            try:
+                part = _partitioned(self.gm, args)
+            except Exception as exc:  # a partitioning bug must not cost the user the graph
+                import warnings
+
+                warnings.warn(
+                    f"torch_fl: the compiled graph runs op by op ({type(exc).__name__}: {exc})",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                part = self.gm
+            self.parts[key] = part
         return part(*args)
 
 
