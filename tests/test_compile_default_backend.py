@@ -185,6 +185,51 @@ def test_modes_warn_once_and_match(device, mode):
         torch.testing.assert_close(out.cpu(), (a.cos() @ a.T).relu(), **TOL)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_ops_without_tensor_inputs(device):
+    """arange/full nodes (no tensor input) in the extern graph: computed at run time on the
+    device, never baked in when the graph is loaded (which once made them fake tensors), and
+    the graph runs as fused kernels, not op by op."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: (t + torch.arange(4.0, device=t.device)) * torch.full((4,), 2.0, device=t.device))
+    a = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out = f(a.to(device))
+    torch.testing.assert_close(out.cpu(), (a + torch.arange(4.0)) * 2, **TOL)
+
+
+# GPT-2's training step with the default backend on ral:1: ~60 s on 2 cores (-m slow); ral:0's
+# is tests/test_compile.py::test_gpt2_training_step_compiles_like_cpu[inductor].
+@pytest.mark.slow
+@pytest.mark.skipif(not _have("ral:1"), reason="needs ral:1 (OpenCL plugin)")
+def test_gpt2_training_step_on_ral1():
+    from torch._dynamo.utils import counters
+
+    from tests import model_zoo
+
+    model = model_zoo.build("gpt2")
+    model.config.use_cache = False
+    batch = model_zoo.inputs("gpt2")
+
+    def run(m, b, **kw):
+        torch._dynamo.reset()
+        counters.clear()
+        out = torch.compile(m, **kw)(**b)
+        out.loss.backward()
+        return out.loss, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
+
+    ref, cpu_breaks, cpu_graphs = run(copy.deepcopy(model), batch, backend="aot_eager")
+    dmodel = copy.deepcopy(model).to("ral:1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no graph fell back to op by op
+        loss, breaks, graphs = run(dmodel, model_zoo.to(batch, "ral:1"))
+    torch.testing.assert_close(loss.cpu(), ref.detach(), **TOL)
+    assert (breaks, graphs) == (cpu_breaks, cpu_graphs)
+    g = dmodel.transformer.h[0].mlp.c_fc.weight.grad
+    assert g is not None and g.device == torch.device("ral:1")
+
+
 @pytest.mark.skipif(not _have("ral:1"), reason="needs ral:1 (OpenCL plugin) next to ral:0")
 def test_mixed_devices_graph(rewrites):
     """A graph holding ral:0 and ral:1 tensors runs whole as the extern call."""

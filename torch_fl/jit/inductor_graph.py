@@ -8,7 +8,7 @@ Dynamo's capture, AOT autograd, its decompositions and its min-cut partition of 
 graph, and the computation runs as the `ral` backend runs a graph (`compile_backend.partition`:
 pointwise chains as fused jit kernels, everything else through the router, vendor kernels first).
 
-The operator carries its graph as text (a pickled, compressed GraphModule), so inductor's FX
+The operator carries its graph as text (its nodes, pickled and compressed: `encode`), so inductor's FX
 graph cache can store and reload the generated wrapper in another process. The graph is
 partitioned per input geometry on first use (node metadata is recomputed with fake tensors of
 that geometry), up to `MAX_GEOMETRIES`; beyond that the graph runs op by op through the router.
@@ -45,7 +45,7 @@ class _Runner:
     """One serialized graph: deserialized once, partitioned once per input geometry."""
 
     def __init__(self, blob: str):
-        self.gm = pickle.loads(zlib.decompress(base64.b64decode(blob)))
+        self.gm = decode(blob)
         self.parts: dict = {}
 
     def __call__(self, args: list):
@@ -84,10 +84,21 @@ def _partitioned(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
     from torch_fl.jit.compile_backend import partition
 
     g = copy.deepcopy(gm)
+    # Constants (get_attr) are real ral tensors; converted by the fake mode itself they lose
+    # their device index, so they get fakes of their own while metadata is computed.
+    consts = {n.target: getattr(g, n.target) for n in g.graph.nodes if n.op == "get_attr" and "." not in n.target}
+    consts = {k: v for k, v in consts.items() if isinstance(v, torch.Tensor)}
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         fakes = [_fake(a) if isinstance(a, torch.Tensor) else a for a in args]
-    FakeTensorProp(g, mode).propagate_dont_convert_inputs(*fakes)
+        fake_consts = {k: _fake(v) for k, v in consts.items()}
+    for k, v in fake_consts.items():
+        setattr(g, k, v)
+    try:
+        FakeTensorProp(g, mode).propagate_dont_convert_inputs(*fakes)
+    finally:
+        for k, v in consts.items():
+            setattr(g, k, v)
     return partition(g)
 
 
@@ -96,6 +107,52 @@ def _fake(t: torch.Tensor) -> torch.Tensor:
     extent = t.storage_offset() + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
     base = torch.empty(max(extent, 0) if t.numel() else t.storage_offset(), dtype=t.dtype, device=t.device)
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+class _Ref:
+    """A node's position in an encoded graph (pickled in place of the node)."""
+
+    def __init__(self, i: int):
+        self.i = i
+
+
+def encode(gm: torch.fx.GraphModule) -> str:
+    """The graph's nodes and constants as text. Not GraphModule's own pickling: that re-traces
+    the generated code on load, which runs the ops without tensor inputs (arange, full) right
+    there, in whatever fake mode the loader happens to be in, and keeps their results."""
+    index, nodes = {}, []
+    for i, n in enumerate(gm.graph.nodes):
+        index[n] = i
+        t = n.target
+        if isinstance(t, torch._ops.OpOverload):
+            t = ("op", t._schema.name, t._overloadname)
+        args = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: _Ref(index[a]))
+        nodes.append((n.op, n.name, t, args))
+    attrs = {n.target: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    return base64.b64encode(zlib.compress(pickle.dumps((nodes, attrs)))).decode()
+
+
+def decode(blob: str) -> torch.fx.GraphModule:
+    """The GraphModule `encode` wrote."""
+    nodes, attrs = pickle.loads(zlib.decompress(base64.b64decode(blob)))
+    g, env = torch.fx.Graph(), []
+    for op, name, t, args in nodes:
+        args, kwargs = torch.fx.node.map_aggregate(args, lambda a: env[a.i] if isinstance(a, _Ref) else a)
+        if isinstance(t, tuple) and t[0] == "op":
+            ns, _, op_name = t[1].partition("::")
+            t = getattr(getattr(getattr(torch.ops, ns), op_name), t[2] or "default")
+        if op == "placeholder":
+            env.append(g.placeholder(name))
+        elif op == "get_attr":
+            env.append(g.get_attr(t))
+        elif op == "output":
+            env.append(g.output(args[0]))
+        else:
+            env.append(g.create_node(op, t, args, kwargs, name))
+    root = torch.nn.Module()
+    for k, v in attrs.items():
+        setattr(root, k, v)
+    return torch.fx.GraphModule(root, g)
 
 
 _RUNNERS: dict[str, _Runner] = {}
@@ -185,7 +242,7 @@ def to_extern_call(gm: torch.fx.GraphModule) -> None:
         env[n] = sub.node_copy(n, lambda a: env[a])
     sub.output(tuple(env[r] for r in results))
     _to_aten(sub)
-    blob = base64.b64encode(zlib.compress(pickle.dumps(torch.fx.GraphModule(gm, sub)))).decode()
+    blob = encode(torch.fx.GraphModule(gm, sub))
 
     with gm.graph.inserting_before(out_node):
         call = gm.graph.call_function(torch.ops.torch_fl.ral_graph.default, (list(tensors), list(ints), blob))
