@@ -5,6 +5,7 @@
     python benchmarks/bench_compile.py --case pointwise_mlp --shares  # kernel time per kind
     python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
     python benchmarks/bench_compile.py --case gpt2 --floor  # the most any backend could gain
+    python benchmarks/bench_compile.py --case gpt2 --counts ral:1 --steps 2  # launches/syncs per step
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
 backend: inductor's C++ kernels on ral:0's host-mapped buffers).
@@ -78,8 +79,8 @@ def _pointwise_mlp():
 CASES = {"mlp": _mlp, "pointwise_mlp": _pointwise_mlp}
 
 
-def _setup(case: str):
-    """(model on ral:0, its inputs, AdamW over its parameters) of a case."""
+def _setup(case: str, device: str = "ral:0"):
+    """(model on the device, its inputs, AdamW over its parameters) of a case."""
     import torch
 
     import torch_fl  # noqa: F401
@@ -89,14 +90,14 @@ def _setup(case: str):
         sys.path.insert(0, str(ROOT))
         from benchmarks.bench_user import _ids, gpt2
 
-        model = gpt2().train().to("ral:0")
+        model = gpt2().train().to(device)
         model.config.use_cache = False  # training; the KV cache builds tensors with torch.tensor(device=)
-        ids = _ids().to("ral:0")
+        ids = _ids().to(device)
         inputs = dict(input_ids=ids, labels=ids)
     else:
         model, x = CASES[case]()
-        model = model.to("ral:0")
-        inputs = dict(x=x.to("ral:0"))
+        model = model.to(device)
+        inputs = dict(x=x.to(device))
     return model, inputs, torch.optim.AdamW(model.parameters(), lr=1e-4)
 
 
@@ -295,6 +296,61 @@ def _fresh(a):
     return base.to("ral:0").as_strided(shape, stride)
 
 
+def counts(case: str, device: str, steps: int, modes=("eager", "inductor", "ral")) -> None:
+    """Per training step, counted (not timed, so a loaded machine gives the same answer):
+    kernel launches by kind and host waits on the device by reason; eager against the default
+    backend (inductor) and backend="ral"."""
+    import collections
+
+    import torch
+
+    from torch_fl._native import ffi, lib
+    from torch_fl.device import sync
+    from torch_fl.tiers import launch, vendor
+
+    rec = {"on": None, "phase": "model"}
+    real_launch = lib.rt_launch
+
+    def counted_launch(dev, *args):
+        if rec["on"] is not None:
+            rec["on"]["launch " + _kind(ffi.string(args[-1]).decode(), rec["phase"])] += 1
+        return real_launch(dev, *args)
+
+    class _Lib:
+        def __getattr__(self, name):
+            return counted_launch if name == "rt_launch" else getattr(lib, name)
+
+    vendor.rt_launch, launch.lib = counted_launch, _Lib()  # before any plan captures rt_launch
+
+    def on_sync(dev, reason):
+        if rec["on"] is not None:
+            rec["on"][f"sync ({reason})"] += 1
+
+    sync.SYNC_OBSERVERS.append(on_sync)
+
+    for mode in modes:
+        torch._dynamo.reset()
+        model, inputs, opt = _setup(case, device)
+        fn = (
+            model
+            if mode == "eager"
+            else torch.compile(model)
+            if mode == "inductor"
+            else torch.compile(model, backend="ral")
+        )
+        step = _stepper(fn, inputs, opt, amp=None)
+        for _ in range(2):
+            step()
+        totals = collections.Counter()
+        for _ in range(steps):
+            rec["on"] = collections.Counter()
+            step()
+            totals.update(rec["on"])
+            rec["on"] = None
+        per = {k: v / steps for k, v in sorted(totals.items())}
+        print(f"{case} on {device}, {mode}: " + ", ".join(f"{k} {v:g}" for k, v in per.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", *CASES])
@@ -305,7 +361,12 @@ def main() -> None:
     ap.add_argument("--shares", action="store_true", help="kernel time per kind of launch (one process)")
     ap.add_argument("--amp", choices=sorted(_AMP), help="forward under torch.autocast('ral', dtype)")
     ap.add_argument("--floor", action="store_true", help="GEMM + attention + AdamW time: the bound on any speedup")
+    ap.add_argument("--counts", metavar="DEVICE", help="launches/syncs per step on DEVICE (ral:0, ral:1)")
     a = ap.parse_args()
+    if a.counts:
+        for case in (a.case,) if a.case else (*CASES, "gpt2"):
+            counts(case, a.counts, a.steps, *([(a.mode,)] if a.mode else []))
+        return
     if a.floor:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
             floor(case, a.steps)

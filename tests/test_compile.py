@@ -162,22 +162,6 @@ def test_inductor_inside_ral_mode(device):
     assert (breaks, graphs) == (0, 1) and m.l1.weight.device.type == "cpu"
 
 
-def test_inductor_on_device_memory_names_the_alternatives():
-    """ral:1 (OpenCL) memory is not host memory: one clear error naming what to use."""
-    from torch_fl.tensor.host_copy import host_mappable
-
-    devs = [d for d in _devices() if not host_mappable(int(d.split(":")[1]))]
-    if not devs:
-        pytest.skip("no device without host-mappable memory (ral:1 needs the OpenCL plugin)")
-    torch._dynamo.reset()
-    f = torch.compile(lambda a: a.sin() + 1)
-    with pytest.raises(Exception, match=r"ral:1 memory is not host-mappable; use .*backend='ral'.*aot_eager"):
-        f(torch.ones(3).to(devs[0]))
-    torch._dynamo.reset()
-    g = torch.compile(lambda a: a.sin() + 1, backend="aot_eager")  # the process still works
-    torch.testing.assert_close(g(torch.ones(3).to(devs[0])).cpu(), torch.ones(3).sin() + 1)
-
-
 # inductor's GPT-2 step (22 s of C++ compiles) and aot_eager's (~8 s) run with -m slow; CI keeps
 # their training checks on the smaller model (test_compile_training_matches_eager,
 # test_inductor_training_matches_eager) and the ral backend's GPT-2 step here.

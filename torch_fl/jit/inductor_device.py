@@ -8,8 +8,11 @@ its `data_ptr()` is a device address), so the wrapper code passes each kernel ze
 buffers (`host_args`); buffers are allocated with `torch.empty_strided(device="ral:N")` and
 views with `as_strided`, so every tensor the compiled graph hands out is a RalTensor.
 
-A device that is not host-mappable (ral:1, OpenCL) cannot run host C++ on its memory: the
-compile stops with one `UnsupportedError` that names the device and the backends to use.
+A device that is not host-mappable (ral:1, OpenCL) cannot run host C++ on its memory. For a
+graph holding such a tensor, the post-grad pass registered for "ral" (`RalGraphPass`) turns the
+graph's computation into one extern call (`inductor_graph`): the `ral` backend's fused jit kernels
+and the router run it. The same pass's `uuid()` puts torch_fl's code generation inputs into
+inductor's cache keys (`inductor_key`).
 """
 
 from __future__ import annotations
@@ -59,10 +62,61 @@ def reinterpret_tensor(t, size, stride, offset_increment=0):
 
 def _not_mappable(dev: int) -> str:
     return (
-        f"RAL_ERROR_UNSUPPORTED: torch.compile's default backend (inductor) generates host C++, and "
-        f"ral:{dev} memory is not host-mappable; use torch.compile(model, backend='ral') (the jit "
-        "tier's fused kernels) or backend='aot_eager' on this device"
+        f"RAL_ERROR_UNSUPPORTED: inductor was asked for a host C++ kernel on ral:{dev}, whose memory "
+        "is not host-mappable (torch_fl's post-grad pass for ral did not run: was the 'ral' device "
+        "pass replaced?); use torch.compile(model, backend='ral') on this device"
     )
+
+
+_MODE_NOTES = {
+    "triton.cudagraphs": (
+        "mode='reduce-overhead' on ral devices: CUDA graphs do not exist there, so inductor skips "
+        "them and the graph runs as in the default mode"
+    ),
+    "max_autotune": (
+        "mode='max-autotune' on ral devices: on host-mappable ones inductor tunes its C++ kernels "
+        "as on CPU; on the others the graph runs through the ral backend's fused kernels, which "
+        "have nothing to tune"
+    ),
+}
+_NOTED: set = set()
+
+
+def _note_modes() -> None:
+    """Warn once per process for each compile mode that means less on ral than on CUDA."""
+    import warnings
+
+    import torch._inductor.config as iconfig
+
+    for name, text in _MODE_NOTES.items():
+        obj = iconfig
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        if obj and name not in _NOTED:
+            _NOTED.add(name)
+            warnings.warn(f"torch_fl: {text} (docs/compile.md)", UserWarning, stacklevel=2)
+
+
+def _graph_devices(gm: torch.fx.GraphModule) -> set:
+    out = set()
+    for node in gm.graph.nodes:
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+            if isinstance(v, torch.Tensor) and v.device.type == "ral":
+                out.add(v.device.index or 0)
+    return out
+
+
+def rewrite_for_device(gm: torch.fx.GraphModule) -> bool:
+    """The post-grad pass's work: a graph on a ral device that is not host-mappable becomes one
+    extern call through the ral backend's kernels. Returns whether it rewrote `gm`."""
+    from torch_fl.jit import inductor_graph
+
+    _note_modes()
+    devs = _graph_devices(gm)
+    if all(host_mappable(d) for d in devs):
+        return False
+    inductor_graph.to_extern_call(gm)
+    return True
 
 
 # Inductor settings that name the device type "cpu" where they mean "C++ code generator":
@@ -101,22 +155,23 @@ def register() -> None:
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.cpu_device_op_overrides import CpuDeviceOpOverrides
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+    from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
     if get_wrapper_codegen_for_device("ral") is not None:  # someone registered one: keep it
         return
 
     class RalScheduling(CppScheduling):
-        """CppScheduling that refuses, up front and clearly, a device the host cannot address."""
+        """CppScheduling that refuses, clearly, a kernel for a device the host cannot address
+        (extern calls need no kernel: the scheduler is built for every graph on "ral")."""
 
-        def __init__(self, scheduler):
+        def define_kernel(self, src_code, nodes, kernel_args=None):
             from torch._inductor.virtualized import V
 
-            if scheduler is not None:  # None: inductor only asks for the backend's features
-                _check_device(getattr(V.graph, "current_device", None))
-                wrong = {k: v for k, v in HOST_CONFIG.items() if getattr(iconfig, k) != v}
-                if wrong:
-                    raise UnsupportedError(_config_message(wrong))
-            super().__init__(scheduler)
+            _check_device(getattr(V.graph, "current_device", None))
+            wrong = {k: v for k, v in HOST_CONFIG.items() if getattr(iconfig, k) != v}
+            if wrong:
+                raise UnsupportedError(_config_message(wrong))
+            return super().define_kernel(src_code, nodes, kernel_args)
 
     class RalWrapper(PythonWrapperCodegen):
         """Python wrapper whose host C++ kernels get CPU views of ral buffers."""
@@ -131,6 +186,8 @@ def register() -> None:
             super().write_header()
             # After the header's own `reinterpret_tensor = ...`, which this one replaces.
             self.header.writeline("from torch_fl.jit.inductor_device import host_args as _ral_host, reinterpret_tensor")
+            # Defines torch_fl::ral_graph, which a wrapper loaded from inductor's cache may call.
+            self.header.writeline("import torch_fl.jit.inductor_graph")
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kw):
             device = device or torch._inductor.virtualized.V.graph.get_current_device_or_throw()
@@ -152,6 +209,18 @@ def register() -> None:
     if not (torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())):
         for k, v in HOST_CONFIG.items():
             setattr(iconfig, k, v)
-    register_backend_for_device("ral", RalScheduling, RalWrapper)
+
+    class RalGraphPass(CustomGraphModulePass):
+        """Inductor's post-grad pass for graphs on ral devices; its uuid keys inductor's caches."""
+
+        def __call__(self, gm: torch.fx.GraphModule) -> None:
+            rewrite_for_device(gm)
+
+        def uuid(self) -> str:
+            from torch_fl.jit.inductor_key import digest
+
+            return digest()
+
+    register_backend_for_device("ral", RalScheduling, RalWrapper, device_custom_pass=RalGraphPass())
     register_device_op_overrides("ral", CpuDeviceOpOverrides())
     # Dynamo's device interface for "ral" is the device layer's (device/dynamo_interface.py).
