@@ -109,6 +109,7 @@ static ral_status pack(const ral_kernel_call* c, cl_mem* dst, const ral_tensor* 
   p.V = V;
   size_t n = (size_t)(batch * p.P * K * V);
   cl_int err;
+  ocl_count(OCL_CNT_buffers);
   *dst = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
   if (!*dst) return ocl_fail(c, ocl_cl_fail(err, "clCreateBuffer (gemm panel)"), "%s", ocl_last_error());
   ral_tensor t = *src;

@@ -47,6 +47,8 @@
   X(cl_int, clSetEventCallback,                                                                 \
     (cl_event, cl_int, void(CL_CALLBACK*)(cl_event, cl_int, void*), void*))                     \
   X(cl_int, clReleaseEvent, (cl_event))                                                         \
+  X(cl_event, clCreateUserEvent, (cl_context, cl_int*))                                         \
+  X(cl_int, clSetUserEventStatus, (cl_event, cl_int))                                           \
   X(cl_int, clRetainEvent, (cl_event))                                                          \
   X(cl_program, clCreateProgramWithSource,                                                      \
     (cl_context, cl_uint, const char**, const size_t*, cl_int*))                                \

@@ -112,9 +112,11 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   int64_t n = ocl_numel(dst), es = ocl_dtype_size(dst->dtype);
   if (n == 0) return RAL_OK;
   if (ocl_is_contiguous(dst) && ocl_is_contiguous(src) && dst->data != src->data) {
+    ocl_stream_hold(c->stream);
+    ocl_count(OCL_CNT_copies);
     cl_int err = CL.clEnqueueCopyBuffer(c->stream->q, (cl_mem)src->data, (cl_mem)dst->data, src->byte_offset,
                                         dst->byte_offset, (size_t)(n * es), 0, NULL, NULL);
-    if (err == CL_SUCCESS) ocl_stream_counted(c->stream);
+    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueCopyBuffer"), "%s", ocl_last_error());
   }
   const ral_tensor* ts[2] = {dst, src};
@@ -154,6 +156,7 @@ ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, cons
     ocl_device* d = ocl_device_get(c->device);
     int64_t n = ocl_numel(src);
     cl_int err;
+    ocl_count(OCL_CNT_buffers);
     cl_mem tmp = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, (size_t)(n * ocl_dtype_size(src->dtype)), NULL, &err);
     if (!tmp) return ocl_fail(c, ocl_cl_fail(err, "clCreateBuffer (copy scratch)"), "%s", ocl_last_error());
     ocl_view tv;
@@ -197,9 +200,11 @@ static ral_status fill_value(const ral_kernel_call* c, const ral_tensor* t, doub
     default: ok = 0;
   }
   if (ok && ocl_is_contiguous(t)) {
+    ocl_stream_hold(c->stream);
+    ocl_count(OCL_CNT_fills);
     cl_int err = CL.clEnqueueFillBuffer(c->stream->q, (cl_mem)t->data, &pat, (size_t)es, t->byte_offset,
                                         (size_t)(n * es), 0, NULL, NULL);
-    if (err == CL_SUCCESS) ocl_stream_counted(c->stream);
+    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueFillBuffer"), "%s", ocl_last_error());
   }
   double fs[3] = {f, 0, 0};

@@ -11,6 +11,10 @@
  * within 32-bit counts so every OpenCL implementation's size_t/queue limits hold. */
 #define OCL_MAX_WORK_ITEMS ((size_t)1 << 32)
 
+/* A launch of this many work-items (or elements, chunked) opens its stream's batch gate at
+ * once (queue.c): it runs long enough that starting early beats saving a wake-up. */
+#define OCL_START_WORK ((int64_t)1 << 18)
+
 /* Each work-group is a scheduling step of a few microseconds on PoCL: aim for about 64 of
  * them (load balance over the runtime's threads) but never less than min_chunk units (a
  * few thousand elements) each. */
@@ -37,7 +41,10 @@ ral_status ocl_enqueue_chunked(const ral_kernel_call* c, int kid, int nargs, ocl
   size_t global, local = 1;
   ocl_cpu_chunks(n, min_chunk, &global, &chunk);
   args[nargs] = OCL_VAL(chunk);
-  return ocl_enqueue(c, kid, nargs + 1, args, 1, &global, &local);
+  ral_status st = ocl_enqueue(c, kid, nargs + 1, args, 1, &global, &local);
+  /* Few work-items but n elements of work: big enough to start without waiting for a batch. */
+  if (st == RAL_OK && n >= OCL_START_WORK) ocl_stream_start(c->stream);
+  return st;
 }
 
 size_t ocl_local_size(ocl_device* d, int kid, size_t want) {
@@ -62,7 +69,7 @@ size_t ocl_flat_local(const ral_kernel_call* c, int kid) {
 ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel k,
                               pthread_mutex_t* lock, int nargs, const ocl_arg* args,
                               cl_uint dims, const size_t* global, const size_t* local) {
-  size_t g[3], total = 1;
+  size_t g[3], total = 1, items = 1;
   for (cl_uint i = 0; i < dims; i++) {
     size_t l = local ? local[i] : 1;
     if (l == 0 || global[i] > OCL_MAX_WORK_ITEMS || l > d->max_wg)
@@ -73,21 +80,24 @@ ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel
     g[i] = (global[i] + l - 1) / l * l;
     if (g[i] == 0) g[i] = l;
     total *= g[i] / l;
+    items *= g[i];
     if (total > OCL_MAX_WORK_ITEMS)
       return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT,
                       "launch of more than %zu work-groups exceeds the limits of %s; nothing was queued",
                       OCL_MAX_WORK_ITEMS, d->name);
   }
+  ocl_stream_hold(c->stream);
   pthread_mutex_lock(lock);
   cl_int err = CL_SUCCESS;
   for (int i = 0; i < nargs && err == CL_SUCCESS; i++) err = CL.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
   cl_event ev = NULL;
   int prof = ocl_profile_on();
+  if (err == CL_SUCCESS) ocl_count(OCL_CNT_kernels);
   if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, prof ? &ev : NULL);
   if (ev) ocl_profile_add(ev, k, dims, g, local);
   pthread_mutex_unlock(lock);
   if (err == CL_SUCCESS) {
-    ocl_stream_counted(c->stream);
+    ocl_stream_queued(c->stream, items >= OCL_START_WORK);
     return RAL_OK;
   }
   ocl_cl_fail(err, "clEnqueueNDRangeKernel");

@@ -15,6 +15,7 @@ ral_status ocl_malloc(int32_t device, uint64_t nbytes, void** ptr) {
     return ocl_error(RAL_ERROR_OUT_OF_MEMORY, "%llu bytes exceed the device's largest allocation (%llu bytes)",
                      (unsigned long long)nbytes, (unsigned long long)d->max_alloc);
   cl_int err;
+  ocl_count(OCL_CNT_buffers);
   cl_mem m = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, nbytes ? nbytes : 1, NULL, &err);
   if (!m) return ocl_cl_fail(err, "clCreateBuffer");
   *ptr = m;
@@ -39,13 +40,17 @@ ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const 
    * so the upload stays asynchronous. */
   void* staged = malloc(nbytes ? nbytes : 1);
   cl_int err;
+  ocl_count(OCL_CNT_writes);
   if (!staged) {
+    ocl_stream_block_begin(stream);
     err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_TRUE, dst_offset, nbytes, src, 0, NULL, NULL);
-    if (err == CL_SUCCESS) ocl_stream_counted(stream);
+    ocl_stream_block_end(stream);
+    if (err == CL_SUCCESS) ocl_stream_queued(stream, 0);
     return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueWriteBuffer");
   }
   memcpy(staged, src, nbytes);
   cl_event ev;
+  ocl_stream_hold(stream);
   err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_FALSE, dst_offset, nbytes, staged, 0, NULL, &ev);
   if (err != CL_SUCCESS) {
     free(staged);
@@ -56,16 +61,21 @@ ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const 
     free(staged);
   }
   CL.clReleaseEvent(ev);
+  ocl_count(OCL_CNT_flushes);
   CL.clFlush(stream->q);
-  ocl_stream_counted(stream);
+  ocl_stream_queued(stream, 0);
   return RAL_OK;
 }
 
 ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t src_offset,
                           uint64_t nbytes, ral_stream stream) {
   (void)device;
+  /* The host waits for what it reads: the read opens the gate (it starts the batch). */
+  ocl_stream_hold(stream);
+  ocl_count(OCL_CNT_reads);
   cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, NULL);
-  if (err == CL_SUCCESS) CL.clFlush(stream->q), ocl_stream_counted(stream);
+  if (err == CL_SUCCESS) ocl_stream_queued(stream, 1);
+  if (err == CL_SUCCESS) ocl_count(OCL_CNT_flushes), CL.clFlush(stream->q);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueReadBuffer");
 }
 
@@ -73,9 +83,11 @@ ral_status ocl_memcpy_d2d(int32_t device, void* dst, uint64_t dst_offset, const 
                           uint64_t src_offset, uint64_t nbytes, ral_stream stream) {
   (void)device;
   if (nbytes == 0) return RAL_OK;
+  ocl_stream_hold(stream);
+  ocl_count(OCL_CNT_copies);
   cl_int err = CL.clEnqueueCopyBuffer(stream->q, (cl_mem)src, (cl_mem)dst, src_offset, dst_offset, nbytes,
                                       0, NULL, NULL);
-  if (err == CL_SUCCESS) ocl_stream_counted(stream);
+  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueCopyBuffer");
 }
 
@@ -84,7 +96,9 @@ ral_status ocl_memset(int32_t device, void* dst, uint64_t offset, int32_t value,
   (void)device;
   if (nbytes == 0) return RAL_OK;
   cl_uchar byte = (cl_uchar)value;
+  ocl_stream_hold(stream);
+  ocl_count(OCL_CNT_fills);
   cl_int err = CL.clEnqueueFillBuffer(stream->q, (cl_mem)dst, &byte, 1, offset, nbytes, 0, NULL, NULL);
-  if (err == CL_SUCCESS) ocl_stream_counted(stream);
+  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueFillBuffer");
 }

@@ -66,7 +66,12 @@ extern int g_ndev;
  * since the last synchronization, so only then does a sync pay for reading it.
  * `enqueued` counts commands queued (bumped after each enqueue returns); `tail` is the
  * last marker queued by event_record/query when `tail_n` commands had been counted, so
- * query can answer from it exactly while nothing was queued since (queue.c). */
+ * query can answer from it exactly while nothing was queued since (queue.c).
+ * `gate` (CPU runtimes, queue.c): a user event that the commands queued since it was made
+ * wait behind, so that a run of small commands reaches the runtime's worker threads as one
+ * batch (one wake-up) instead of one wake-up per command; `held` counts them. Opened
+ * (under `gate_mu`) by every wait, query, event record and read to the host, after
+ * OCL_GATE_MAX commands, and by a launch large enough to start at once. */
 struct ral_stream_s {
   cl_command_queue q;
   int32_t device;
@@ -76,10 +81,39 @@ struct ral_stream_s {
   pthread_mutex_t tail_mu;
   cl_event tail;
   uint64_t tail_n;
+  int batch; /* gate commands on this stream (a CPU device, TORCH_FL_OPENCL_BATCH != 0) */
+  pthread_mutex_t gate_mu;
+  cl_event gate;
+  int held;
 };
 
-/*! Count one command queued on the stream (call after the enqueue succeeded). */
-static inline void ocl_stream_counted(struct ral_stream_s* s) { atomic_fetch_add(&s->enqueued, 1); }
+/* Commands one gate holds back at most before it opens by itself. */
+#define OCL_GATE_MAX 16
+
+/* What the plugin has asked the OpenCL runtime to do, since load (all streams, all
+ * devices): read through the exported ral_opencl_counters() by tests and tools, so a
+ * change in how many waits, launches or flushes an op costs shows without timing it. */
+#define OCL_COUNTERS(X)                                                                       \
+  X(kernels) X(reads) X(writes) X(copies) X(fills) X(markers) X(barriers) X(flushes)          \
+  X(finishes) X(waits) X(buffers) X(gates) X(gate_opens)
+#define OCL_COUNTER_ENUM(name) OCL_CNT_##name,
+enum { OCL_COUNTERS(OCL_COUNTER_ENUM) OCL_N_COUNTERS };
+#undef OCL_COUNTER_ENUM
+extern _Atomic uint64_t ocl_counters[OCL_N_COUNTERS];
+/*! Count one OpenCL call of kind `i` (relaxed: a statistic, not a synchronization). */
+static inline void ocl_count(int i) { atomic_fetch_add_explicit(&ocl_counters[i], 1, memory_order_relaxed); }
+
+/*! Before queueing a command on `s`: on a batching stream, make sure a gate holds it back. */
+void ocl_stream_hold(struct ral_stream_s* s);
+/*! After a command was queued on `s`: count it (query's tail), and open the gate once it
+ *  holds OCL_GATE_MAX commands or when `start` (work big enough to begin at once). */
+void ocl_stream_queued(struct ral_stream_s* s, int start);
+/*! Let everything queued on `s` run now (a host wait or read follows). */
+void ocl_stream_start(struct ral_stream_s* s);
+/*! Around a blocking call on `s`: open the gate and keep a new one from closing in front
+ *  of the call (other threads' commands on `s` wait) until ocl_stream_block_end. */
+void ocl_stream_block_begin(struct ral_stream_s* s);
+void ocl_stream_block_end(struct ral_stream_s* s);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

@@ -218,7 +218,25 @@ static const ral_plugin_api k_api = {
     .module_destroy = ocl_module_destroy,
 };
 
-/* The one exported symbol: hand the runtime our table (it checks the versions). */
+_Atomic uint64_t ocl_counters[OCL_N_COUNTERS];
+
+/* Outside the plugin ABI, for tests and tools (ctypes on this library): how many OpenCL
+ * calls of each kind the plugin made since load. Copies min(cap, count) values into out
+ * and returns the count; ral_opencl_counter_name(i) names counter i (NULL past the end). */
+RAL_PLUGIN_EXPORT int ral_opencl_counters(uint64_t* out, int cap) {
+  for (int i = 0; i < OCL_N_COUNTERS && i < cap; i++) out[i] = atomic_load(&ocl_counters[i]);
+  return OCL_N_COUNTERS;
+}
+
+#define OCL_COUNTER_NAME(name) #name,
+static const char* const k_counter_names[] = {OCL_COUNTERS(OCL_COUNTER_NAME)};
+#undef OCL_COUNTER_NAME
+
+RAL_PLUGIN_EXPORT const char* ral_opencl_counter_name(int i) {
+  return i >= 0 && i < OCL_N_COUNTERS ? k_counter_names[i] : NULL;
+}
+
+/* The entry point: hand the runtime our table (it checks the versions). */
 RAL_PLUGIN_EXPORT const ral_plugin_api* ral_plugin_entry_v1(uint16_t runtime_abi_major,
                                                             uint16_t runtime_abi_minor) {
   (void)runtime_abi_major, (void)runtime_abi_minor;

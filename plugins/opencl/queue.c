@@ -1,11 +1,13 @@
 /*
  * queue.c -- streams are in-order command queues (with profiling, for elapsed times);
- * events are markers enqueued at the stream's tail.
+ * events are markers enqueued at the stream's tail; on a CPU runtime, commands queue
+ * behind a gate and reach the worker threads in batches (see "Batching" below).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep under -std=c11 */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "ocl.h"
@@ -17,6 +19,86 @@ struct ral_event_s {
   pthread_mutex_t lock;
   cl_event ev; /* NULL until recorded */
 };
+
+/* ---- Batching (CPU runtimes) ----
+ * PoCL's CPU device hands every command to its worker threads and wakes them (a futex
+ * wake, and all of them for a kernel); a command queued after the workers went idle costs
+ * a wake-up and a sleep, and on a busy host each wake-up waits for a core. Python queues
+ * an op every few tens of microseconds, longer than a small kernel runs, so a loop of
+ * small ops paid one hand-off per command. Instead the first command queued on an idle
+ * gate waits behind a barrier on a user event (the gate) and the following ones queue
+ * behind it; the gate opens (clSetUserEventStatus) when the host waits for, reads from or
+ * queries the stream, when an event is recorded on it, after OCL_GATE_MAX commands, and
+ * for a launch big enough to start at once; the workers then run the batch back to back.
+ * Order is unchanged (the queue is in order), and every wait opens the gate first, under
+ * `gate_mu`, so no wait can stand behind a closed gate. TORCH_FL_OPENCL_BATCH=0 turns it
+ * off (read once). GPUs batch in their drivers and are never gated. */
+static int batch_enabled(void) {
+  static _Atomic int on = -1;
+  int v = atomic_load(&on);
+  if (v < 0) {
+    const char* e = getenv("TORCH_FL_OPENCL_BATCH");
+    v = !(e && strcmp(e, "0") == 0);
+    atomic_store(&on, v);
+  }
+  return v;
+}
+
+/* Open the gate, if any: its commands start. Call with gate_mu held. */
+static void gate_open_locked(struct ral_stream_s* s) {
+  cl_event g = s->gate;
+  if (!g) return;
+  s->gate = NULL;
+  s->held = 0;
+  CL.clSetUserEventStatus(g, CL_COMPLETE);
+  CL.clReleaseEvent(g);
+  ocl_count(OCL_CNT_gate_opens);
+}
+
+void ocl_stream_hold(struct ral_stream_s* s) {
+  if (!s->batch) return;
+  pthread_mutex_lock(&s->gate_mu);
+  if (!s->gate) {
+    cl_int err;
+    cl_event g = CL.clCreateUserEvent(g_dev[s->device].ctx, &err);
+    if (g && CL.clEnqueueBarrierWithWaitList(s->q, 1, &g, NULL) == CL_SUCCESS) {
+      s->gate = g;
+      s->held = 0;
+      ocl_count(OCL_CNT_gates);
+    } else if (g) { /* no gate: the command runs unbatched */
+      CL.clSetUserEventStatus(g, CL_COMPLETE);
+      CL.clReleaseEvent(g);
+    }
+  }
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+void ocl_stream_queued(struct ral_stream_s* s, int start) {
+  atomic_fetch_add(&s->enqueued, 1);
+  if (!s->batch) return;
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate && (start || ++s->held >= OCL_GATE_MAX)) gate_open_locked(s);
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+void ocl_stream_start(struct ral_stream_s* s) {
+  if (!s->batch) return;
+  pthread_mutex_lock(&s->gate_mu);
+  gate_open_locked(s);
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+/* Around a blocking call on the stream: open the gate and keep new ones from closing in
+ * front of the call until it returns (other threads' commands on this stream wait). */
+void ocl_stream_block_begin(struct ral_stream_s* s) {
+  if (!s->batch) return;
+  pthread_mutex_lock(&s->gate_mu);
+  gate_open_locked(s);
+}
+
+void ocl_stream_block_end(struct ral_stream_s* s) {
+  if (s->batch) pthread_mutex_unlock(&s->gate_mu);
+}
 
 ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   ocl_device* d = ocl_device_get(device);
@@ -41,6 +123,8 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   atomic_init(&s->armed, 0);
   atomic_init(&s->enqueued, 0);
   pthread_mutex_init(&s->tail_mu, NULL);
+  pthread_mutex_init(&s->gate_mu, NULL);
+  s->batch = d->cpu && batch_enabled();
   *stream = s;
   return RAL_OK;
 }
@@ -58,12 +142,20 @@ static const char* const k_site_names[OCL_N_SITES] = {
  * enqueue, so a fault of a kernel the finish did not cover is read by a later sync. */
 static ral_status read_fault(struct ral_stream_s* s) {
   cl_int rec[OCL_ERR_INTS] = {0};
+  static const cl_int zeros[OCL_ERR_INTS] = {0};
+  ocl_stream_block_begin(s);
+  ocl_count(OCL_CNT_reads);
   cl_int err = CL.clEnqueueReadBuffer(s->q, s->err, CL_TRUE, 0, sizeof rec, rec, 0, NULL, NULL);
+  if (err == CL_SUCCESS && rec[0] != 0) {
+    ocl_count(OCL_CNT_writes);
+    cl_int werr = CL.clEnqueueWriteBuffer(s->q, s->err, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
+    ocl_stream_block_end(s);
+    if (werr != CL_SUCCESS) return ocl_cl_fail(werr, "clEnqueueWriteBuffer (stream fault record)");
+  } else {
+    ocl_stream_block_end(s);
+  }
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueReadBuffer (stream fault record)");
   if (rec[0] == 0) return RAL_OK;
-  static const cl_int zeros[OCL_ERR_INTS] = {0};
-  err = CL.clEnqueueWriteBuffer(s->q, s->err, CL_TRUE, 0, sizeof zeros, zeros, 0, NULL, NULL);
-  if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueWriteBuffer (stream fault record)");
   long long index = (long long)(((uint64_t)(uint32_t)rec[2] << 32) | (uint32_t)rec[1]);
   long long size = (long long)(((uint64_t)(uint32_t)rec[5] << 32) | (uint32_t)rec[4]);
   const char* op = rec[0] > 0 && rec[0] < OCL_N_SITES ? k_site_names[rec[0]] : "an index kernel";
@@ -78,10 +170,13 @@ static ral_status read_fault(struct ral_stream_s* s) {
 ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   (void)device;
   if (!stream) return RAL_OK;
+  ocl_stream_start(stream);
+  ocl_count(OCL_CNT_finishes);
   CL.clFinish(stream->q);
   CL.clReleaseMemObject(stream->err);
   if (stream->tail) CL.clReleaseEvent(stream->tail);
   pthread_mutex_destroy(&stream->tail_mu);
+  pthread_mutex_destroy(&stream->gate_mu);
   CL.clReleaseCommandQueue(stream->q);
   free(stream);
   return RAL_OK;
@@ -90,7 +185,11 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
 ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
   (void)device;
   int armed = atomic_exchange(&stream->armed, 0);
+  /* The finish waits under gate_mu, so no other thread's gate closes in front of it. */
+  ocl_stream_block_begin(stream);
+  ocl_count(OCL_CNT_finishes);
   cl_int err = CL.clFinish(stream->q);
+  ocl_stream_block_end(stream);
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
   ocl_profile_flush();
   return armed ? read_fault(stream) : RAL_OK;
@@ -109,8 +208,13 @@ static ral_status event_state(cl_event ev) {
 static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
   uint64_t n = atomic_load(&s->enqueued);
   cl_event ev;
+  /* The marker must be able to complete: queue it in front of any new gate. */
+  ocl_stream_block_begin(s);
+  ocl_count(OCL_CNT_markers);
   cl_int err = CL.clEnqueueMarkerWithWaitList(s->q, 0, NULL, &ev);
+  ocl_stream_block_end(s);
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
+  ocl_count(OCL_CNT_flushes);
   CL.clFlush(s->q);
   CL.clRetainEvent(ev);
   pthread_mutex_lock(&s->tail_mu);
@@ -205,6 +309,7 @@ ral_status ocl_event_synchronize(int32_t device, ral_event event) {
   (void)device;
   cl_event ev = event_get(event);
   if (!ev) return RAL_OK;
+  ocl_count(OCL_CNT_waits);
   cl_int err = CL.clWaitForEvents(1, &ev);
   CL.clReleaseEvent(ev);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clWaitForEvents");
@@ -223,9 +328,11 @@ ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event ev
   (void)device;
   cl_event ev = event_get(event);
   if (!ev) return RAL_OK;
+  ocl_stream_hold(stream);
+  ocl_count(OCL_CNT_barriers);
   cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &ev, NULL);
   CL.clReleaseEvent(ev);
-  if (err == CL_SUCCESS) ocl_stream_counted(stream);
+  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
