@@ -2,9 +2,10 @@
  * conv.c -- convolution (1d/2d/3d, stride, padding, dilation, groups, transposed) and its
  * backward, as im2col/col2im over the plugin's OpenBLAS GEMM on the pool.
  *
- * Why im2col and not oneDNN: Debian ships oneDNN only as a C++-built library whose
- * packages pull a second OpenMP/TBB runtime next to PyTorch's (docs/convolution.md); the
- * plugin's own GEMM already runs on its one thread budget, so the convolution does too.
+ * Why im2col rather than oneDNN for now: Debian bookworm has oneDNN 2.6.3 (libdnnl-dev, a C
+ * API, built on libgomp), but its OpenMP runtime would run on the plugin's threads, which
+ * pin OpenMP to one thread so no second team fights PyTorch's (pool.h); the GEMMs here run
+ * on the plugin's own pool and budget. docs/convolution.md says what a oneDNN port needs.
  *
  * Every kernel works on one "regular" geometry (a convolution from X to Y):
  *   X [N, Cx, I...]   Y [N, Cy, O...]   W [Cy, Cx/G, k...]
