@@ -355,6 +355,10 @@ static float* weight_floats(const ral_tensor* w, int64_t K) {
   int64_t rows = w->sizes[0] * w->sizes[1], per = K / w->sizes[1];
   float* out = malloc((size_t)(w->sizes[0] * K) * sizeof(float));
   if (!out) return NULL;
+  if (w->dtype == RAL_DTYPE_FLOAT32 && host_is_contiguous(w)) { /* the common case: one copy */
+    memcpy(out, host_ptr(w), (size_t)(rows * per) * sizeof(float));
+    return out;
+  }
   for (int64_t r = 0; r < rows; r++)
     for (int64_t e = 0; e < per; e++)
       out[r * per + e] =
@@ -377,6 +381,14 @@ static ral_status run_prim(host_range_fn fn, conv_job* j, int64_t tasks) {
   return j->status;
 }
 
+/* wparts[0][e] += wparts[1..parts)[e] for e in [e0, e1), partitions in order. */
+static void sum_parts(int64_t e0, int64_t e1, void* arg) {
+  conv_job* j = arg;
+  int64_t n = j->g->Cy * j->g->K;
+  for (int64_t p = 1; p < j->parts; p++)
+    for (int64_t e = e0; e < e1; e++) j->wparts[e] += j->wparts[p * n + e];
+}
+
 /* C over every partition, then the partitions summed in order into the weight gradient. */
 static ral_status weight_grad(conv_job* j, const ral_tensor* gw) {
   const conv_geom* g = j->g;
@@ -388,13 +400,15 @@ static ral_status weight_grad(conv_job* j, const ral_tensor* gw) {
   else st = run_prim(prim_c, j, j->parts * g->G);
   if (st == RAL_OK) {
     float* sum = j->wparts;
-    for (int64_t p = 1; p < j->parts; p++)
-      for (int64_t e = 0; e < g->Cy * g->K; e++) sum[e] += j->wparts[p * g->Cy * g->K + e];
+    host_parallel_for(g->Cy * g->K, 1 << 14, sum_parts, j); /* each element in partition order */
     /* store [Cy, K] through the weight's strides: view it as [Cy, Cx/G, ksp] */
-    for (int64_t r = 0; r < g->Cy * g->cxg; r++)
-      for (int64_t e = 0; e < g->ksp; e++)
-        host_store_value(host_ptr(gw) + weight_offset(gw, r, e) * host_dtype_size(gw->dtype), gw->dtype,
-                         sum[r * g->ksp + e], 0);
+    if (gw->dtype == RAL_DTYPE_FLOAT32 && host_is_contiguous(gw))
+      memcpy(host_ptr(gw), sum, (size_t)(g->Cy * g->K) * sizeof(float));
+    else
+      for (int64_t r = 0; r < g->Cy * g->cxg; r++)
+        for (int64_t e = 0; e < g->ksp; e++)
+          host_store_value(host_ptr(gw) + weight_offset(gw, r, e) * host_dtype_size(gw->dtype), gw->dtype,
+                           sum[r * g->ksp + e], 0);
   }
   free(j->wparts);
   j->wparts = NULL;
