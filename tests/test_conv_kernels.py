@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import host_device_present, opencl_device
+from conftest import host_device_present, opencl_device, run_python
 
 import torch_fl
 
@@ -214,3 +214,26 @@ def test_bad_input_raises_and_device_keeps_working(which):
     w = torch.randn(5, 6, 3, 3)
     y = torch.nn.functional.conv2d(x.to(dev), w.to(dev), padding=1)
     torch.testing.assert_close(y.cpu(), torch.nn.functional.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+
+
+_BUDGET_CHILD = """
+import hashlib, torch, torch_fl
+torch.manual_seed(0)
+x = torch.randn(20, 8, 12, 12).to("ral:0").requires_grad_()
+w = torch.randn(16, 8, 3, 3).to("ral:0").requires_grad_()
+y = torch.nn.functional.conv2d(x, w, padding=1)
+y.backward(torch.randn(y.shape).to("ral:0"))
+print(hashlib.sha256(w.grad.cpu().numpy().tobytes() + x.grad.cpu().numpy().tobytes()).hexdigest())
+"""
+
+
+def test_gradients_do_not_depend_on_the_thread_budget():
+    """The weight gradient sums fixed batch partitions in order: the same bits on 1 and 3
+    threads (TORCH_FL_HOST_THREADS is read once per process, so each budget is a child)."""
+    _device("host")
+    digests = set()
+    for budget in ("1", "3"):
+        out = run_python(_BUDGET_CHILD, env={"TORCH_FL_HOST_THREADS": budget})
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.add(out.stdout.strip().splitlines()[-1])
+    assert len(digests) == 1
