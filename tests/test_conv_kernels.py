@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import host_device_present, opencl_device, run_python
+from conftest import plugin_device, run_python
 
 import torch_fl
 
@@ -108,18 +108,6 @@ def _run_mode(dev, x, w, b, args, grad, needs):
 STYLES = {"to": _run_to, "mode": _run_mode}
 
 
-def _device(which: str) -> str:
-    """The host plugin's device, or the OpenCL plugin's; skips when it is not there."""
-    if which == "host":
-        if not host_device_present():
-            pytest.skip("host plugin not built")
-        return "ral:0"
-    d = opencl_device()
-    if d is None:
-        pytest.skip("no OpenCL plugin/platform")
-    return d
-
-
 def _assert_vendor(cov, which, backward=True):
     if which != "host":
         return  # the OpenCL plugin has no convolution kernel yet
@@ -131,7 +119,7 @@ def _assert_vendor(cov, which, backward=True):
 
 
 def _case(which, style, x, w, b, args, needs=(True, True, True), tol=F32, what=""):
-    dev = _device(which)
+    dev = plugin_device(which)
     torch.manual_seed(1)
     y_ref_shape = _conv(x.float(), w.float(), None if b is None else b.float(), args).shape
     grad = torch.randn(y_ref_shape).to(x.dtype)
@@ -199,7 +187,7 @@ def test_half_types(which, dtype):
 def test_result_is_row_major_like_every_ral_convolution():
     """A ral convolution's result is row-major whatever the input layout (cpu.py
     ROW_MAJOR_RESULTS: what torch.compile's fake tensors expect of a PrivateUse1 conv)."""
-    _device("host")
+    plugin_device("host")
     x = torch.randn(2, 6, 9, 9).to(memory_format=torch.channels_last)
     y = torch.nn.functional.conv2d(x.to("ral:0"), torch.randn(5, 6, 3, 3).to("ral:0"), padding=1)
     assert y.is_contiguous()
@@ -207,7 +195,7 @@ def test_result_is_row_major_like_every_ral_convolution():
 
 @pytest.mark.parametrize("which", ["host", "opencl"])
 def test_bad_input_raises_and_device_keeps_working(which):
-    dev = _device(which)
+    dev = plugin_device(which)
     x, w = torch.randn(2, 6, 9, 9), torch.randn(5, 4, 3, 3)  # 6 input channels, weight wants 4
     with pytest.raises(RuntimeError, match="channel"):
         torch.nn.functional.conv2d(x.to(dev), w.to(dev))
@@ -230,7 +218,7 @@ print(hashlib.sha256(w.grad.cpu().numpy().tobytes() + x.grad.cpu().numpy().tobyt
 def test_gradients_do_not_depend_on_the_thread_budget():
     """The weight gradient sums fixed batch partitions in order: the same bits on 1 and 3
     threads (TORCH_FL_HOST_THREADS is read once per process, so each budget is a child)."""
-    _device("host")
+    plugin_device("host")
     digests = set()
     for budget in ("1", "3"):
         out = run_python(_BUDGET_CHILD, env={"TORCH_FL_HOST_THREADS": budget})

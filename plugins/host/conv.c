@@ -326,12 +326,11 @@ static ral_status make_geom(const ral_kernel_call* c, const conv_params* p, cons
 }
 
 static ral_status check_operands(const ral_kernel_call* c, int rank) {
+  ral_status st = host_check_float32_or_half(c, 0);
+  if (st != RAL_OK) return st;
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (host_tensor_absent(t)) continue;
-    if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_FLOAT16 && t->dtype != RAL_DTYPE_BFLOAT16)
-      return host_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d has dtype %s; float32/float16/bfloat16 only", i,
-                       host_dtype_name(t->dtype));
     if (t->ndim != rank && t->ndim != 1)
       return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "tensor %d has rank %d, expected %d", i, t->ndim, rank);
   }

@@ -36,9 +36,9 @@ from torch_fl.tiers.protocol import Declined
 
 _aten = torch.ops.aten
 
-# Ops whose kernels take an absent descriptor for an output the op leaves undefined (a
-# convolution's gradients not asked for by output_mask); other ops with such outputs decline.
-ABSENT_OUTPUT_OPS = frozenset({"aten::convolution_backward"})
+# Ops whose kernels take an absent descriptor for an output the op leaves undefined (the
+# gradients output_mask does not ask for); other ops with such outputs decline.
+ABSENT_OUTPUT_OPS = frozenset({"aten::convolution_backward", "aten::native_batch_norm_backward"})
 rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
 
@@ -521,6 +521,11 @@ def build(sch, args, kwargs, full, dev):
             shape = tuple(m.shape)
             out_specs.append((shape, contiguous_strides(shape), m.dtype, m.numel() * m.dtype.itemsize))
         out_pos = ()
+        if sch.name == "aten::native_batch_norm" and not full[5]:
+            # eval mode: CPU (and CUDA) return empty save_mean/save_invstd; the meta kernel
+            # gives them C elements. Results must look like CPU's.
+            for k in (1, 2):
+                out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
         present = [sp for sp in out_specs if sp is not None]
         out_shape = present[0][0] if present else ()
         out_dtype = present[0][2] if present else None
