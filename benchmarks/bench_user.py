@@ -259,12 +259,13 @@ STYLE = {
 SCALE = {"ms": 1e3, "us": 1e6}
 
 
-def run_case(name: str, dev: str, rounds: int) -> list[Result]:
-    """Alternating fresh processes for every side of `name`; one Result per non-baseline side."""
+def run_case(name: str, dev: str, rounds: int, module: str = "bench_user", sides=None, spec=None) -> list[Result]:
+    """Alternating fresh processes for every side of `name`; one Result per non-baseline side.
+    `module`, `sides`, `spec`: another case file's SIDES and SPEC (bench_cnn.py)."""
     os.environ["BENCH_DEVICE"] = dev
-    title, base, targets, repeats, unit = SPEC[name]
-    sides = list(SIDES[name])
-    times = alternate("bench_user", name, sides, rounds, repeats=repeats)
+    title, base, targets, repeats, unit = (spec or SPEC)[name]
+    sides = list((sides or SIDES)[name])
+    times = alternate(module, name, sides, rounds, repeats=repeats)
     med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
     k = SCALE[unit]
     rows = []

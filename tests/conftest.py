@@ -31,6 +31,18 @@ def opencl_device() -> str | None:
     return f"ral:{p.devices[0]}"
 
 
+def plugin_device(which: str) -> str:
+    """ "ral:0" for "host", the OpenCL plugin's device for "opencl"; skips when it is absent."""
+    if which == "host":
+        if not host_device_present():
+            pytest.skip("host plugin not built")
+        return "ral:0"
+    d = opencl_device()
+    if d is None:
+        pytest.skip("no OpenCL plugin/platform")
+    return d
+
+
 @pytest.fixture(scope="session")
 def dev() -> str:
     """The ral device string under test; skips everything if no ral device exists."""

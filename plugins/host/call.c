@@ -137,3 +137,16 @@ int host_view_expand(host_view* v, const ral_tensor* t, int ndim, const int64_t*
   }
   return 1;
 }
+
+ral_status host_check_float32_or_half(const ral_kernel_call* c, int contiguous) {
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (host_tensor_absent(t)) continue;
+    if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_FLOAT16 && t->dtype != RAL_DTYPE_BFLOAT16)
+      return host_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d has dtype %s; float32/float16/bfloat16 only", i,
+                       host_dtype_name(t->dtype));
+    if (contiguous && !host_is_contiguous(t))
+      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "tensor %d must be contiguous", i);
+  }
+  return RAL_OK;
+}

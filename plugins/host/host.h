@@ -63,6 +63,8 @@ int host_is_single_value(const ral_tensor* t);
 
 /*! Check the call has n_outputs/n_inputs/at-least n_scalars as the kernel expects. */
 ral_status host_check_arity(const ral_kernel_call* c, int n_out, int n_in, int n_scalars);
+/*! Every present tensor is float32/float16/bfloat16 (and contiguous when asked). */
+ral_status host_check_float32_or_half(const ral_kernel_call* c, int contiguous);
 /*! Numeric scalar i (INT, FLOAT or BOOL) as double and int64; 0 if absent or not numeric. */
 int host_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v);
 /*! 1 if scalar i is missing or NONE. */

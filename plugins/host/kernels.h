@@ -41,6 +41,9 @@
   X(host_layer_norm_backward) X(host_nll_loss_forward) X(host_nll_loss_backward)         \
   X(host_sdpa_forward) X(host_sdpa_backward)
 
+#define HOST_KERNELS_CNN(X) \
+  X(host_convolution) X(host_convolution_backward) X(host_batch_norm) X(host_batch_norm_backward)
+
 #define HOST_KERNELS_INDEX(X)                                                        \
   X(host_embedding) X(host_embedding_dense_backward) X(host_gather) X(host_scatter_src) \
   X(host_scatter_add) X(host_index_select)
@@ -52,7 +55,7 @@
 
 #define HOST_KERNELS(X)                                                              \
   HOST_KERNELS_ELEMENTWISE(X) HOST_KERNELS_COPY(X) HOST_KERNELS_REDUCE(X)            \
-  HOST_KERNELS_BLAS(X) HOST_KERNELS_NN(X) HOST_KERNELS_INDEX(X) HOST_KERNELS_LAYOUT(X) \
+  HOST_KERNELS_BLAS(X) HOST_KERNELS_NN(X) HOST_KERNELS_CNN(X) HOST_KERNELS_INDEX(X) HOST_KERNELS_LAYOUT(X) \
   HOST_KERNELS_RANDOM(X)
 
 #define HOST_DECLARE_KERNEL(name) \

@@ -151,9 +151,17 @@ UNINITIALIZED = {
 }
 # Per-op float tolerances where the device legitimately takes another algorithm than CPU:
 # attention runs the math path (matmul + softmax) where CPU uses a fused flash kernel.
+# A key is an op name, or (op name, dtype) for one dtype only.
 TOLERANCE_OVERRIDES = {
     "nn.functional.scaled_dot_product_attention": (1e-4, 1e-4),
     "nn.functional.multi_head_attention_forward": (1e-4, 1e-4),
+    # The host plugin's convolution widens half types to float32 and rounds once; CPU's
+    # half transposed convolution rounds differently. Over these samples (outputs up to
+    # ~400) they differ by 1-2 ulps of the largest output (0.25 float16, 0.5-1.0 bfloat16),
+    # and the device's result is never further from the float32 result than CPU's.
+    ("nn.functional.conv_transpose2d", torch.float16): (1e-2, 0.25),
+    ("nn.functional.conv_transpose2d", torch.bfloat16): (2e-2, 0.5),
+    ("nn.functional.conv_transpose3d", torch.bfloat16): (2e-2, 1.0),
 }
 
 
@@ -268,7 +276,13 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
             if expected_exc is not None:
                 error = f"sample {i}: CPU raised {type(expected_exc).__name__} but ral did not"
                 break
-            _compare(actual, expected, dtype, exact_shape_only=random, tolerance=TOLERANCE_OVERRIDES.get(name))
+            _compare(
+                actual,
+                expected,
+                dtype,
+                exact_shape_only=random,
+                tolerance=TOLERANCE_OVERRIDES.get((name, dtype), TOLERANCE_OVERRIDES.get(name)),
+            )
         except Exception as exc:
             if expected_exc is not None and isinstance(exc, type(expected_exc)):
                 continue

@@ -6,11 +6,12 @@ import torch
 
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
-from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, write_back
+from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, host_view, write_back
+from torch_fl.tensor.layout import is_dense
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import restride
-from torch_fl.tensor.transfer import to_device
+from torch_fl.tensor.transfer import empty_on, to_device
 from torch_fl.tiers.widen import WIDENED
 
 # PyTorch's error when a kernel resizes a tensor whose storage it does not own (our host views)
@@ -129,10 +130,26 @@ def _up(v, by_cpu, dev, keep_layout):
         o = by_cpu.get(id(v))
         if o is not None:
             return o  # an op returning one of its (mutated) arguments
+        if v.device.type == "cpu" and host_mappable(dev):
+            return _fill_on_host(v, dev, keep_layout)
         return to_device(v, dev, keep_layout=keep_layout)
     if isinstance(v, (list, tuple)):
         return type(v)(_up(x, by_cpu, dev, keep_layout) for x in v)
     return v
+
+
+def _fill_on_host(v: torch.Tensor, dev: int, keep_layout: bool) -> RalTensor:
+    """A result uploaded to a host-mappable device by one CPU copy into the fresh buffer.
+
+    to_device would make a row-major CPU copy of a channels_last conv result first (a
+    second pass over it) and then hand the bytes to the stream (a launch and a wake-up of the
+    plugin's worker). The device is idle here (run() synchronized it) and the buffer is
+    fresh, so PyTorch's own copy_ writes it directly, converting the layout on the way."""
+    strides = tuple(v.stride()) if keep_layout and is_dense(v.shape, v.stride()) else None
+    out = empty_on(dev, v.shape, v.dtype, strides)
+    if v.numel():
+        host_view(out).copy_(v)
+    return out
 
 
 def build(sch, args, kwargs, full, dev) -> CpuRun:

@@ -19,6 +19,7 @@ from torch_fl.tensor.layout import contiguous_strides, permuted_dense_strides
 from torch_fl.tensor.op_schema import BROADCASTING_OPS, NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
+from torch_fl.tiers.cpu import ROW_MAJOR_RESULTS
 from torch_fl.tiers.launch import launch_packed
 from torch_fl.tiers.packing import (
     TAG_BOOL,
@@ -34,6 +35,10 @@ from torch_fl.tiers.packing import (
 from torch_fl.tiers.protocol import Declined
 
 _aten = torch.ops.aten
+
+# Ops whose kernels take an absent descriptor for an output the op leaves undefined (the
+# gradients output_mask does not ask for); other ops with such outputs decline.
+ABSENT_OUTPUT_OPS = frozenset({"aten::convolution_backward", "aten::native_batch_norm_backward"})
 rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
 
@@ -297,13 +302,17 @@ class VendorRun:
         stream = current(dev)
         if self.fresh:
             outs = [
-                wrap(allocate(dev, nb, stream), shape, stride, 0, dtype) for shape, stride, dtype, nb in self.out_specs
+                None if spec is None else wrap(allocate(dev, spec[3], stream), spec[0], spec[1], 0, spec[2])
+                for spec in self.out_specs
             ]
         else:
             outs = [full[i] for i in self.out_pos]
         packed = [self.n_out, 0, len(self.scalars)]
         for o in outs:
-            pack_tensor(packed, o)
+            if o is None:
+                pack_absent(packed)
+            else:
+                pack_tensor(packed, o)
         keep = []
         n_in = 0
         for pos, kind, prep, expand in self.inputs:
@@ -503,16 +512,26 @@ def build(sch, args, kwargs, full, dev):
     if fresh:
         res = meta_run(sch.func, args, kwargs)
         metas = res if isinstance(res, (list, tuple)) else (res,)
-        if any(m is None for m in metas):  # e.g. native_layer_norm_backward without weight grads
+        if any(m is None for m in metas) and sch.name not in ABSENT_OUTPUT_OPS:
+            # e.g. native_layer_norm_backward without weight grads
             raise Declined("op returns undefined (None) outputs")
         out_specs = []
         for m in metas:
+            if m is None:
+                out_specs.append(None)  # packed absent, returned as None (_run_packed)
+                continue
             shape = tuple(m.shape)
             out_specs.append((shape, contiguous_strides(shape), m.dtype, m.numel() * m.dtype.itemsize))
         out_pos = ()
-        out_shape = out_specs[0][0] if out_specs else ()
-        out_dtype = out_specs[0][2] if out_specs else None
-        numel = metas[0].numel() if metas else 0
+        if sch.name == "aten::native_batch_norm" and not full[5]:
+            # eval mode: CPU (and CUDA) return empty save_mean/save_invstd; the meta kernel
+            # gives them C elements. Results must look like CPU's.
+            for k in (1, 2):
+                out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
+        present = [sp for sp in out_specs if sp is not None]
+        out_shape = present[0][0] if present else ()
+        out_dtype = present[0][2] if present else None
+        numel = max((m.numel() for m in metas if m is not None), default=0)
     else:
         out_pos = tuple(a for a in sch.return_alias)
         if any(p < 0 for p in out_pos):
@@ -549,7 +568,7 @@ def build(sch, args, kwargs, full, dev):
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")
-    if fresh and not entry.requires_contiguous:
+    if fresh and not entry.requires_contiguous and sch.name not in ROW_MAJOR_RESULTS:
         out_specs = _meta_layouts(out_specs, metas)
     broadcasting = (sch.pointwise or sch.name in BROADCASTING_OPS) and not entry.broadcast
     inputs = []
@@ -615,7 +634,7 @@ def build(sch, args, kwargs, full, dev):
     run = VendorRun(sch, dev, entry, handle, fresh, out_specs, out_pos, inputs, scalars, numel, plugin)
     if _all_outputs_empty(run, full):
         return EmptyRun(run)
-    run.fast = _compile_fast(run, full)
+    run.fast = None if None in out_specs else _compile_fast(run, full)
     if run.fast is not None:
         run.fast_call = _specialize(run, run.fast)
     return run
@@ -739,7 +758,7 @@ def _specialize(run, fast):
 
 def _all_outputs_empty(run, full) -> bool:
     if run.fresh:
-        return bool(run.out_specs) and all(nb == 0 for *_, nb in run.out_specs)
+        return bool(run.out_specs) and all(sp is None or sp[3] == 0 for sp in run.out_specs)
     return all(full[p].numel() == 0 for p in run.out_pos)
 
 
@@ -760,7 +779,7 @@ class EmptyRun:
             outs = [full[i] for i in r.out_pos]
         else:
             outs = [
-                wrap(allocate(r.dev, 0, current(r.dev)), shape, stride, 0, dtype)
-                for shape, stride, dtype, _ in r.out_specs
+                None if sp is None else wrap(allocate(r.dev, 0, current(r.dev)), sp[0], sp[1], 0, sp[2])
+                for sp in r.out_specs
             ]
         return outs[0] if r.single else tuple(outs)
