@@ -19,6 +19,8 @@ PLUGIN_STATUS_NAMES = {
     lib.RT_PLUGIN_LOAD_FAILED: "LOAD_FAILED",
     lib.RT_PLUGIN_GONE: "GONE",
     lib.RT_PLUGIN_SHADOWED: "SHADOWED",
+    lib.RT_PLUGIN_INSECURE: "INSECURE",
+    lib.RT_PLUGIN_FAILED: "FAILED",
 }
 SOURCE_NAMES = {
     lib.RT_SOURCE_BUILTIN: "builtin",
@@ -154,6 +156,12 @@ def plugin_records() -> list[PluginRecord]:
             )
         )
     return out
+
+
+def unloaded_plugins_note() -> str:
+    """The suffix "; not loaded: name: STATUS: reason, ..." for error messages ("" when every plugin loaded)."""
+    bad = [f"{p.name}: {p.status}: {p.reason}" for p in plugin_records() if p.status not in ("LOADED", "SHADOWED")]
+    return "; not loaded: " + ", ".join(bad) if bad else ""
 
 
 def device_records() -> list[DeviceRecord]:

@@ -7,6 +7,7 @@ import threading
 import torch
 
 from torch_fl.core.runtime import device_count as _device_count
+from torch_fl.core.runtime import unloaded_plugins_note
 
 _tls = threading.local()
 
@@ -35,7 +36,9 @@ def parse_device(device, default: int | None = None) -> int | None:
         idx = current_device()
     n = _device_count()
     if not 0 <= idx < n:
-        raise RuntimeError(f"ral:{idx} does not exist: {n} ral device(s) are visible (ralctl list-devices)")
+        raise RuntimeError(
+            f"ral:{idx} does not exist: {n} ral device(s) are visible (ralctl list-devices){unloaded_plugins_note()}"
+        )
     return idx
 
 

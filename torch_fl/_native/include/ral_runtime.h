@@ -35,7 +35,15 @@ enum {
   RT_PLUGIN_GONE = 4,
   /* Another plugin of the same name was found first (earlier root or directory);
    * this copy is not loaded. Re-evaluated on rescan. */
-  RT_PLUGIN_SHADOWED = 5
+  RT_PLUGIN_SHADOWED = 5,
+  /* The plugin folder, its manifest or its library (or a folder above them) may be
+   * written by someone other than its owner, or belongs to another non-root user
+   * (include/ral_trust.h); not loaded. The reason names the path:
+   * "world-writable <path>". TORCH_FL_ALLOW_INSECURE_PLUGINS accepts it. */
+  RT_PLUGIN_INSECURE = 6,
+  /* Loaded, then answered garbage the runtime cannot work with (a malformed device
+   * descriptor, an alloc that is not a pointer, ...); its devices are not used. */
+  RT_PLUGIN_FAILED = 7
 };
 
 /* Where a plugin came from, in discovery order. */
