@@ -16,9 +16,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plugins.harness import REPO, clean_env, run_on  # noqa: E402
+from plugins.harness import PREAMBLE, REPO, clean_env, run_on  # noqa: E402
 
 from plugins import fixtures  # noqa: E402
+from torch_fl._native import builtin_plugin_dir  # noqa: E402
 
 plugin_cache = fixtures.plugin_cache
 roots = fixtures.roots
@@ -196,3 +197,132 @@ else:
     )
     assert out.returncode == 0, out.stderr
     assert f"template: INSECURE: world-writable {plugin}" in out.stdout, out.stdout
+
+
+# ---- on-disk kernel caches ------------------------------------------------------------
+
+# A kernel that writes `value` into element 0 of its output, per plugin language.
+_KERNELS = {
+    "host": (
+        "c",
+        '#include "ral_plugin.h"\n'
+        "RAL_PLUGIN_EXPORT ral_status k(const ral_kernel_call* c) {{\n"
+        "  *(float*)((char*)c->tensors[0].data + c->tensors[0].byte_offset) = {value}f;\n"
+        "  return RAL_OK;\n}}\n",
+    ),
+    "opencl": (
+        "opencl-c",
+        "__kernel void k(__global float* d, long off, long n) {{\n"
+        "  if (get_global_id(0) < n) d[off + get_global_id(0)] = {value}f;\n}}\n",
+    ),
+}
+_CACHE_SUBDIR = {"host": "host-jit", "opencl": "opencl"}
+_RUN_KERNEL = """
+ok(lib.rt_init({builtin!r}.encode()))
+dev = next(i for i in range(lib.rt_device_count()) if plugins()[device(i).plugin]["name"] == {plugin!r})
+for value in {values!r}:
+    h = ffi.new("int64_t*")
+    src = {source!r}.format(value=value)
+    ok(lib.rt_kernel_compile(dev, {lang!r}.encode(), src.encode(), b"", b"k", h))
+    p = malloc(dev, 4)
+    ok(launch(dev, h[0], [tensor(p, 1)], []))
+    ok(lib.rt_stream_synchronize(dev, 0))
+    print("VALUE", unfloats32(d2h(dev, p, 4))[0])
+"""
+
+
+def _run_kernels(plugin, cache, *values):
+    """Compile and run the kernel with each value in one fresh process; (values read, stderr)."""
+    lang, source = _KERNELS[plugin]
+    code = _RUN_KERNEL.format(builtin=builtin_plugin_dir(), plugin=plugin, values=values, source=source, lang=lang)
+    env = clean_env({"XDG_CACHE_HOME": str(cache), "POCL_CACHE_DIR": str(cache.parent / "pocl")})
+    out = subprocess.run(
+        [sys.executable, "-c", PREAMBLE + code], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    read = [float(line.split()[1]) for line in out.stdout.splitlines() if line.startswith("VALUE")]
+    return read, out.stderr
+
+
+def _needs(plugin):
+    from torch_fl.core.runtime import plugin_records
+
+    rec = next((p for p in plugin_records() if p.name == plugin), None)
+    if rec is None or rec.status != "LOADED" or not rec.n_devices:
+        pytest.skip(f"the {plugin} plugin is not loaded here ({rec.status if rec else 'not built'})")
+
+
+def _entries(folder):
+    return sorted(p for p in folder.iterdir() if p.suffix in (".so", ".bin")) if folder.is_dir() else []
+
+
+def _plant(plugin, victim: Path, donor: Path) -> None:
+    """Write donor's (valid) cache entry under victim's name, as an attacker with write
+    access would: the checksums only guard against torn writes."""
+    data = bytearray(donor.read_bytes())
+    if plugin == "opencl":
+        data[24:56] = victim.stem.encode()  # program_cache.c's header: magic, size, checksum, key
+    victim.write_bytes(bytes(data))
+
+
+PLUGINS = ["host", pytest.param("opencl", marks=pytest.mark.slow)]
+
+
+@needs_root
+@pytest.mark.parametrize("plugin", ["host", "opencl"])
+def test_planted_cache_file_of_another_user_is_not_loaded(plugin, tmp_path):
+    _needs(plugin)
+    cache = tmp_path / "cache"
+    folder = cache / "torch_fl" / _CACHE_SUBDIR[plugin]
+    assert _run_kernels(plugin, cache, 1.0)[0] == [1.0]
+    (victim,) = _entries(folder)
+    assert _run_kernels(plugin, cache, 2.0)[0] == [2.0]
+    (donor,) = [p for p in _entries(folder) if p != victim]
+    _plant(plugin, victim, donor)
+    os.chown(victim, OTHER_UID, OTHER_GID)
+    read, err = _run_kernels(plugin, cache, 1.0, 1.0)
+    assert read == [1.0, 1.0], f"the planted kernel ran: {read}"
+    assert err.count("is not used") == 1 and f"owned by another user (uid {OTHER_UID}" in err, err
+    assert victim.stat().st_uid == OTHER_UID  # left alone, not loaded
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_world_writable_cache_file_is_not_loaded(plugin, tmp_path):
+    _needs(plugin)
+    cache = tmp_path / "cache"
+    folder = cache / "torch_fl" / _CACHE_SUBDIR[plugin]
+    assert _run_kernels(plugin, cache, 1.0)[0] == [1.0]
+    (victim,) = _entries(folder)
+    assert _run_kernels(plugin, cache, 2.0)[0] == [2.0]
+    (donor,) = [p for p in _entries(folder) if p != victim]
+    _plant(plugin, victim, donor)
+    victim.chmod(0o666)
+    read, err = _run_kernels(plugin, cache, 1.0)
+    assert read == [1.0], f"the planted kernel ran: {read}"
+    assert f"world-writable {victim}" in err, err
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_world_writable_cache_folder_is_not_used(plugin, tmp_path):
+    _needs(plugin)
+    cache = tmp_path / "cache"
+    folder = cache / "torch_fl" / _CACHE_SUBDIR[plugin]
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    read, err = _run_kernels(plugin, cache, 3.0, 4.0)
+    assert read == [3.0, 4.0]
+    assert err.count("is not used") == 1 and f"world-writable {folder}" in err, err
+    assert _entries(folder) == [], "a kernel was cached in a folder others may write"
+
+
+@needs_root
+def test_cache_folder_of_another_user_is_not_used(tmp_path):
+    _needs("host")
+    cache = tmp_path / "cache"
+    folder = cache / "torch_fl" / "host-jit"
+    folder.mkdir(parents=True)
+    os.chown(folder, OTHER_UID, OTHER_GID)
+    read, err = _run_kernels("host", cache, 5.0)
+    assert read == [5.0]
+    assert f"owned by another user (uid {OTHER_UID}, not 0) {folder}" in err, err
+    assert _entries(folder) == []

@@ -25,6 +25,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,29 +46,31 @@ static inline int ral_trust_private_group(const struct stat* st) {
   return 1;
 }
 
+/* Format a refusal reason (truncated to cap, which is fine for a message); returns -1. */
+static inline int ral_trust_say(char* why, size_t cap, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int ral_trust_say(char* why, size_t cap, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, cap, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
 /* One component: 0 if trusted, else -1 with the reason in why. */
 static inline int ral_trust_one(const char* path, int leaf, int exact_owner, char* why,
                                 size_t cap) {
   struct stat st;
   uid_t me = geteuid();
-  if (stat(path, &st) != 0) {
-    snprintf(why, cap, "cannot stat %s", path);
-    return -1;
-  }
-  if (leaf && exact_owner ? st.st_uid != me : st.st_uid != 0 && st.st_uid != me) {
-    snprintf(why, cap, "owned by another user (uid %u, not %u) %s", (unsigned)st.st_uid,
-             (unsigned)me, path);
-    return -1;
-  }
+  if (stat(path, &st) != 0) return ral_trust_say(why, cap, "cannot stat %s", path);
+  if (leaf && exact_owner ? st.st_uid != me : st.st_uid != 0 && st.st_uid != me)
+    return ral_trust_say(why, cap, "owned by another user (uid %u, not %u) %s",
+                         (unsigned)st.st_uid, (unsigned)me, path);
   int sticky_dir = !leaf && S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX);
-  if ((st.st_mode & S_IWOTH) && !sticky_dir) {
-    snprintf(why, cap, "world-writable %s", path);
-    return -1;
-  }
-  if ((st.st_mode & S_IWGRP) && !sticky_dir && !ral_trust_private_group(&st)) {
-    snprintf(why, cap, "group-writable %s", path);
-    return -1;
-  }
+  if ((st.st_mode & S_IWOTH) && !sticky_dir)
+    return ral_trust_say(why, cap, "world-writable %s", path);
+  if ((st.st_mode & S_IWGRP) && !sticky_dir && !ral_trust_private_group(&st))
+    return ral_trust_say(why, cap, "group-writable %s", path);
   return 0;
 }
 
@@ -79,10 +82,7 @@ static inline int ral_trust_one(const char* path, int leaf, int exact_owner, cha
  */
 static inline int ral_trust_path(const char* path, int exact_owner, char* why, size_t cap) {
   char real[PATH_MAX];
-  if (!realpath(path, real)) {
-    snprintf(why, cap, "cannot resolve %s", path);
-    return -1;
-  }
+  if (!realpath(path, real)) return ral_trust_say(why, cap, "cannot resolve %s", path);
   if (ral_trust_one(real, 1, exact_owner, why, cap) != 0) return -1;
   for (char* slash = strrchr(real, '/'); slash; slash = strrchr(real, '/')) {
     if (slash == real) return ral_trust_one("/", 0, 0, why, cap);
