@@ -19,7 +19,7 @@ TEMPLATE_DIR = REPO / "plugins" / "template"
 MANIFESTS = REPO / "manifests"
 
 # Cases compiled from <source>.c in this folder; "corrupt" and "linked_dep" are special.
-SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty")
+SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty", "chaos")
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-shared", "-fvisibility=hidden", "-Wall"]
 
 
@@ -128,7 +128,7 @@ def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> 
             "requires_contiguous": True,
             "broadcast": False,
         }
-        for k in (("faulty_kernel", "faulty_sync_kernel") if source == "faulty" else ())
+        for k in {"faulty": ("faulty_kernel", "faulty_sync_kernel"), "chaos": ("chaos_add",)}.get(source, ())
     ]
     _write_manifest(plugin_dir, name, library.name, kernels)
     return plugin_dir

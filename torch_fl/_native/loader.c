@@ -151,23 +151,31 @@ static int adopt_table(rt_plugin* p, const ral_plugin_api* t) {
   return set_status(p, RT_PLUGIN_LOADED, "%s", "");
 }
 
+/* A status a plugin may return (the ral_status enum), as opposed to garbage. */
+static int known_status(int st) { return st >= RAL_OK && st <= RAL_ERROR_LOAD_FAILED; }
+
 static int start_plugin(rt_plugin* p) {
   int st = p->api.init();
   if (st != RAL_OK) {
     const char* msg = p->api.last_error ? p->api.last_error() : NULL;
     if (st == RAL_ERROR_MISSING_DEPS)
-      return set_status(p, RT_PLUGIN_MISSING_DEPS, "%s",
+      return set_status(p, RT_PLUGIN_MISSING_DEPS, "%.900s",
                         msg && msg[0] ? msg : "init() reported a missing dependency");
-    return set_status(p, RT_PLUGIN_LOAD_FAILED, "init() failed: %s: %s", rt_status_name(st),
-                      msg ? msg : "");
+    return set_status(p, known_status(st) ? RT_PLUGIN_LOAD_FAILED : RT_PLUGIN_FAILED,
+                      "init() failed: %s (%d): %.900s", rt_status_name(st), st, msg ? msg : "");
   }
   int32_t count = -1;
   st = p->api.device_count(&count);
-  if (st != RAL_OK || count < 0 || count > MAX_DEVICES_PER_PLUGIN)
-    set_status(p, RT_PLUGIN_LOAD_FAILED, "device_count() returned %s with count %d",
-               rt_status_name(st), count);
-  else if (rt_dm_add_plugin_devices(p, count) != RAL_OK)
-    set_status(p, RT_PLUGIN_LOAD_FAILED, "%s", rt_last_error());
+  if (st != RAL_OK && known_status(st))
+    set_status(p, RT_PLUGIN_LOAD_FAILED, "device_count() returned %s", rt_status_name(st));
+  else if (st != RAL_OK || count < 0 || count > MAX_DEVICES_PER_PLUGIN)
+    set_status(p, RT_PLUGIN_FAILED,
+               "device_count() returned status %d with count %d (a status outside the enum, or "
+               "a count outside 0..%d)",
+               st, count, MAX_DEVICES_PER_PLUGIN);
+  else if ((st = rt_dm_add_plugin_devices(p, count)) != RAL_OK)
+    set_status(p, st == RAL_ERROR_INTERNAL ? RT_PLUGIN_FAILED : RT_PLUGIN_LOAD_FAILED, "%s",
+               rt_last_error());
   else
     return set_status(p, RT_PLUGIN_LOADED, "%s", "");
   p->api.shutdown();

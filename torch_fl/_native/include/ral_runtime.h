@@ -46,6 +46,10 @@ enum {
   RT_PLUGIN_FAILED = 7
 };
 
+/* Runtime-only status (never a plugin's): a wait on the device did not return within the
+ * hang timeout; the device is marked lost. Python raises torch_fl.DeviceHangError. */
+#define RAL_ERROR_DEVICE_HANG 13
+
 /* Where a plugin came from, in discovery order. */
 enum {
   RT_SOURCE_BUILTIN = 0,
@@ -201,6 +205,12 @@ int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms);
  * stream of its forward op). Not validated: a destroyed id fails at its next use. */
 int32_t rt_current_stream(int32_t device);
 int rt_set_current_stream(int32_t device, int32_t stream);
+
+/* Hang timeout of every wait on a plugin (stream/event/device synchronize, synchronous
+ * copies), in seconds; 0 waits forever. Initially $TORCH_FL_DEVICE_TIMEOUT, else 300.
+ * A wait that runs past it fails with RAL_ERROR_DEVICE_HANG and marks its device lost. */
+int rt_set_device_timeout(double seconds);
+double rt_device_timeout(void);
 
 /* ---- observation -------------------------------------------------------------- */
 /* Number of calls that reached the plugins' launch entry for this device (a failed
