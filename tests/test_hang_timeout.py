@@ -222,3 +222,28 @@ def test_the_hang_costs_no_more_than_the_timeout(chaos_root):
         {"RAL_CHAOS": "stream_hang", "TORCH_FL_DEVICE_TIMEOUT": "0.2"},
     )
     assert time.monotonic() - t0 < 60
+
+
+def test_a_forked_child_gets_its_own_waiter_threads(chaos_root):
+    """After fork the parent's idle waiter threads do not exist in the child: a watched wait
+    there must start its own instead of timing out in a queue nobody serves."""
+    run_on(
+        chaos_root,
+        LAUNCH
+        + """
+        ok(lib.rt_stream_synchronize(0, 0))  # a real wait: leaves an idle waiter thread
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ok(launch(0, kernel(0, "chaos_add"), [tensor(out, 4)], [tensor(a, 4), tensor(a, 4)]))
+                ok(lib.rt_stream_synchronize(0, 0))
+                code = 0
+            except AssertionError as exc:
+                print("CHILD", exc)
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, "the child's wait failed"
+        """,
+        {"RAL_CHAOS": "stream_slow", "RAL_CHAOS_SLOW_S": "0.3", "TORCH_FL_DEVICE_TIMEOUT": "3"},
+    )

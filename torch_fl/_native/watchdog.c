@@ -46,16 +46,28 @@ static struct {
   wait_job* head;
   wait_job** tail;
   int idle; /* waiter threads free to take a job, not yet promised to one */
-} g_wait = {.lock = PTHREAD_MUTEX_INITIALIZER, .work_cv = PTHREAD_COND_INITIALIZER};
+} g_wait;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static void init_once(void) {
+/* Fresh waiter state. Also run in a forked child (pthread_atfork): it has none of the
+ * parent's waiter threads (and maybe a held lock), so its first watched wait must spawn a
+ * thread instead of queueing for a ghost. */
+static void init_state(void) {
+  pthread_mutex_init(&g_wait.lock, NULL);
+  pthread_cond_init(&g_wait.work_cv, NULL);
   pthread_condattr_t a;
   pthread_condattr_init(&a);
   pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
   pthread_cond_init(&g_wait.done_cv, &a);
   pthread_condattr_destroy(&a);
+  g_wait.head = NULL;
   g_wait.tail = &g_wait.head;
+  g_wait.idle = 0;
+}
+
+static void init_once(void) {
+  init_state();
+  pthread_atfork(NULL, NULL, init_state);
 }
 
 /* Public: the hang timeout in seconds (0 = none). */
