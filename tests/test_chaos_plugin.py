@@ -45,7 +45,8 @@ by_dir = {p["dir"]: i for i, p in enumerate(recs)}
 chaos_index = by_dir[chaos["dir"]]
 devs = [i for i in range(lib.rt_device_count()) if device(i).plugin == chaos_index]
 for d in devs:
-    info = device(d).info
+    rec = device(d)  # keep the record alive: info points into it
+    info = rec.info
     assert len(ffi.string(info.name)) < 128 and info.max_rank <= 16
     assert info.dtype_mask < (1 << lib.RAL_DTYPE_COUNT) and info.flags < 16
     a, out = ffi.new("uint64_t*"), ffi.new("uint64_t*")
@@ -182,7 +183,8 @@ def test_garbage_descriptor_is_made_sane(chaos_root):
         chaos_root,
         """
         d = next(i for i in range(lib.rt_device_count()) if plugins()[device(i).plugin]["name"] == "chaos")
-        info = device(d).info
+        rec = device(d)  # keep the record alive: info points into it
+        info = rec.info
         print(ffi.string(info.name), info.max_rank, hex(info.dtype_mask), hex(info.flags), info.struct_size)
         assert ffi.string(info.name) == b"N" * 127 and ffi.string(info.driver_version) == b"D" * 63
         assert info.max_rank == lib.RAL_MAX_RANK

@@ -239,7 +239,7 @@ def test_a_forked_child_gets_its_own_waiter_threads(chaos_root):
                 ok(lib.rt_stream_synchronize(0, 0))
                 code = 0
             except AssertionError as exc:
-                print("CHILD", exc)
+                print("CHILD", exc, flush=True)
                 code = 1
             os._exit(code)
         _, status = os.waitpid(pid, 0)
