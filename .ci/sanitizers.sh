@@ -112,6 +112,13 @@ if [ "$WHICH" = all ] || [ "$WHICH" = asan ]; then
   run_tests asan tests/test_native_runtime.py tests/test_streams.py tests/test_memory.py \
     tests/test_plugin_loading.py tests/test_index_bounds.py tests/test_reliability_fixes.py \
     tests/test_concurrency.py
+  # The chaos plugin's garbage answers, hangs and untrusted files: each case must end as an
+  # error or a FAILED plugin with no sanitizer report (a bigger fuzz sample than plain CI).
+  say "ASan+UBSan: chaos plugin, hang timeouts, trust checks"
+  ENVV_CHAOS=("${ENVV[@]}")
+  ENVV+=(TORCH_FL_CHAOS_EXAMPLES=${TORCH_FL_CHAOS_EXAMPLES:-25})
+  run_tests asan tests/test_chaos_plugin.py tests/test_hang_timeout.py tests/test_trust_ownership.py
+  ENVV=("${ENVV_CHAOS[@]}")
   for dev in ral:0 ral:1; do
     say "ASan+UBSan: a small model and an OpInfo sample on $dev"
     ENVV_DEV=("${ENVV[@]}")
@@ -133,8 +140,10 @@ if [ "$WHICH" = all ] || [ "$WHICH" = tsan ]; then
     # One OpenMP thread: libgomp is not instrumented, so its hand-offs look like races.
     OMP_NUM_THREADS=1
   )
-  say "TSan: concurrency stress test"
+  say "TSan: concurrency stress test, hang timeouts (the watchdog's waiter threads)"
   run_tests tsan tests/test_concurrency.py
+  # (not the fork case: TSan does not support starting threads after a multi-threaded fork)
+  run_tests tsan tests/test_hang_timeout.py -k "not torch and not fork"
   check_logs "$LOGS" "TSan"
 fi
 

@@ -13,6 +13,7 @@ import os as _os
 from torch_fl.core.errors import (
     AbiMismatchError,
     CompileError,
+    DeviceHangError,
     DeviceLostError,
     IndexOutOfRangeError,
     InvalidPointerError,
@@ -32,6 +33,7 @@ from torch_fl.device import amp as _amp
 from torch_fl.device import backend as _backend
 from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError
+from torch_fl.device.sync import device_timeout, set_device_timeout
 from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
 from torch_fl.dispatch import sdpa_entry as _sdpa_entry
 from torch_fl.dispatch import shortcuts as _shortcuts
@@ -105,7 +107,10 @@ def devices():
 __all__ = [
     "AbiMismatchError",
     "CompileError",
+    "DeviceHangError",
     "DeviceLostError",
+    "device_timeout",
+    "set_device_timeout",
     "IndexOutOfRangeError",
     "InvalidPointerError",
     "KernelError",

@@ -53,6 +53,7 @@
 #include <unistd.h>
 
 #include "host.h"
+#include "ral_trust.h"
 #include "pool.h"
 #include "runtime.h"
 
@@ -246,6 +247,13 @@ static int make_dirs(char* path) {
   return access(path, W_OK | X_OK) == 0;
 }
 
+/* One warning per process for an untrusted cache folder, one for an untrusted file. */
+static int g_warned_dir, g_warned_file;
+#define PRIVATE_INSTEAD "a private temporary folder (nothing is cached across processes)"
+
+/* The cache folder, if it exists (made on demand) and is private: owned by this user and
+ * writable by nobody else, up to "/" (ral_trust.h). Anyone else who can write it could
+ * plant a kernel that every torch process of this user then dlopen()s. */
 static int cache_dir(char* out, size_t cap) {
   const char* xdg = getenv("XDG_CACHE_HOME");
   const char* home = getenv("HOME");
@@ -253,7 +261,11 @@ static int cache_dir(char* out, size_t cap) {
   if (xdg && *xdg) n = snprintf(out, cap, "%s/torch_fl/host-jit", xdg);
   else if (home && *home) n = snprintf(out, cap, "%s/.cache/torch_fl/host-jit", home);
   else return 0;
-  return n > 0 && (size_t)n < cap && make_dirs(out);
+  if (n <= 0 || (size_t)n >= cap || !make_dirs(out)) return 0;
+  char why[PATH_MAX + 64];
+  if (ral_trust_path(out, 1, why, sizeof why) == 0) return 1;
+  ral_trust_warn_once(&g_warned_dir, "the host jit's kernel cache folder", why, PRIVATE_INSTEAD);
+  return 0;
 }
 
 /* The first "RAL_PLUGIN_EXPORT ral_status <name>" of the source, for error messages. */
@@ -461,7 +473,17 @@ static ral_status prepare(job* j, const char* source, const char* options) {
   char hex[65];
   sha_hex(&h, hex);
 
-  if (!cache_dir(j->dir, sizeof j->dir)) {
+  int private_dir = !cache_dir(j->dir, sizeof j->dir);
+  if (!private_dir) {
+    /* A cached file someone else could have written is not loaded either. */
+    char why[PATH_MAX + 64];
+    if (snprintf(j->so, sizeof j->so, "%s/%s.so", j->dir, hex) < (int)sizeof j->so &&
+        access(j->so, F_OK) == 0 && ral_trust_path(j->so, 1, why, sizeof why) != 0) {
+      ral_trust_warn_once(&g_warned_file, "a host jit kernel cache file", why, PRIVATE_INSTEAD);
+      private_dir = 1;
+    }
+  }
+  if (private_dir) {
     const char* t = getenv("TMPDIR");
     snprintf(j->dir, sizeof j->dir, "%s/torch_fl-host-jit-XXXXXX", t && *t ? t : "/tmp");
     if (!mkdtemp(j->dir))

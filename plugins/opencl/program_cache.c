@@ -4,6 +4,9 @@
  * named by a hash of (platform, device, driver version, options, source). Each starts
  * with a header holding the payload size and checksum: a truncated or corrupt entry is
  * treated as a miss and rebuilt. An unwritable directory just means no cache.
+ * The checksum only catches torn writes; what keeps planted binaries out is that a
+ * folder or file someone else could write is not used (include/ral_trust.h): the cache
+ * then moves to a private temporary folder for the rest of the process, with one warning.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "ocl.h"
+#include "ral_trust.h"
 
 #define MAGIC "RALOCLB1"
 
@@ -44,11 +48,22 @@ void ocl_cache_key(const ocl_device* d, const char* source, const char* options,
   snprintf(out, 33, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }
 
+static int g_private; /* set once the usual folder (or one of its files) is untrusted */
+static int g_warned_dir, g_warned_file;
+#define PRIVATE_INSTEAD "a private temporary folder (nothing is cached across processes)"
+
+static int private_dir(char* out, size_t cap) {
+  const char* dir = ral_trust_private_dir();
+  int n = dir ? snprintf(out, cap, "%s", dir) : -1;
+  return n > 0 && (size_t)n < cap;
+}
+
 /* The cache directory, created on demand; 0 if there is no usable one. */
 static int cache_dir(char* out, size_t cap) {
   const char* xdg = getenv("XDG_CACHE_HOME");
   const char* home = getenv("HOME");
   int n;
+  if (__atomic_load_n(&g_private, __ATOMIC_ACQUIRE)) return private_dir(out, cap);
   if (xdg && xdg[0] == '/')
     n = snprintf(out, cap, "%s/torch_fl/opencl", xdg);
   else if (home && home[0])
@@ -64,7 +79,12 @@ static int cache_dir(char* out, size_t cap) {
     *p = '/';
     if (bad) return 0;
   }
-  return mkdir(out, 0755) == 0 || errno == EEXIST;
+  if (mkdir(out, 0755) != 0 && errno != EEXIST) return 0;
+  char why[4200];
+  if (ral_trust_path(out, 1, why, sizeof why) == 0) return 1;
+  ral_trust_warn_once(&g_warned_dir, "the OpenCL binary cache folder", why, PRIVATE_INSTEAD);
+  __atomic_store_n(&g_private, 1, __ATOMIC_RELEASE);
+  return private_dir(out, cap);
 }
 
 int ocl_cache_file(const char* name, char* out, size_t cap) {
@@ -85,6 +105,12 @@ int ocl_cache_load(const char* key, unsigned char** data, size_t* size) {
   char path[4200];
   *data = NULL;
   if (!entry_path(key, path, sizeof path)) return -1;
+  char why[4300];
+  if (access(path, F_OK) == 0 && ral_trust_path(path, 1, why, sizeof why) != 0) {
+    ral_trust_warn_once(&g_warned_file, "an OpenCL binary cache file", why, PRIVATE_INSTEAD);
+    __atomic_store_n(&g_private, 1, __ATOMIC_RELEASE);
+    return -1;
+  }
   FILE* f = fopen(path, "rb");
   if (!f) return -1;
   cache_header h;

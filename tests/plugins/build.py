@@ -19,7 +19,7 @@ TEMPLATE_DIR = REPO / "plugins" / "template"
 MANIFESTS = REPO / "manifests"
 
 # Cases compiled from <source>.c in this folder; "corrupt" and "linked_dep" are special.
-SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty")
+SOURCES = ("named", "abi2", "null_entry", "needs_deps", "older_minor", "faulty", "chaos")
 # crashing.c built with -DCRASH_AT=n: a witness that logs when its code runs, and plugins
 # that segfault in their dlopen constructor, in init() and in device_count().
 CRASHING = {"witness": 0, "crash_ctor": 1, "crash_init": 2, "crash_count": 3}
@@ -133,7 +133,7 @@ def build_test_plugin(name: str, dest_root: Path, source: str | None = None) -> 
             "requires_contiguous": True,
             "broadcast": False,
         }
-        for k in (("faulty_kernel", "faulty_sync_kernel") if source == "faulty" else ())
+        for k in {"faulty": ("faulty_kernel", "faulty_sync_kernel"), "chaos": ("chaos_add",)}.get(source, ())
     ]
     _write_manifest(plugin_dir, name, library.name, kernels)
     return plugin_dir

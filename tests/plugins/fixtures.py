@@ -44,3 +44,12 @@ class Roots:
 def roots(plugin_cache, tmp_path) -> Roots:
     """Factory for per-test discovery roots."""
     return Roots(plugin_cache, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def chaos_root(plugin_cache, tmp_path_factory) -> Path:
+    """A discovery root with the chaos plugin (device 0) and the template plugin (device 1)."""
+    root = tmp_path_factory.mktemp("chaos_root")
+    for name in ("chaos", "template"):
+        shutil.copytree(plugin_cache / name, root / name)
+    return root

@@ -39,6 +39,19 @@ static int parse_visible(const char* text) {
 int rt_dm_read_env(void) {
   const char* visible = getenv("TORCH_FL_VISIBLE_DEVICES");
   if (visible && parse_visible(visible) != RAL_OK) return RAL_ERROR_INVALID_ARGUMENT;
+  const char* checked = getenv("TORCH_FL_CHECKED");
+  g_rt.checked = checked && strcmp(checked, "1") == 0;
+  const char* timeout = getenv("TORCH_FL_DEVICE_TIMEOUT");
+  if (timeout && *timeout) {
+    char* end;
+    double seconds = strtod(timeout, &end);
+    while (isspace((unsigned char)*end)) end++;
+    if (end == timeout || *end || rt_set_device_timeout(seconds) != RAL_OK)
+      return rt_fail(RAL_ERROR_INVALID_ARGUMENT,
+                     "TORCH_FL_DEVICE_TIMEOUT='%s' must be a number of seconds >= 0 (0 waits "
+                     "forever)",
+                     timeout);
+  }
   const char* limit = getenv("TORCH_FL_MEMORY_LIMIT");
   if (limit && rt_parse_size_str(limit, &g_rt.default_limit) != 0)
     return rt_fail(RAL_ERROR_INVALID_ARGUMENT,
@@ -70,25 +83,52 @@ static void map_visible(void) {
   }
 }
 
+/* device_info into a scratch copy with a guard zone after it: a plugin that writes past
+ * struct_size (built against a larger struct, or simply buggy) is caught instead of
+ * overwriting the runtime's device table. Then every field is made sane. */
+#define INFO_GUARD 4096
+static int read_info(rt_plugin* p, int32_t i, ral_device_info* out) {
+  union {
+    ral_device_info info;
+    unsigned char bytes[sizeof(ral_device_info) + INFO_GUARD];
+  }* scratch = calloc(1, sizeof *scratch);
+  if (!scratch) return rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for a device descriptor");
+  scratch->info.struct_size = sizeof scratch->info;
+  int st = p->api.device_info(i, &scratch->info);
+  size_t past = 0;
+  for (size_t k = sizeof scratch->info; k < sizeof scratch->bytes && !past; k++)
+    if (scratch->bytes[k]) past = k;
+  *out = scratch->info;
+  free(scratch);
+  if (st != RAL_OK) return rt_plugin_fail(p, st, "device_info(%d)", i);
+  if (past)
+    return rt_plugin_fail(p, RAL_ERROR_INTERNAL,
+                          "device_info(%d) wrote past the %zu bytes of struct_size (byte %zu)", i,
+                          sizeof *out, past);
+  /* Untrusted strings: make sure each one ends inside its field. */
+  out->struct_size = sizeof *out;
+  out->name[sizeof out->name - 1] = 0;
+  out->vendor[sizeof out->vendor - 1] = 0;
+  out->type[sizeof out->type - 1] = 0;
+  out->driver_version[sizeof out->driver_version - 1] = 0;
+  /* Bits and ranks this ABI does not define mean nothing to anyone above. */
+  out->dtype_mask &= (1u << RAL_DTYPE_COUNT) - 1;
+  out->flags &= RAL_DEVICE_HOST_MAPPABLE | RAL_DEVICE_HAS_DMA | RAL_DEVICE_FP16 | RAL_DEVICE_BF16;
+  if (out->max_rank > RAL_MAX_RANK) out->max_rank = RAL_MAX_RANK;
+  return RAL_OK;
+}
+
 int rt_dm_add_plugin_devices(rt_plugin* p, int32_t count) {
   if (g_rt.n_phys + count > RT_MAX_DEVICES)
     return rt_fail(RAL_ERROR_INTERNAL, "more than %d devices", RT_MAX_DEVICES);
   rt_device* devs = calloc((size_t)count + 1, sizeof *devs);
   if (!devs) return rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for device records");
   for (int32_t i = 0; i < count; i++) {
-    ral_device_info* info = &devs[i].info;
-    info->struct_size = sizeof *info;
-    int st = p->api.device_info(i, info);
+    int st = read_info(p, i, &devs[i].info);
     if (st != RAL_OK) {
       free(devs);
-      return rt_plugin_fail(p, st, "device_info(%d)", i);
+      return st;
     }
-    /* Untrusted strings: make sure each one ends inside its field. */
-    info->struct_size = sizeof *info;
-    info->name[sizeof info->name - 1] = 0;
-    info->vendor[sizeof info->vendor - 1] = 0;
-    info->type[sizeof info->type - 1] = 0;
-    info->driver_version[sizeof info->driver_version - 1] = 0;
   }
   for (int32_t i = 0; i < count; i++) {
     rt_device* dev = &devs[i];
@@ -109,7 +149,8 @@ int rt_dm_add_plugin_devices(rt_plugin* p, int32_t count) {
 
 void rt_dm_set_present(rt_plugin* p, int present) {
   for (int i = 0; i < g_rt.n_phys; i++)
-    if (g_rt.phys[i]->plugin == p) atomic_store(&g_rt.phys[i]->present, present);
+    if (g_rt.phys[i]->plugin == p && !rt_device_hung(g_rt.phys[i]))
+      atomic_store(&g_rt.phys[i]->present, present);
 }
 
 int rt_dev_get_any(int32_t device, rt_device** out) {
@@ -122,6 +163,7 @@ int rt_dev_get_any(int32_t device, rt_device** out) {
 
 int rt_dev_get(int32_t device, rt_device** out) {
   int st = rt_dev_get_any(device, out);
+  if (st == RAL_OK && rt_device_hung(*out)) return rt_device_lost_error(*out);
   if (st == RAL_OK && !atomic_load_explicit(&(*out)->present, memory_order_relaxed))
     return rt_fail(RAL_ERROR_DEVICE_LOST, "device %d ([%s] %s) is gone: %s", device,
                    (*out)->plugin->rec.name, (*out)->info.name, (*out)->plugin->rec.reason);

@@ -27,6 +27,7 @@ static const char* const k_names[] = {
     "RAL_ERROR_INTERNAL",
     "RAL_ERROR_NOT_READY",
     "RAL_ERROR_LOAD_FAILED",
+    "RAL_ERROR_DEVICE_HANG", /* runtime-only (ral_runtime.h) */
 };
 
 const char* rt_status_name(int status) {
@@ -70,7 +71,7 @@ int rt_plugin_fail(const rt_plugin* p, int status, const char* what, ...) {
    * anything that could overwrite it. */
   const char* msg = p->api.last_error ? p->api.last_error() : NULL;
   char detail[RT_ERROR_MAX / 2];
-  snprintf(detail, sizeof detail, "%s", msg ? msg : "");
+  rt_copy_str(detail, sizeof detail, msg); /* bounded: the plugin's string may not end */
   /* An untrusted plugin may return anything: keep the caller's status space clean. */
   int sane = status > RAL_OK && status <= RAL_ERROR_LOAD_FAILED ? status : RAL_ERROR_INTERNAL;
 

@@ -76,6 +76,13 @@ static int validate_and_launch(rt_device* dev, int32_t stream, const rt_kernel* 
   atomic_fetch_add_explicit(&dev->launches, 1, memory_order_relaxed);
   st = dev->plugin->api.launch(k->fn, call);
   if (st != RAL_OK) st = rt_plugin_fail(dev->plugin, st, "%s (kernel %s)", op_name, k->symbol);
+  /* Checked mode: wait for the kernel, then look at the bytes past each of its tensors. */
+  if (st == RAL_OK && rt_pool_guarded(dev) && (st = rt_wait_stream(dev, stream, call->stream)) == RAL_OK) {
+    pthread_mutex_lock(&dev->lock);
+    for (int i = 0; i < n && st == RAL_OK; i++)
+      st = rt_pool_check_guard_locked(dev, &call->tensors[i], i, op_name, k->symbol);
+    pthread_mutex_unlock(&dev->lock);
+  }
   rt_stream_release(dev, stream);
   return st;
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ral_trust.h"
 #include "rt_internal.h"
 
 #define SYSTEM_ROOT "/opt/torch_fl/plugins"
@@ -150,34 +151,79 @@ static int adopt_table(rt_plugin* p, const ral_plugin_api* t) {
   return set_status(p, RT_PLUGIN_LOADED, "%s", "");
 }
 
+/* A status a plugin may return (the ral_status enum), as opposed to garbage. */
+static int known_status(int st) { return st >= RAL_OK && st <= RAL_ERROR_LOAD_FAILED; }
+
 static int start_plugin(rt_plugin* p) {
   int st = p->api.init();
   if (st != RAL_OK) {
     const char* msg = p->api.last_error ? p->api.last_error() : NULL;
     if (st == RAL_ERROR_MISSING_DEPS)
-      return set_status(p, RT_PLUGIN_MISSING_DEPS, "%s",
+      return set_status(p, RT_PLUGIN_MISSING_DEPS, "%.900s",
                         msg && msg[0] ? msg : "init() reported a missing dependency");
-    return set_status(p, RT_PLUGIN_LOAD_FAILED, "init() failed: %s: %s", rt_status_name(st),
-                      msg ? msg : "");
+    return set_status(p, known_status(st) ? RT_PLUGIN_LOAD_FAILED : RT_PLUGIN_FAILED,
+                      "init() failed: %s (%d): %.900s", rt_status_name(st), st, msg ? msg : "");
   }
   int32_t count = -1;
   st = p->api.device_count(&count);
-  if (st != RAL_OK || count < 0 || count > MAX_DEVICES_PER_PLUGIN)
-    set_status(p, RT_PLUGIN_LOAD_FAILED, "device_count() returned %s with count %d",
-               rt_status_name(st), count);
-  else if (rt_dm_add_plugin_devices(p, count) != RAL_OK)
-    set_status(p, RT_PLUGIN_LOAD_FAILED, "%s", rt_last_error());
+  if (st != RAL_OK && known_status(st))
+    set_status(p, RT_PLUGIN_LOAD_FAILED, "device_count() returned %s", rt_status_name(st));
+  else if (st != RAL_OK || count < 0 || count > MAX_DEVICES_PER_PLUGIN)
+    set_status(p, RT_PLUGIN_FAILED,
+               "device_count() returned status %d with count %d (a status outside the enum, or "
+               "a count outside 0..%d)",
+               st, count, MAX_DEVICES_PER_PLUGIN);
+  else if ((st = rt_dm_add_plugin_devices(p, count)) != RAL_OK)
+    set_status(p, st == RAL_ERROR_INTERNAL ? RT_PLUGIN_FAILED : RT_PLUGIN_LOAD_FAILED, "%s",
+               rt_last_error());
   else
     return set_status(p, RT_PLUGIN_LOADED, "%s", "");
   p->api.shutdown();
   return p->rec.status;
 }
 
+/* Whether TORCH_FL_ALLOW_INSECURE_PLUGINS accepts the plugin folder `dir`: "1" accepts
+ * every plugin, anything else is a colon-separated list of folders (a plugin folder or a
+ * folder above it, such as a discovery root). */
+static int insecure_allowed(const char* dir) {
+  const char* env = getenv("TORCH_FL_ALLOW_INSECURE_PLUGINS");
+  if (!env || !*env) return 0;
+  if (strcmp(env, "1") == 0) return 1;
+  for (const char* s = env; *s;) {
+    size_t len = strcspn(s, ":");
+    size_t n = len;
+    while (n > 1 && s[n - 1] == '/') n--;
+    if (n && strncmp(dir, s, n) == 0 && (dir[n] == 0 || dir[n] == '/' || (n == 1 && s[0] == '/')))
+      return 1;
+    s += len;
+    if (*s) s++;
+  }
+  return 0;
+}
+
+/* Check the folder, the manifest and the library (include/ral_trust.h) before any code
+ * of the plugin runs. An administrator's TORCH_FL_ALLOW_INSECURE_PLUGINS turns a refusal
+ * into a note kept in `accepted` ("" when everything passed). */
+static int check_trust(rt_plugin* p, char* accepted, size_t cap) {
+  char manifest[RT_PATH_MAX + 16], why[RT_PATH_MAX + 64] = "";
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", p->rec.dir);
+  const char* paths[] = {p->rec.dir, manifest, p->rec.library};
+  accepted[0] = 0;
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    if (ral_trust_path(paths[i], 0, why, sizeof why) == 0) continue;
+    if (!insecure_allowed(p->rec.dir)) return set_status(p, RT_PLUGIN_INSECURE, "%s", why);
+    snprintf(accepted, cap, "INSECURE, accepted by TORCH_FL_ALLOW_INSECURE_PLUGINS: %s", why);
+    break;
+  }
+  return RT_PLUGIN_LOADED;
+}
+
 /* dlopen the library, call the entry symbol and adopt its table. */
-static int open_table(rt_plugin* p) {
+static int open_table(rt_plugin* p, char* accepted, size_t cap) {
   find_library(p->rec.dir, p->rec.library, sizeof p->rec.library);
   if (!p->rec.library[0])
     return set_status(p, RT_PLUGIN_LOAD_FAILED, "no lib*.so in %s", p->rec.dir);
+  if (check_trust(p, accepted, cap) != RT_PLUGIN_LOADED) return p->rec.status;
   dlerror();
   p->dl = dlopen(p->rec.library, RTLD_NOW | RTLD_LOCAL);
   if (!p->dl) return classify_dlopen_error(p);
@@ -207,12 +253,14 @@ static void load(rt_plugin* p) {
     shadow(p, owner);
     return;
   }
+  char accepted[RT_PATH_MAX + 128] = "";
   rt_marker_enter(p->rec.dir); /* vendor code runs from here: init_marker.c */
-  int st = open_table(p);
+  int st = open_table(p, accepted, sizeof accepted);
   if (st == RT_PLUGIN_LOADED && (owner = find_owner(p, p->rec.name))) st = shadow(p, owner);
   if (st == RT_PLUGIN_LOADED) st = start_plugin(p);
   rt_marker_leave();
   if (st != RT_PLUGIN_LOADED) unload(p);
+  else if (accepted[0]) set_status(p, RT_PLUGIN_LOADED, "%s", accepted);
 }
 
 static rt_plugin* find_record(const char* dir) {

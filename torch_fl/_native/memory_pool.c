@@ -22,6 +22,10 @@
 
 void rt_pool_init(rt_device* dev) { dev->pool.stats.limit_bytes = g_rt.default_limit; }
 
+int rt_pool_guarded(const rt_device* dev) {
+  return g_rt.checked && (dev->info.flags & RAL_DEVICE_HOST_MAPPABLE);
+}
+
 /* Class size of a request, or 0 if it cannot be represented. */
 static uint64_t size_class(uint64_t n) {
   if (n < RT_SMALL_LIMIT) return n == 0 ? RT_SMALL_STEP : (n + RT_SMALL_STEP - 1) & ~(uint64_t)(RT_SMALL_STEP - 1);
@@ -85,7 +89,8 @@ static rt_block* new_record(rt_pool* pool) {
 }
 
 static void release_block(rt_device* dev, rt_block* b) {
-  dev->plugin->api.free(dev->local, (void*)(uintptr_t)b->ptr);
+  u64map_remove(&dev->pool.held, b->ptr);
+  if (!rt_device_hung(dev)) dev->plugin->api.free(dev->local, (void*)(uintptr_t)b->ptr);
   dev->pool.stats.reserved_bytes -= b->size;
   dev->pool.stats.num_plugin_frees++;
   dev->pool.stats.num_cached_blocks--;
@@ -119,6 +124,16 @@ static int oom(rt_device* dev, uint64_t nbytes, uint64_t cls, const char* plugin
                  s->reserved_bytes, plugin_msg[0] ? "; plugin malloc: " : "", plugin_msg);
 }
 
+/* What is wrong with a malloc answer outside the contract (the plugin's fault, not a full
+ * device), or NULL. A pointer the pool already holds would make two blocks of one. */
+static const char* malloc_garbage(rt_device* dev, int st, void* p) {
+  if (st < RAL_OK || st > RAL_ERROR_LOAD_FAILED) return "a status outside the enum";
+  if (st != RAL_OK) return NULL;
+  if (!p) return "RAL_OK with a NULL pointer";
+  if (u64map_get(&dev->pool.held, (uint64_t)(uintptr_t)p)) return "a pointer the pool already holds";
+  return NULL;
+}
+
 /* Get a fresh block from the plugin, reclaiming the cache once if needed. */
 static int grow_locked(rt_device* dev, uint64_t nbytes, uint64_t cls, rt_block** out) {
   rt_memory_stats* s = &dev->pool.stats;
@@ -129,9 +144,27 @@ static int grow_locked(rt_device* dev, uint64_t nbytes, uint64_t cls, rt_block**
       continue;
     void* p = NULL;
     int st = dev->plugin->api.malloc(dev->local, cls, &p);
-    if (st == RAL_OK && p && !u64map_get(&dev->live, (uint64_t)(uintptr_t)p)) {
+    const char* garbage = malloc_garbage(dev, st, p);
+    if (garbage)
+      return rt_plugin_fail(dev->plugin, RAL_ERROR_INTERNAL,
+                            "malloc(%" PRIu64 " bytes) on device %d returned %s (status %d, %p)",
+                            cls, dev->global, garbage, st, p);
+    /* A host-mappable pointer must honour the ABI's 64-byte alignment: kernels and the CPU
+     * fallback read it as typed data. (Opaque handles such as cl_mem carry no alignment.) */
+    if (st == RAL_OK && (dev->info.flags & RAL_DEVICE_HOST_MAPPABLE) && ((uintptr_t)p & 63)) {
+      dev->plugin->api.free(dev->local, p);
+      return rt_plugin_fail(dev->plugin, RAL_ERROR_INTERNAL,
+                            "malloc(%" PRIu64 " bytes) on device %d returned %p, which is not "
+                            "64-byte aligned",
+                            cls, dev->global, p);
+    }
+    if (st == RAL_OK) { /* p is a fresh pointer: checked above */
       rt_block* b = new_record(&dev->pool);
-      if (!b) {
+      if (!b || u64map_put(&dev->pool.held, (uint64_t)(uintptr_t)p, b) != 0) {
+        if (b) {
+          b->next = dev->pool.spare;
+          dev->pool.spare = b;
+        }
         dev->plugin->api.free(dev->local, p);
         return rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for a block record");
       }
@@ -144,8 +177,7 @@ static int grow_locked(rt_device* dev, uint64_t nbytes, uint64_t cls, rt_block**
       return RAL_OK;
     }
     const char* msg = dev->plugin->api.last_error ? dev->plugin->api.last_error() : NULL;
-    snprintf(plugin_msg, sizeof plugin_msg, "%s (status %s%s)", msg ? msg : "",
-             rt_status_name(st), st == RAL_OK ? ", invalid pointer" : "");
+    snprintf(plugin_msg, sizeof plugin_msg, "%.300s (status %s)", msg ? msg : "", rt_status_name(st));
   }
   return oom(dev, nbytes, cls, plugin_msg);
 }
@@ -155,7 +187,8 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr) {
   rt_device* dev;
   int st = rt_dev_get(device, &dev);
   if (st != RAL_OK) return st;
-  uint64_t cls = size_class(nbytes);
+  int guarded = rt_pool_guarded(dev);
+  uint64_t cls = guarded && nbytes > UINT64_MAX - RT_GUARD_BYTES ? 0 : size_class(nbytes + (guarded ? RT_GUARD_BYTES : 0));
   pthread_mutex_lock(&dev->lock);
   rt_memory_stats* s = &dev->pool.stats;
   rt_block* b = NULL;
@@ -181,6 +214,8 @@ int rt_malloc(int32_t device, uint64_t nbytes, int32_t stream, uint64_t* ptr) {
     st = rt_fail(RAL_ERROR_OUT_OF_MEMORY, "no host memory for the allocation table");
     goto out;
   }
+  /* The bytes past the request are the kernel's no-go zone: rt_pool_check_guard_locked. */
+  if (guarded) memset((unsigned char*)(uintptr_t)b->ptr + nbytes, RT_GUARD_BYTE, RT_GUARD_BYTES);
   s->allocated_bytes += nbytes;
   if (s->allocated_bytes > s->peak_allocated_bytes) s->peak_allocated_bytes = s->allocated_bytes;
   s->num_allocs++;
@@ -300,4 +335,24 @@ int rt_set_memory_limit(int32_t device, uint64_t limit_bytes) {
   dev->pool.stats.limit_bytes = limit_bytes;
   pthread_mutex_unlock(&dev->lock);
   return RAL_OK;
+}
+
+int rt_pool_check_guard_locked(rt_device* dev, const ral_tensor* t, int arg, const char* op_name,
+                               const char* symbol) {
+  const rt_block* b = t->data ? u64map_get(&dev->live, (uint64_t)(uintptr_t)t->data) : NULL;
+  if (!b) return RAL_OK; /* absent optional tensor */
+  unsigned char* guard = (unsigned char*)(uintptr_t)b->ptr + b->requested;
+  uint32_t first = RT_GUARD_BYTES;
+  for (uint32_t i = 0; i < RT_GUARD_BYTES; i++)
+    if (guard[i] != RT_GUARD_BYTE) {
+      first = i;
+      break;
+    }
+  if (first == RT_GUARD_BYTES) return RAL_OK;
+  memset(guard, RT_GUARD_BYTE, RT_GUARD_BYTES);
+  return rt_fail(RAL_ERROR_KERNEL_FAILED,
+                 "[%s] %s (kernel %s): wrote past the end of tensor %d's allocation of %" PRIu64
+                 " bytes on device %d (guard byte +%u changed; TORCH_FL_CHECKED=1); memory "
+                 "near it may be corrupted",
+                 dev->plugin->rec.name, op_name, symbol, arg, b->requested, dev->global, first);
 }

@@ -18,6 +18,10 @@
 #define RT_SMALL_STEP 512u
 #define RT_LARGE_STEP (2u << 20)
 #define RT_SMALL_CLASSES (RT_SMALL_LIMIT / RT_SMALL_STEP)
+/* Checked mode (TORCH_FL_CHECKED=1): guard bytes after every allocation of a
+ * host-mappable device, filled with RT_GUARD_BYTE and checked after each launch. */
+#define RT_GUARD_BYTES 256u
+#define RT_GUARD_BYTE 0xA5
 
 /* ---- plugins (loader.c) ---- */
 typedef struct rt_plugin {
@@ -48,6 +52,7 @@ typedef struct {
   rt_block* small[RT_SMALL_CLASSES]; /* cached blocks by class index */
   u64map large;                      /* class size -> cached list head */
   rt_block* spare;                   /* recycled block records */
+  u64map held;                       /* every pointer held from the plugin (live or cached) */
   rt_memory_stats stats;
 } rt_pool;
 
@@ -91,6 +96,10 @@ typedef struct rt_device {
   int32_t n_finishing;       /* streams being synchronized before their free */
   pthread_cond_t finished_cv; /* broadcast when one of those is freed */
   atomic_uint_fast64_t launches;
+  /* Set once a wait on the device timed out (watchdog.c): from then on the runtime never
+   * calls this device's plugin entries again and every use fails naming lost_reason. */
+  atomic_int hung;
+  char lost_reason[512];
 } rt_device;
 
 typedef struct {
@@ -107,6 +116,7 @@ typedef struct {
   int want[RT_MAX_DEVICES]; /* TORCH_FL_VISIBLE_DEVICES, physical indices */
   int n_want, has_want;
   uint64_t default_limit;
+  int checked; /* TORCH_FL_CHECKED=1: guard bytes checked after each launch */
 } rt_globals;
 
 extern rt_globals g_rt;
@@ -152,6 +162,13 @@ int rt_dm_read_env(void);
 /* Initialise a device's pool with the default limit. */
 void rt_pool_init(rt_device* dev);
 
+/* Whether checked mode guards this device's allocations (host-mappable devices only). */
+int rt_pool_guarded(const rt_device* dev);
+/* Checked mode, device lock held: the tensor's allocation still ends in intact guard bytes.
+ * Otherwise re-arms them and fails naming the op (KERNEL_FAILED). */
+int rt_pool_check_guard_locked(rt_device* dev, const ral_tensor* t, int arg, const char* op_name,
+                               const char* symbol);
+
 /* secure_context.c (device lock held) */
 /* Check [ptr+offset, +nbytes) lies in a live allocation of dev. */
 int rt_sc_check_locked(rt_device* dev, uint64_t ptr, uint64_t offset, uint64_t nbytes);
@@ -175,6 +192,17 @@ int rt_stream_idle_locked(rt_device* dev, int32_t sid);
 void rt_streams_drain_locked(rt_device* dev);
 /* Synchronize a plugin stream and turn a failure into a message. */
 int rt_stream_sync_handle(rt_device* dev, int32_t sid, ral_stream h);
+
+/* watchdog.c: waits with the hang timeout (any thread, no lock needed) */
+/* stream_synchronize of a plugin stream; a failure becomes a message naming the plugin,
+ * a timeout RAL_ERROR_DEVICE_HANG with the device marked lost. */
+int rt_wait_stream(rt_device* dev, int32_t sid, ral_stream h);
+/* event_synchronize, likewise. */
+int rt_wait_event(rt_device* dev, int32_t eid, ral_event h);
+/* 1 once a wait on the device timed out. */
+int rt_device_hung(const rt_device* dev);
+/* Fail with DEVICE_LOST naming why a hung device was lost. */
+int rt_device_lost_error(rt_device* dev);
 
 /* kernels.c */
 typedef struct {

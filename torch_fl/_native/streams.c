@@ -77,18 +77,12 @@ int rt_stream_acquire_locked(rt_device* dev, int32_t sid, ral_stream* out) {
 
 int rt_stream_idle_locked(rt_device* dev, int32_t sid) {
   rt_stream_slot* slot = slot_locked(dev, sid, RT_FINISHING);
-  if (!slot) return 1;
+  if (!slot || rt_device_hung(dev)) return 1;
   return dev->plugin->api.stream_query(dev->local, slot->handle) == RAL_OK;
 }
 
 int rt_stream_sync_handle(rt_device* dev, int32_t sid, ral_stream h) {
-  rt_plugin* p = dev->plugin;
-  int st = p->api.stream_synchronize(dev->local, h);
-  if (st == RAL_OK) return st;
-  /* The plugin's message already names the op; add context only when it has none. */
-  const char* msg = p->api.last_error ? p->api.last_error() : NULL;
-  if (msg && msg[0]) return rt_plugin_fail(p, st, NULL);
-  return rt_plugin_fail(p, st, "asynchronous work on stream %d of device %d", sid, dev->global);
+  return rt_wait_stream(dev, sid, h);
 }
 
 /* Keep an asynchronous error on a slot for its next user-visible sync (first one wins). */
@@ -120,8 +114,9 @@ static void finish_stream(rt_device* dev, int32_t sid, ral_stream h) {
   rt_stream_slot* heir = &dev->streams[0];
   if (slot->pending_status) keep_pending_locked(heir, slot->pending_status, slot->pending_msg);
   keep_pending_locked(heir, st, msg);
-  int dst = dev->plugin->api.stream_destroy(dev->local, h);
-  (void)dst; /* nothing to report to: the user's destroy returned long ago */
+  /* nothing to report to: the user's destroy returned long ago. A hung device's plugin is
+   * never called again (its handle is leaked with it). */
+  if (!rt_device_hung(dev)) dev->plugin->api.stream_destroy(dev->local, h);
   free(slot->pending_msg);
   memset(slot, 0, sizeof *slot);
   dev->n_finishing--;
@@ -332,7 +327,7 @@ static void finish_event(rt_device* dev, int32_t eid, ral_event h, int waited) {
     free(saved);
   }
   LOCK(dev);
-  dev->plugin->api.event_destroy(dev->local, h);
+  if (!rt_device_hung(dev)) dev->plugin->api.event_destroy(dev->local, h);
   rt_event_slot* slot = &dev->events[eid];
   memset(slot, 0, sizeof *slot);
   slot->next_free = dev->free_event;
@@ -437,8 +432,7 @@ int rt_event_synchronize(int32_t device, int32_t event) {
   ral_event e;
   int st = resolve(device, event, 0, &dev, &e, NULL);
   if (st != RAL_OK) return st;
-  st = event_result(dev, dev->plugin->api.event_synchronize(dev->local, e), "event_synchronize",
-                    event);
+  st = rt_wait_event(dev, event, e);
   unresolve(dev, event, 0, 0);
   return st;
 }
@@ -482,6 +476,10 @@ int rt_event_elapsed_ms(int32_t device, int32_t start, int32_t end, float* ms) {
   }
   st = event_result(dev, dev->plugin->api.event_elapsed_ms(dev->local, a, b, ms),
                     "event_elapsed_ms", end);
+  if (st == RAL_OK && !(*ms > -1e30f && *ms < 1e30f)) /* NaN or infinite from the plugin */
+    st = rt_plugin_fail(dev->plugin, RAL_ERROR_INTERNAL,
+                        "event_elapsed_ms(event %d, event %d) on device %d returned %g ms", start,
+                        end, dev->global, (double)*ms);
   unresolve(dev, end, 0, 0);
   unresolve(dev, start, 0, 0);
   return st;

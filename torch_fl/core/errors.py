@@ -64,6 +64,14 @@ class DeviceLostError(RalError):
     status_name = "RAL_ERROR_DEVICE_LOST"
 
 
+class DeviceHangError(DeviceLostError):
+    """A wait on a device (synchronize, a synchronous copy) did not return within the hang
+    timeout (TORCH_FL_DEVICE_TIMEOUT, torch_fl.set_device_timeout); the device is marked lost
+    and later uses raise DeviceLostError, while other devices keep working."""
+
+    status_name = "RAL_ERROR_DEVICE_HANG"
+
+
 class MissingDependencyError(RalError):
     """A vendor runtime library a plugin needs is absent."""
 
@@ -126,6 +134,7 @@ STATUS_CLASSES: list[type[RalError]] = [
     InternalError,
     NotReadyError,
     LoadFailedError,
+    DeviceHangError,  # runtime-only status 13 (ral_runtime.h)
 ]
 
 

@@ -48,3 +48,16 @@ def synchronize_event(dev: int, event: int, reason: str = "event") -> None:
     if SYNC_OBSERVERS:
         notify(dev, reason)
     check(lib.rt_event_synchronize(dev, event))
+
+
+def set_device_timeout(seconds: float) -> None:
+    """Fail any wait on a device that runs past `seconds` with torch_fl.DeviceHangError (0 waits forever).
+
+    The initial value is $TORCH_FL_DEVICE_TIMEOUT, else 300 s. The device whose wait timed out is
+    marked lost; other devices keep working (docs/reliability.md, "Trust boundaries")."""
+    check(lib.rt_set_device_timeout(float(seconds)))
+
+
+def device_timeout() -> float:
+    """The hang timeout of waits on a device, in seconds (0: none)."""
+    return lib.rt_device_timeout()

@@ -30,6 +30,9 @@ STATUS_FIX = {
     "INVALID_MANIFEST": "fix the manifest: `ralctl manifest validate {dir}/manifest.json` names the entry and field",
     "DEGRADED": "export the missing kernel symbols from the library, or remove those entries from {dir}/manifest.json "
     "(`ralctl plugin-status --deep --json` lists every disabled entry)",
+    "INSECURE": "make the path named in the reason writable by its owner only (chmod go-w) and owned by root or "
+    "you, or accept it explicitly with TORCH_FL_ALLOW_INSECURE_PLUGINS=<folder> (docs/reliability.md)",
+    "FAILED": "the plugin answered garbage (see the reason); report it to its vendor",
     "GONE": "the plugin directory vanished: reinstall it, then call torch_fl.rescan()",
     "CRASHED": "the plugin kills any process that loads it: report it to its vendor, remove {dir}, or skip it with "
     "TORCH_FL_PLUGIN_SKIP={dir} (CPU-only scripts are not affected: plugins load at the first device use)",

@@ -35,8 +35,20 @@ enum {
   RT_PLUGIN_GONE = 4,
   /* Another plugin of the same name was found first (earlier root or directory);
    * this copy is not loaded. Re-evaluated on rescan. */
-  RT_PLUGIN_SHADOWED = 5
+  RT_PLUGIN_SHADOWED = 5,
+  /* The plugin folder, its manifest or its library (or a folder above them) may be
+   * written by someone other than its owner, or belongs to another non-root user
+   * (include/ral_trust.h); not loaded. The reason names the path:
+   * "world-writable <path>". TORCH_FL_ALLOW_INSECURE_PLUGINS accepts it. */
+  RT_PLUGIN_INSECURE = 6,
+  /* Loaded, then answered garbage the runtime cannot work with (a malformed device
+   * descriptor, an alloc that is not a pointer, ...); its devices are not used. */
+  RT_PLUGIN_FAILED = 7
 };
+
+/* Runtime-only status (never a plugin's): a wait on the device did not return within the
+ * hang timeout; the device is marked lost. Python raises torch_fl.DeviceHangError. */
+#define RAL_ERROR_DEVICE_HANG 13
 
 /* Where a plugin came from, in discovery order. */
 enum {
@@ -205,6 +217,12 @@ int rt_set_current_stream(int32_t device, int32_t stream);
  * callers check the index against rt_device_count when the user sets it. */
 int32_t rt_current_device(void);
 void rt_set_current_device(int32_t device);
+
+/* Hang timeout of every wait on a plugin (stream/event/device synchronize, synchronous
+ * copies), in seconds; 0 waits forever. Initially $TORCH_FL_DEVICE_TIMEOUT, else 300.
+ * A wait that runs past it fails with RAL_ERROR_DEVICE_HANG and marks its device lost. */
+int rt_set_device_timeout(double seconds);
+double rt_device_timeout(void);
 
 /* ---- observation -------------------------------------------------------------- */
 /* Number of calls that reached the plugins' launch entry for this device (a failed
