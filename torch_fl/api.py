@@ -95,7 +95,7 @@ def rescan() -> None:
 
 def plugins():
     """Every plugin with its status (LOADED, DEGRADED, INVALID_MANIFEST, MISSING_DEPS, ...)."""
-    _ensure_initialized()
+    _ensure_initialized(use=False)
     return list(_REGISTRY.plugins)
 
 

@@ -67,7 +67,7 @@ class Registry:
 
     def reload(self) -> None:
         """Re-read every manifest and re-resolve every kernel symbol."""
-        ensure_initialized()
+        ensure_initialized(use=False)
         with self._lock:
             devices = device_records()
             plugins = []

@@ -65,6 +65,7 @@ class _InitState:
     def __init__(self):
         self.lock = threading.RLock()  # re-entrant: an init hook may query the runtime
         self.ready = False  # plugins loaded and every init hook ran
+        self.used = False  # a device was used, not only counted (CUDA's is_initialized)
         self.running = False  # inside the one init call (on the thread holding the lock)
         self.failure: tuple[type[Exception], tuple] | None = None
         self.bad_fork = False  # forked from a parent that had initialised (or was initialising)
@@ -87,8 +88,12 @@ def on_initialized(fn, late: bool = False) -> None:
 
 
 def is_initialized() -> bool:
-    """Whether the plugins have been loaded in this process (False in a bad fork, as CUDA)."""
-    return _state.ready and not _state.bad_fork
+    """Whether a ral device has been used in this process, as torch.cuda.is_initialized().
+
+    Counting devices or reading their records loads the plugins but, as on CUDA, does not
+    count: code such as DeviceMesh picks the process's device only while this is False.
+    False in a bad fork."""
+    return _state.ready and _state.used and not _state.bad_fork
 
 
 def in_bad_fork() -> bool:
@@ -96,17 +101,19 @@ def in_bad_fork() -> bool:
     return _state.bad_fork
 
 
-def ensure_initialized() -> None:
+def ensure_initialized(use: bool = True) -> None:
     """Load and initialise every plugin, once per process, at the first device use.
 
     Importing torch_fl (and so `import torch`, through autoload) runs no vendor code; this is
     the one place where plugins are loaded. Thread-safe: a second thread waits for the first;
     a failed init raises the same error again on every later call. Raises ForkedChildError
-    in a process forked after its parent had initialised.
+    in a process forked after its parent had initialised. use=False: a query (device count,
+    records), which loads the plugins without counting as a device use (is_initialized).
     """
-    if _state.ready and not _state.bad_fork:
-        return
-    _initialize()
+    if not (_state.ready and not _state.bad_fork):
+        _initialize()
+    if use:
+        _state.used = True
 
 
 def _initialize() -> None:
@@ -219,7 +226,7 @@ def _query() -> None:
     # Queries (counts and records) read memory the runtime filled: in a bad fork they answer
     # from what the parent found, as torch.cuda.device_count() does; anything else initialises.
     if not _state.ready:
-        ensure_initialized()
+        ensure_initialized(use=False)
 
 
 def plugin_records() -> list[PluginRecord]:

@@ -50,8 +50,11 @@ def device_index(device) -> int:
 
 
 def set_device(device) -> None:
-    """Make a ral device current for this thread (RuntimeError for one that does not exist)."""
-    lib.rt_set_current_device(device_index(device))
+    """Make a ral device current for this thread (RuntimeError for one that does not exist).
+    Initialises ral as torch.cuda.set_device does (torch.ral.is_initialized() is then True)."""
+    idx = device_index(device)
+    _runtime.ensure_initialized()
+    lib.rt_set_current_device(idx)
 
 
 class device:

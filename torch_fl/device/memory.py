@@ -89,7 +89,7 @@ def allocate(device: int, nbytes: int, stream: int = 0) -> Buffer:
 
 def memory_stats_dict(device: int) -> dict[str, int]:
     """The MemoryPool counters of a device, with torch.cuda-style key names."""
-    ensure_initialized()
+    ensure_initialized(use=False)
     st = ffi.new("rt_memory_stats*")
     check(lib.rt_memory_stats_get(device, st))
     return {
