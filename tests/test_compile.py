@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from compile_models import Block
 
 import torch_fl
 
@@ -16,21 +17,6 @@ TOL = dict(rtol=1e-4, atol=1e-5)
 
 def _devices():
     return [f"ral:{i}" for i in range(min(torch.ral.device_count(), 2))]
-
-
-class Block(torch.nn.Module):
-    """Linear, pointwise chain, layer norm, reduction: small but touches every tier."""
-
-    def __init__(self):
-        super().__init__()
-        self.l1 = torch.nn.Linear(8, 16)
-        self.ln = torch.nn.LayerNorm(16)
-        self.l2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        h = self.l1(x)
-        h = torch.nn.functional.gelu(h) * torch.sigmoid(h) + 0.5 * h
-        return self.l2(self.ln(h)).softmax(-1)
 
 
 def _train(model, x, steps, compile_backend=None, to=None):

@@ -15,6 +15,7 @@ import warnings
 
 import pytest
 import torch
+from compile_models import Block
 
 import torch_fl
 
@@ -35,21 +36,6 @@ def _dev(name: str, slow: bool = False):
 # ral:1 (no C++ compile) in CI; ral:0 (inductor's C++ compiles) under -m slow where
 # tests/test_compile.py already covers the same path in CI.
 DEVICES = [_dev("ral:0", slow=True), _dev("ral:1")]
-
-
-class Block(torch.nn.Module):
-    """Linear, pointwise chain, layer norm, softmax: small but touches every tier."""
-
-    def __init__(self):
-        super().__init__()
-        self.l1 = torch.nn.Linear(8, 16)
-        self.ln = torch.nn.LayerNorm(16)
-        self.l2 = torch.nn.Linear(16, 4)
-
-    def forward(self, x):
-        h = self.l1(x)
-        h = torch.nn.functional.gelu(h) * torch.sigmoid(h) + 0.5 * h
-        return self.l2(self.ln(h)).softmax(-1)
 
 
 def _train(model, x, compiled: bool, **kw):

@@ -1,0 +1,20 @@
+"""Small modules shared by the torch.compile tests."""
+
+from __future__ import annotations
+
+import torch
+
+
+class Block(torch.nn.Module):
+    """Linear, pointwise chain, layer norm, softmax: small but touches every tier."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(8, 16)
+        self.ln = torch.nn.LayerNorm(16)
+        self.l2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.l1(x)
+        h = torch.nn.functional.gelu(h) * torch.sigmoid(h) + 0.5 * h
+        return self.l2(self.ln(h)).softmax(-1)
