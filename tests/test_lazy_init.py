@@ -393,3 +393,38 @@ def test_doctor_reports_crashed_plugins_and_past_crashes(tmp_path, crash_root, m
     assert checks["plugin good"]["level"] == "ok"
     past = checks[f"crash while loading {crash_root / 'crash_init' / 'crash_init'}"]
     assert past["level"] == "warning" and "died while loading" in past["detail"]
+
+
+@pytest.fixture(scope="module")
+def broken_package(tmp_path_factory) -> Path:
+    """A copy of torch_fl whose native runtime is missing, as after a failed or mismatched build."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("broken")
+    shutil.copytree(
+        REPO / "torch_fl", root / "torch_fl", ignore=shutil.ignore_patterns("_plugins", "_ral*.so", "__pycache__")
+    )
+    return root
+
+
+def test_a_torch_fl_that_cannot_load_does_not_break_import_torch(tmp_path, broken_package):
+    env = _env(tmp_path, PYTHONPATH=str(broken_package))
+    code = "import torch; print(torch.arange(4.0).mul(3).sum().item())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, cwd=broken_package, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["18.0"]
+    assert "torch_fl could not load, so the 'ral' device is unavailable" in r.stderr
+    assert "_ral" in r.stderr  # the warning carries the real cause
+
+    # Asking for torch_fl's API raises the real error; strict mode lets autoload fail loudly.
+    r = subprocess.run(
+        [sys.executable, "-c", "import torch, torch_fl; torch_fl.ral_mode"],
+        env=env,
+        cwd=broken_package,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "_ral" in r.stderr.splitlines()[-1], r.stderr[-3000:]
+    strict = dict(env, TORCH_FL_AUTOLOAD_STRICT="1")
+    r = subprocess.run([sys.executable, "-c", code], env=strict, cwd=broken_package, capture_output=True, text=True)
+    assert r.returncode != 0 and "Failed to load the backend extension: ral" in r.stderr, r.stderr[-3000:]

@@ -85,7 +85,16 @@ class _LoadApiAfterTorch:
         return spec
 
 
-if "torch" in _sys.modules:
+def _torch_initializing() -> bool:
+    # True while torch/__init__.py runs: we are being autoloaded, and torch_fl.autoload.load()
+    # imports the API itself, so that a failure warns instead of breaking `import torch`.
+    spec = getattr(_sys.modules["torch"], "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+if "torch" in _sys.modules and _torch_initializing():
+    pass
+elif "torch" in _sys.modules:
     from torch_fl.api import *  # noqa: F401,F403
     from torch_fl.autoload import after_import as _after_import  # a late import after a backward
 

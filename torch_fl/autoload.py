@@ -13,18 +13,27 @@ undone, but a backward with autograd multithreading disabled runs every node on 
 thread's CPU queue and never looks up a device queue, so we switch that on for the importing
 thread and say so. The check needs a ral device, so it waits for the first device use (plugins
 load lazily): importing torch_fl runs no vendor code.
+
+Why `load` never raises: PyTorch turns an exception from a backend entry point into a failed
+`import torch`, and autoload runs in every Python program on the machine. A torch_fl that cannot
+load (a native build that does not match the package, no compiler for the device guard, a torch
+it does not support) must cost CPU-only programs nothing: `load` warns and leaves the `ral`
+device unavailable, and the first use of torch_fl's API raises the real error.
+TORCH_FL_AUTOLOAD_STRICT=1 lets the failure break `import torch` instead (for CI). For the same
+reason this module, the entry point itself, imports nothing heavy at module level.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from importlib import import_module
 
 from torch_fl import submodule_initializing
-from torch_fl.core.runtime import device_count, on_initialized
-from torch_fl.device import compat
 
 ENV = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+STRICT_ENV = "TORCH_FL_AUTOLOAD_STRICT"
 _QUEUE_ASSERT = "device_ready_queues_"
 LATE_IMPORT_HELP = (
     "torch_fl was imported after autograd had already run a backward pass, so the autograd engine "
@@ -40,14 +49,31 @@ def load() -> None:
         # torch_fl.mode is half-built, and torch_fl.api needs it whole. The api then loads on
         # first use of a public name (torch_fl.__getattr__) instead of failing `import torch`.
         return
-    # Importing torch_fl.autoload imported torch_fl, which registers the device once torch is
-    # importing; say it explicitly for a torch_fl that a tool had imported torch-free before.
-    import_module("torch_fl.api")
+    try:
+        api = import_module("torch_fl.api")  # registers the ral device
+    except Exception as exc:  # noqa: BLE001 - whatever failed, `import torch` must not
+        if os.getenv(STRICT_ENV) == "1":
+            raise
+        warnings.warn(
+            f"torch_fl could not load, so the 'ral' device is unavailable in this process ({type(exc).__name__}: "
+            f"{exc}). CPU work is unaffected. `ralctl doctor` diagnoses the installation; "
+            f"{ENV}=0 stops PyTorch from loading torch_fl.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return
+    # The package skipped `from torch_fl.api import *` while torch was importing (so that a
+    # failure lands here); publish the names now.
+    package = sys.modules["torch_fl"]
+    for name in api.__all__:
+        setattr(package, name, getattr(api, name))
 
 
 def _probe_backward(index: int) -> RuntimeError | None:
     """Run an empty backward on ral:index straight on the engine; the engine's error, or None."""
     import torch
+
+    from torch_fl.device import compat
 
     x = torch.empty(0, device=f"ral:{index}", requires_grad=True)
     grad = torch.empty(0, device=f"ral:{index}")
@@ -60,6 +86,9 @@ def _probe_backward(index: int) -> RuntimeError | None:
 
 def after_import() -> None:
     """Called at the end of `import torch_fl`: detect an autograd engine started without ral."""
+    from torch_fl.core.runtime import on_initialized
+    from torch_fl.device import compat
+
     if compat.torch_initializing():
         return  # autoloaded by `import torch`: no backward can have run yet
     # At the first device use, once initialisation is complete (the probe runs a backward, whose
@@ -68,6 +97,9 @@ def after_import() -> None:
 
 
 def _check_engine() -> None:
+    from torch_fl.core.runtime import device_count
+    from torch_fl.device import compat
+
     n = device_count()
     if n == 0:
         return
@@ -92,6 +124,4 @@ def _check_engine() -> None:
 
 def autoload_enabled() -> bool:
     """Whether `import torch` loads backends from entry points (PyTorch's own rule)."""
-    import os
-
     return os.getenv(ENV, "1") == "1"
