@@ -9,6 +9,8 @@ import torch
 
 from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer
+from torch_fl.tensor.dlpack import dlpack_device
+from torch_fl.tensor.dlpack import export as dlpack_export
 from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
@@ -224,6 +226,16 @@ class RalTensor(torch.Tensor):
         Libraries use `tensor.storage().data_ptr()` to find tensors sharing memory (safetensors);
         a wrapper tensor's own storage has no data pointer to give."""
         return DeviceStorage(self._buf, self.dtype)
+
+    def __dlpack_device__(self):
+        """(kDLExtDev, index): PyTorch's DLPack device type for PrivateUse1 (dlpack.py)."""
+        return dlpack_device(self)
+
+    @outside_modes
+    def __dlpack__(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
+        """A host DLPack capsule when dl_device asks for the CPU (zero-copy where the device is
+        host-mappable); a device capsule raises BufferError (see tensor/dlpack.py)."""
+        return dlpack_export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     @outside_modes
     def tolist(self):
