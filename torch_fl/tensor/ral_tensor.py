@@ -11,7 +11,7 @@ from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
-from torch_fl.tensor.host_copy import to_cpu
+from torch_fl.tensor.host_copy import buffer_to_host, to_cpu
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
@@ -277,6 +277,24 @@ class DeviceStorage:
         return self._buf.nbytes // self.dtype.itemsize
 
     __len__ = size
+
+    is_ral = True  # as torch.UntypedStorage.is_ral (device/backend.py registers it)
+    is_cuda = False
+    is_sparse = False
+
+    def type(self) -> str:
+        """What a PrivateUse1 TypedStorage's type() answers (torch has no legacy ral classes)."""
+        return "torch.storage.TypedStorage"
+
+    def cpu(self) -> torch.TypedStorage:
+        """A CPU TypedStorage copy of the whole buffer, in the tensor's dtype."""
+        host = buffer_to_host(self._buf)
+        return torch.TypedStorage(wrap_storage=host, dtype=self.dtype, _internal=True)
+
+    def tolist(self) -> list:
+        """The buffer's elements as Python numbers (through a CPU copy)."""
+        n = self.size()
+        return torch.empty(0, dtype=self.dtype).set_(buffer_to_host(self._buf), 0, (n,), (1,)).tolist()
 
 
 _STRIDED = torch.strided

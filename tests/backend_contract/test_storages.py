@@ -1,0 +1,56 @@
+"""Storages of ral tensors: `torch.UntypedStorage.is_ral`/`TypedStorage.is_ral` (registered with
+PyTorch's PrivateUse1 storage methods), and `t.storage()` answering the usual questions for the
+device buffer, against the same questions asked of a CPU tensor."""
+
+import pytest
+import torch
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+
+pytestmark = pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+
+
+def test_torch_storages_know_is_ral():
+    assert isinstance(torch.UntypedStorage.is_ral, property)
+    assert isinstance(torch.TypedStorage.is_ral, property)
+    x = torch.arange(3.0)
+    assert x.untyped_storage().is_ral is False and x.storage().is_ral is False
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_storage_answers_as_cpus(device):
+    cpu = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 0.25
+    t = cpu.to(device)
+    for c, r in [(cpu, t), (cpu[1:, ::2], t[1:, ::2])]:  # a view reports its base's storage
+        cs, rs = c.storage(), r.storage()
+        assert rs.device == torch.device(device) and rs.is_ral and not rs.is_cuda
+        assert (rs.nbytes(), rs.size(), len(rs), rs.element_size()) == (
+            cs.nbytes(),
+            cs.size(),
+            len(cs),
+            cs.element_size(),
+        )
+        assert rs.tolist() == cs.tolist()
+        host = rs.cpu()
+        assert isinstance(host, torch.TypedStorage) and host.device.type == "cpu" and host.dtype == c.dtype
+        assert host.tolist() == cs.tolist()
+        assert rs.type() == "torch.storage.TypedStorage"  # a PrivateUse1 TypedStorage's answer
+    assert t[1:].storage().data_ptr() == t.storage().data_ptr()  # views share, as on CPU
+    assert t.clone().storage().data_ptr() != t.storage().data_ptr()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_tolist_sees_device_writes(device):
+    t = torch.zeros(4, dtype=torch.int64, device=device)
+    t[1:3] = 7
+    assert t.storage().tolist() == [0, 7, 7, 0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_c10_storage_on_ral_is_refused_clearly(device):
+    # Not served: ral memory belongs to ral tensors' buffers (docs/tensors_and_serialization.md).
+    with pytest.raises(RuntimeError, match="c10 storage of 16 bytes on a ral device is not supported"):
+        torch.UntypedStorage(16, device=device)
+    with pytest.raises(RuntimeError, match="not supported"):
+        torch.arange(4.0).untyped_storage().ral(torch.device(device).index)
+    assert torch.arange(3.0, device=device).sum().item() == 3.0  # the process keeps working
