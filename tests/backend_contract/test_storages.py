@@ -54,3 +54,31 @@ def test_c10_storage_on_ral_is_refused_clearly(device):
     with pytest.raises(RuntimeError, match="not supported"):
         torch.arange(4.0).untyped_storage().ral(torch.device(device).index)
     assert torch.arange(3.0, device=device).sum().item() == 3.0  # the process keeps working
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("geometry", [(), (1, (2, 2), (1, 2)), (2, (3,))])
+def test_set_to_a_tensors_storage_shares_it_as_on_cpu(device, geometry):
+    cpu = torch.arange(6, dtype=torch.float32) * 1.5
+    t = cpu.to(device)
+    c_dst, r_dst = torch.empty(0), torch.empty(0, device=device)
+    assert r_dst.set_(t.storage(), *geometry) is r_dst
+    c_dst.set_(cpu.storage(), *geometry)
+    assert (r_dst.shape, r_dst.stride(), r_dst.storage_offset()) == (
+        c_dst.shape,
+        c_dst.stride(),
+        c_dst.storage_offset(),
+    )
+    torch.testing.assert_close(r_dst.cpu(), c_dst, rtol=0, atol=0)
+    r_dst.add_(100.0)  # one buffer: the write shows in the source, as on CPU
+    c_dst.add_(100.0)
+    torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)
+
+
+def test_set_to_another_devices_storage_is_refused():
+    if len(DEVICES) < 2:
+        pytest.skip("needs ral:0 and ral:1")
+    dst = torch.zeros(2, device=DEVICES[0])
+    with pytest.raises(RuntimeError, match="devices must match"):
+        dst.set_(torch.ones(2, device=DEVICES[1]).storage())
+    assert dst.cpu().tolist() == [0.0, 0.0]

@@ -237,6 +237,14 @@ class RalTensor(torch.Tensor):
         host-mappable); a device capsule raises BufferError (see tensor/dlpack.py)."""
         return dlpack_export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
+    def set_(self, *args, **kwargs):
+        """Tensor.set_; a `t.storage()` source re-points this tensor at that device buffer
+        (torch's own set_ takes only torch storages, which ral buffers are not)."""
+        source = args[0] if args else kwargs.get("source")
+        if isinstance(source, DeviceStorage):
+            return _set_to_buffer(self, source, *args[1:], **{k: v for k, v in kwargs.items() if k != "source"})
+        return torch.Tensor.set_(self, *args, **kwargs)
+
     @outside_modes
     def tolist(self):
         """Copy to host and return nested Python lists."""
@@ -244,6 +252,20 @@ class RalTensor(torch.Tensor):
 
 
 run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
+
+
+def _set_to_buffer(t, storage, storage_offset=0, size=None, stride=None):
+    """t.set_(storage, offset, size, stride) for a `t.storage()` stand-in, with CPU's checks."""
+    if storage.device != t.device:
+        raise RuntimeError(
+            f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
+            f'different device "{storage.device}".  This is no longer allowed; the devices must match.'
+        )
+    if size is None:
+        size = (storage.nbytes() // t.dtype.itemsize,)
+    stride = tuple(stride) if stride else tuple(torch.empty(size, device="meta").stride())
+    src = RalTensor(storage._buf, tuple(size), stride, int(storage_offset), t.dtype)
+    return torch.Tensor.set_(t, src)
 
 
 class DeviceStorage:
