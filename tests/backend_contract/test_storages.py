@@ -82,3 +82,22 @@ def test_set_to_another_devices_storage_is_refused():
     with pytest.raises(RuntimeError, match="devices must match"):
         dst.set_(torch.ones(2, device=DEVICES[1]).storage())
     assert dst.cpu().tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("new_size", [10, 3, 0, 6])
+def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_size):
+    cpu = torch.arange(6, dtype=torch.float32) * 0.5
+    t = cpu.to(device)
+    view = t[1:]
+    r_storage, c_storage = t.storage(), cpu.storage()
+    assert r_storage.resize_(new_size) is r_storage
+    c_storage.resize_(new_size)
+    assert (r_storage.size(), r_storage.nbytes()) == (c_storage.size(), c_storage.nbytes())
+    assert view.storage().nbytes() == c_storage.nbytes()  # views see the resized buffer
+    kept = min(6, new_size)
+    assert r_storage.tolist()[:kept] == c_storage.tolist()[:kept]  # grown bytes: uninitialized
+    if new_size:
+        whole = torch.empty(0, device=device).set_(t.storage())
+        whole.fill_(2.0)
+        assert t.storage().tolist() == [2.0] * new_size

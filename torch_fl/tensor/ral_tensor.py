@@ -9,9 +9,10 @@ import torch
 
 from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer
+from torch_fl.device.stream_state import current
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
-from torch_fl.tensor.host_copy import buffer_to_host, to_cpu
+from torch_fl.tensor.host_copy import buffer_to_host, forget_host_view, to_cpu
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
@@ -299,6 +300,22 @@ class DeviceStorage:
         return self._buf.nbytes // self.dtype.itemsize
 
     __len__ = size
+
+    def resize_(self, size: int) -> DeviceStorage:
+        """In place, as TypedStorage.resize_ (size in elements): every tensor on the buffer sees
+        the new block, which keeps the first min(old, new) bytes; the pool's errors propagate."""
+        buf = self._buf
+        nbytes = int(size) * self.dtype.itemsize
+        if nbytes < 0:
+            raise RuntimeError(f"Trying to resize storage to a negative size ({size})")
+        keep = min(buf.nbytes, nbytes)
+        if nbytes != buf.nbytes:
+            saved = RalTensor(buf, (keep,), (1,), 0, torch.uint8).clone() if keep else None
+            buf.reallocate(nbytes, current(buf.device))  # the old block is freed stream-ordered
+            forget_host_view(buf)
+            if saved is not None:
+                RalTensor(buf, (keep,), (1,), 0, torch.uint8).copy_(saved)
+        return self
 
     is_ral = True  # as torch.UntypedStorage.is_ral (device/backend.py registers it)
     is_cuda = False
