@@ -100,3 +100,16 @@ def test_cpu_tensors_under_ral_mode_keep_cpu_dlpack(device):
         a = np.from_dlpack(x)
         y[0] = 42.0
     assert y.device.type == "cpu" and x[0].item() == 42.0 and a[0] == 42.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_legacy_to_dlpack_import_fails_clearly_on_copy(device):
+    # torch.utils.dlpack.to_dlpack is torch's C function (it never asks __dlpack__): its capsule
+    # of a wrapper tensor carries no data, and the imported tensor must say so, not return values
+    ref, t = _view(device)
+    x = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+    with pytest.raises(RuntimeError, match="holds no torch_fl device buffer"):
+        x.cpu()
+    with pytest.raises(RuntimeError):
+        x + 1
+    torch.testing.assert_close(t.cpu(), ref, rtol=0, atol=0)
