@@ -101,3 +101,21 @@ def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_si
         whole = torch.empty(0, device=device).set_(t.storage())
         whole.fill_(2.0)
         assert t.storage().tolist() == [2.0] * new_size
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storages_under_ral_mode(device):
+    import torch_fl
+
+    cpu = torch.arange(6, dtype=torch.float32) - 2.5
+    t = cpu.to(device)
+    with torch_fl.ral_mode(device):
+        assert cpu.storage().is_ral is False and cpu.untyped_storage().is_ral is False
+        assert cpu.storage().tolist() == cpu.tolist()
+        rs = t.storage()
+        assert rs.is_ral and rs.device == torch.device(device) and rs.tolist() == cpu.tolist()
+        u = torch.empty(0, device=device).set_(rs, 2, (3,))
+        u.mul_(2.0)
+    expected = cpu.clone()
+    expected[2:5] *= 2.0
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
