@@ -113,3 +113,14 @@ def test_legacy_to_dlpack_import_fails_clearly_on_copy(device):
     with pytest.raises(RuntimeError):
         x + 1
     torch.testing.assert_close(t.cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ral_tensors_export_the_same_under_ral_mode(device):
+    ref, t = _view(device)
+    with torch_fl.ral_mode(device):
+        assert t.__dlpack_device__() == (DLDeviceType.kDLExtDev, torch.device(device).index)
+        a = np.from_dlpack(t, device="cpu")
+        with pytest.raises(BufferError, match="host only"):
+            torch.from_dlpack(t)
+    torch.testing.assert_close(torch.from_numpy(a), ref, rtol=0, atol=0)

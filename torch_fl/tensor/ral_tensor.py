@@ -13,6 +13,7 @@ from torch_fl.device.stream_state import current
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
 from torch_fl.tensor.host_copy import buffer_to_host, forget_host_view, to_cpu
+from torch_fl.tensor.layout import contiguous_strides
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
@@ -264,7 +265,7 @@ def _set_to_buffer(t, storage, storage_offset=0, size=None, stride=None):
         )
     if size is None:
         size = (storage.nbytes() // t.dtype.itemsize,)
-    stride = tuple(stride) if stride else tuple(torch.empty(size, device="meta").stride())
+    stride = tuple(stride) if stride else contiguous_strides(tuple(size))
     src = RalTensor(storage._buf, tuple(size), stride, int(storage_offset), t.dtype)
     return torch.Tensor.set_(t, src)
 
@@ -330,6 +331,7 @@ class DeviceStorage:
         host = buffer_to_host(self._buf)
         return torch.TypedStorage(wrap_storage=host, dtype=self.dtype, _internal=True)
 
+    @outside_modes  # the CPU tensor below must stay CPU inside a ral_mode block
     def tolist(self) -> list:
         """The buffer's elements as Python numbers (through a CPU copy)."""
         n = self.size()
