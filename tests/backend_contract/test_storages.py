@@ -111,6 +111,7 @@ def test_storages_under_ral_mode(device):
     t = cpu.to(device)
     with torch_fl.ral_mode(device):
         assert cpu.storage().is_ral is False and cpu.untyped_storage().is_ral is False
+        assert cpu.storage().tolist() == cpu.tolist()
         rs = t.storage()
         assert rs.is_ral and rs.device == torch.device(device) and rs.tolist() == cpu.tolist()
         u = torch.empty(0, device=device).set_(rs, 2, (3,))
