@@ -124,3 +124,15 @@ def test_ral_tensors_export_the_same_under_ral_mode(device):
         with pytest.raises(BufferError, match="host only"):
             torch.from_dlpack(t)
     torch.testing.assert_close(torch.from_numpy(a), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_writes_through_a_dlpack_consumer_are_seen_under_ral_mode(device):
+    x = torch.arange(5.0)
+    with torch_fl.ral_mode(device):
+        a = np.from_dlpack(x)
+        first = (x * 2).cpu()
+        a[0] = 100.0  # numpy's write bumps no version counter
+        second = (x * 2).cpu()
+    torch.testing.assert_close(first, torch.arange(5.0) * 2, rtol=0, atol=0)
+    torch.testing.assert_close(second, torch.tensor([200.0, 2.0, 4.0, 6.0, 8.0]), rtol=0, atol=0)
