@@ -183,7 +183,8 @@ _VIEW_NAMES = {
 }
 _PASS, _FACTORY, _INPLACE, _COMPUTE, _VIEW, _INIT, _SWAP, _RNG_INPLACE, _RNG, _DROPOUT = range(10)
 _NUMPY = -1  # hands a CPU tensor's memory to numpy (whose writes bump no version counter)
-_NUMPY_NAMES = {"numpy", "__array__"}
+# DLPack hands it to any library (np/torch.from_dlpack): as numpy, and never uploaded
+_NUMPY_NAMES = {"numpy", "__array__", "__dlpack__", "__dlpack_device__"}
 _SET_DATA = -2  # `cpu_tensor.data = value`: the value a computation made on the device comes home
 _DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 _KINDS: dict = {}

@@ -59,6 +59,10 @@ def register() -> None:
         torch.utils.rename_privateuse1_backend("ral")
         torch.utils.generate_methods_for_privateuse1_backend()
         torch._register_device_module("ral", device_module)
+    # `is_ral`/`ral()` on torch storages (UntypedStorage, TypedStorage), as is_cuda/cuda()
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=False, for_module=False, for_packed_sequence=False, for_storage=True
+    )
     sys.modules.setdefault("torch.ral", device_module)
     guard.load_allocator()  # torch.accelerator.memory_* (optional: see its docstring)
     atexit.register(_let_autograd_threads_settle)

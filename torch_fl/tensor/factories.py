@@ -105,6 +105,13 @@ def copy_from(self, dst, non_blocking=False):
     """aten::_copy_from on ral: the copy_ path PyTorch takes below the Python key."""
     if type(dst) is not RalTensor and dst.device.type == "ral":
         return dst  # a tracer's fake ral tensor (torch.tensor(..., device=) under torch.compile)
+    if type(self) is torch.Tensor and self.device.type == "ral":
+        raise RuntimeError(
+            f"torch_fl: this {self.device} tensor holds no torch_fl device buffer: it is a "
+            "storage-backed PrivateUse1 tensor (as torch.from_dlpack(torch.utils.dlpack.to_dlpack(t)) "
+            "makes), which no ral op can read. Export ral tensors with "
+            "t.__dlpack__(dl_device=(kDLCPU, 0)) (docs/tensors_and_serialization.md, DLPack)"
+        )
     done = transfer.copy_into(dst, self)
     return done if done is not None else torch.ops.aten.copy_.default(dst, self)
 

@@ -9,7 +9,11 @@ import torch
 
 from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer
-from torch_fl.tensor.host_copy import to_cpu
+from torch_fl.device.stream_state import current
+from torch_fl.tensor.dlpack import dlpack_device
+from torch_fl.tensor.dlpack import export as dlpack_export
+from torch_fl.tensor.host_copy import buffer_to_host, forget_host_view, to_cpu
+from torch_fl.tensor.layout import contiguous_strides
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
@@ -225,6 +229,24 @@ class RalTensor(torch.Tensor):
         a wrapper tensor's own storage has no data pointer to give."""
         return DeviceStorage(self._buf, self.dtype)
 
+    def __dlpack_device__(self):
+        """(kDLExtDev, index): PyTorch's DLPack device type for PrivateUse1 (dlpack.py)."""
+        return dlpack_device(self)
+
+    @outside_modes
+    def __dlpack__(self, *, stream=-1, max_version=None, dl_device=None, copy=None):
+        """A host DLPack capsule when dl_device asks for the CPU (zero-copy where the device is
+        host-mappable); a device capsule raises BufferError (see tensor/dlpack.py)."""
+        return dlpack_export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def set_(self, *args, **kwargs):
+        """Tensor.set_; a `t.storage()` source re-points this tensor at that device buffer
+        (torch's own set_ takes only torch storages, which ral buffers are not)."""
+        source = args[0] if args else kwargs.get("source")
+        if isinstance(source, DeviceStorage):
+            return _set_to_buffer(self, source, *args[1:], **{k: v for k, v in kwargs.items() if k != "source"})
+        return torch.Tensor.set_(self, *args, **kwargs)
+
     @outside_modes
     def tolist(self):
         """Copy to host and return nested Python lists."""
@@ -232,6 +254,20 @@ class RalTensor(torch.Tensor):
 
 
 run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
+
+
+def _set_to_buffer(t, storage, storage_offset=0, size=None, stride=None):
+    """t.set_(storage, offset, size, stride) for a `t.storage()` stand-in, with CPU's checks."""
+    if storage.device != t.device:
+        raise RuntimeError(
+            f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
+            f'different device "{storage.device}".  This is no longer allowed; the devices must match.'
+        )
+    if size is None:
+        size = (storage.nbytes() // t.dtype.itemsize,)
+    stride = tuple(stride) if stride else contiguous_strides(tuple(size))
+    src = RalTensor(storage._buf, tuple(size), stride, int(storage_offset), t.dtype)
+    return torch.Tensor.set_(t, src)
 
 
 class DeviceStorage:
@@ -265,6 +301,41 @@ class DeviceStorage:
         return self._buf.nbytes // self.dtype.itemsize
 
     __len__ = size
+
+    def resize_(self, size: int) -> DeviceStorage:
+        """In place, as TypedStorage.resize_ (size in elements): every tensor on the buffer sees
+        the new block, which keeps the first min(old, new) bytes; the pool's errors propagate."""
+        buf = self._buf
+        nbytes = int(size) * self.dtype.itemsize
+        if nbytes < 0:
+            raise RuntimeError(f"Trying to resize storage to a negative size ({size})")
+        keep = min(buf.nbytes, nbytes)
+        if nbytes != buf.nbytes:
+            saved = RalTensor(buf, (keep,), (1,), 0, torch.uint8).clone() if keep else None
+            buf.reallocate(nbytes, current(buf.device))  # the old block is freed stream-ordered
+            forget_host_view(buf)
+            if saved is not None:
+                RalTensor(buf, (keep,), (1,), 0, torch.uint8).copy_(saved)
+        return self
+
+    is_ral = True  # as torch.UntypedStorage.is_ral (device/backend.py registers it)
+    is_cuda = False
+    is_sparse = False
+
+    def type(self) -> str:
+        """What a PrivateUse1 TypedStorage's type() answers (torch has no legacy ral classes)."""
+        return "torch.storage.TypedStorage"
+
+    def cpu(self) -> torch.TypedStorage:
+        """A CPU TypedStorage copy of the whole buffer, in the tensor's dtype."""
+        host = buffer_to_host(self._buf)
+        return torch.TypedStorage(wrap_storage=host, dtype=self.dtype, _internal=True)
+
+    @outside_modes  # the CPU tensor below must stay CPU inside a ral_mode block
+    def tolist(self) -> list:
+        """The buffer's elements as Python numbers (through a CPU copy)."""
+        n = self.size()
+        return torch.empty(0, dtype=self.dtype).set_(buffer_to_host(self._buf), 0, (n,), (1,)).tolist()
 
 
 _STRIDED = torch.strided

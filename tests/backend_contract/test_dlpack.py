@@ -1,0 +1,138 @@
+"""DLPack for ral tensors (tensor/dlpack.py): the device is PyTorch's PrivateUse1 mapping
+(kDLExtDev, index); host capsules on request (zero-copy on host-mappable ral:0, a copy on
+ral:1); device capsules, which no importer could turn into a working tensor, raise BufferError."""
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.dlpack import DLDeviceType
+
+import torch_fl
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+CPU = (DLDeviceType.kDLCPU, 0)
+
+
+def _host_mappable(device):
+    from torch_fl.tensor.host_copy import host_mappable
+
+    return host_mappable(torch.device(device).index)
+
+
+def _view(device):
+    """A CPU reference and the same view (offset and strides) of a ral tensor."""
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
+    return base[1:, ::2], base.to(device)[1:, ::2]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dlpack_device_is_privateuse1s_ext_dev(device):
+    t = torch.ones(3, device=device)
+    assert t.__dlpack_device__() == (DLDeviceType.kDLExtDev, torch.device(device).index)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("versioned", [False, True])
+def test_host_capsule_round_trips_views_against_cpu(device, versioned):
+    ref, t = _view(device)
+    capsule = t.__dlpack__(dl_device=CPU, max_version=(1, 0) if versioned else None)
+    back = torch.from_dlpack(capsule)
+    assert back.device.type == "cpu"
+    torch.testing.assert_close(back, ref, rtol=0, atol=0)
+    torch.testing.assert_close(torch.from_dlpack(np.from_dlpack(t, device="cpu")), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_numpy_host_capsule_shares_memory_only_where_host_mappable(device):
+    ref, t = _view(device)
+    a = np.from_dlpack(t, device="cpu")
+    a[0, 1] = 99.0
+    expected = ref.clone()
+    if _host_mappable(device):  # zero-copy: the write lands in the device tensor (and its base)
+        expected[0, 1] = 99.0
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+    if not _host_mappable(device):
+        with pytest.raises(BufferError, match="not host-mappable.*copy=False"):
+            np.from_dlpack(t, device="cpu", copy=False)
+    else:
+        assert np.from_dlpack(t, device="cpu", copy=False)[0, 1] == 99.0
+    c = np.from_dlpack(t, device="cpu", copy=True)  # an explicit copy is never shared
+    c[0, 0] = -1.0
+    assert t[0, 0].item() == ref[0, 0].item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_host_capsule_keeps_device_memory_alive(device):
+    t = torch.arange(1000, dtype=torch.float64).to(device)
+    a = np.from_dlpack(t[10:], device="cpu")
+    a[0] = -1.0
+    expected = np.arange(10, 1000, dtype=np.float64)
+    expected[0] = -1.0
+    assert t[10].item() == (-1.0 if _host_mappable(device) else 10.0)  # zero-copy where mappable
+    del t
+    gc.collect()
+    filler = [torch.full((1000,), -7.0, dtype=torch.float64, device=device) for _ in range(4)]
+    np.testing.assert_array_equal(a, expected)
+    assert len(filler) == 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_capsules_are_refused_not_broken(device):
+    _, t = _view(device)
+    with pytest.raises(BufferError, match="host only.*kDLCPU"):
+        torch.from_dlpack(t)
+    with pytest.raises(BufferError, match="host only"):
+        np.from_dlpack(t)  # numpy asks for no device: ral memory is no CPU array
+    with pytest.raises(BufferError, match="host only"):
+        t.__dlpack__(dl_device=t.__dlpack_device__())
+    with pytest.raises(BufferError, match="require gradient"):
+        torch.ones(2, device=device, requires_grad=True).__dlpack__(dl_device=CPU)
+    torch.testing.assert_close((t + 1).cpu(), _view(device)[0] + 1)  # the tensor still works
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cpu_tensors_under_ral_mode_keep_cpu_dlpack(device):
+    x = torch.arange(5.0)
+    with torch_fl.ral_mode(device):
+        y = torch.from_dlpack(x)
+        a = np.from_dlpack(x)
+        y[0] = 42.0
+    assert y.device.type == "cpu" and x[0].item() == 42.0 and a[0] == 42.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_legacy_to_dlpack_import_fails_clearly_on_copy(device):
+    # torch.utils.dlpack.to_dlpack is torch's C function (it never asks __dlpack__): its capsule
+    # of a wrapper tensor carries no data, and the imported tensor must say so, not return values
+    ref, t = _view(device)
+    x = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
+    with pytest.raises(RuntimeError, match="holds no torch_fl device buffer"):
+        x.cpu()
+    with pytest.raises(RuntimeError):
+        x + 1
+    torch.testing.assert_close(t.cpu(), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ral_tensors_export_the_same_under_ral_mode(device):
+    ref, t = _view(device)
+    with torch_fl.ral_mode(device):
+        assert t.__dlpack_device__() == (DLDeviceType.kDLExtDev, torch.device(device).index)
+        a = np.from_dlpack(t, device="cpu")
+        with pytest.raises(BufferError, match="host only"):
+            torch.from_dlpack(t)
+    torch.testing.assert_close(torch.from_numpy(a), ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_writes_through_a_dlpack_consumer_are_seen_under_ral_mode(device):
+    x = torch.arange(5.0)
+    with torch_fl.ral_mode(device):
+        a = np.from_dlpack(x)
+        first = (x * 2).cpu()
+        a[0] = 100.0  # numpy's write bumps no version counter
+        second = (x * 2).cpu()
+    torch.testing.assert_close(first, torch.arange(5.0) * 2, rtol=0, atol=0)
+    torch.testing.assert_close(second, torch.tensor([200.0, 2.0, 4.0, 6.0, 8.0]), rtol=0, atol=0)

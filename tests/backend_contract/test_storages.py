@@ -1,0 +1,121 @@
+"""Storages of ral tensors: `torch.UntypedStorage.is_ral`/`TypedStorage.is_ral` (registered with
+PyTorch's PrivateUse1 storage methods), and `t.storage()` answering the usual questions for the
+device buffer, against the same questions asked of a CPU tensor."""
+
+import pytest
+import torch
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+
+pytestmark = pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+
+
+def test_torch_storages_know_is_ral():
+    assert isinstance(torch.UntypedStorage.is_ral, property)
+    assert isinstance(torch.TypedStorage.is_ral, property)
+    x = torch.arange(3.0)
+    assert x.untyped_storage().is_ral is False and x.storage().is_ral is False
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_storage_answers_as_cpus(device):
+    cpu = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 0.25
+    t = cpu.to(device)
+    for c, r in [(cpu, t), (cpu[1:, ::2], t[1:, ::2])]:  # a view reports its base's storage
+        cs, rs = c.storage(), r.storage()
+        assert rs.device == torch.device(device) and rs.is_ral and not rs.is_cuda
+        assert (rs.nbytes(), rs.size(), len(rs), rs.element_size()) == (
+            cs.nbytes(),
+            cs.size(),
+            len(cs),
+            cs.element_size(),
+        )
+        assert rs.tolist() == cs.tolist()
+        host = rs.cpu()
+        assert isinstance(host, torch.TypedStorage) and host.device.type == "cpu" and host.dtype == c.dtype
+        assert host.tolist() == cs.tolist()
+        assert rs.type() == "torch.storage.TypedStorage"  # a PrivateUse1 TypedStorage's answer
+    assert t[1:].storage().data_ptr() == t.storage().data_ptr()  # views share, as on CPU
+    assert t.clone().storage().data_ptr() != t.storage().data_ptr()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_tolist_sees_device_writes(device):
+    t = torch.zeros(4, dtype=torch.int64, device=device)
+    t[1:3] = 7
+    assert t.storage().tolist() == [0, 7, 7, 0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_c10_storage_on_ral_is_refused_clearly(device):
+    # Not served: ral memory belongs to ral tensors' buffers (docs/tensors_and_serialization.md).
+    with pytest.raises(RuntimeError, match="c10 storage of 16 bytes on a ral device is not supported"):
+        torch.UntypedStorage(16, device=device)
+    with pytest.raises(RuntimeError, match="not supported"):
+        torch.arange(4.0).untyped_storage().ral(torch.device(device).index)
+    assert torch.arange(3.0, device=device).sum().item() == 3.0  # the process keeps working
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("geometry", [(), (1, (2, 2), (1, 2)), (2, (3,))])
+def test_set_to_a_tensors_storage_shares_it_as_on_cpu(device, geometry):
+    cpu = torch.arange(6, dtype=torch.float32) * 1.5
+    t = cpu.to(device)
+    c_dst, r_dst = torch.empty(0), torch.empty(0, device=device)
+    assert r_dst.set_(t.storage(), *geometry) is r_dst
+    c_dst.set_(cpu.storage(), *geometry)
+    assert (r_dst.shape, r_dst.stride(), r_dst.storage_offset()) == (
+        c_dst.shape,
+        c_dst.stride(),
+        c_dst.storage_offset(),
+    )
+    torch.testing.assert_close(r_dst.cpu(), c_dst, rtol=0, atol=0)
+    r_dst.add_(100.0)  # one buffer: the write shows in the source, as on CPU
+    c_dst.add_(100.0)
+    torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)
+
+
+def test_set_to_another_devices_storage_is_refused():
+    if len(DEVICES) < 2:
+        pytest.skip("needs ral:0 and ral:1")
+    dst = torch.zeros(2, device=DEVICES[0])
+    with pytest.raises(RuntimeError, match="devices must match"):
+        dst.set_(torch.ones(2, device=DEVICES[1]).storage())
+    assert dst.cpu().tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("new_size", [10, 3, 0, 6])
+def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_size):
+    cpu = torch.arange(6, dtype=torch.float32) * 0.5
+    t = cpu.to(device)
+    view = t[1:]
+    r_storage, c_storage = t.storage(), cpu.storage()
+    assert r_storage.resize_(new_size) is r_storage
+    c_storage.resize_(new_size)
+    assert (r_storage.size(), r_storage.nbytes()) == (c_storage.size(), c_storage.nbytes())
+    assert view.storage().nbytes() == c_storage.nbytes()  # views see the resized buffer
+    kept = min(6, new_size)
+    assert r_storage.tolist()[:kept] == c_storage.tolist()[:kept]  # grown bytes: uninitialized
+    if new_size:
+        whole = torch.empty(0, device=device).set_(t.storage())
+        whole.fill_(2.0)
+        assert t.storage().tolist() == [2.0] * new_size
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storages_under_ral_mode(device):
+    import torch_fl
+
+    cpu = torch.arange(6, dtype=torch.float32) - 2.5
+    t = cpu.to(device)
+    with torch_fl.ral_mode(device):
+        assert cpu.storage().is_ral is False and cpu.untyped_storage().is_ral is False
+        assert cpu.storage().tolist() == cpu.tolist()
+        rs = t.storage()
+        assert rs.is_ral and rs.device == torch.device(device) and rs.tolist() == cpu.tolist()
+        u = torch.empty(0, device=device).set_(rs, 2, (3,))
+        u.mul_(2.0)
+    expected = cpu.clone()
+    expected[2:5] *= 2.0
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)

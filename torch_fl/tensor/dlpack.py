@@ -1,0 +1,80 @@
+"""DLPack for ral tensors: the device they name, and the capsules they can honestly export.
+
+PyTorch maps PrivateUse1 to `kDLExtDev`, so a ral tensor's `__dlpack_device__()` is
+`(kDLExtDev, index)`. A device capsule (one whose data pointer is ral memory) is never exported:
+every DLPack importer PyTorch has (`torch.from_dlpack`, `torch._C._from_dlpack`) builds a
+storage-backed PrivateUse1 tensor, and torch_fl's ral tensors are wrapper tensors whose memory
+lives in the wrapper, so such a tensor could not run a single op. A consumer that asks for a
+host capsule (`dl_device=(kDLCPU, 0)`, e.g. `np.from_dlpack(t, device="cpu")`) gets one:
+zero-copy over the device memory where the device is host-mappable, else a copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch.utils.dlpack import DLDeviceType
+
+from torch_fl._native import ffi, lib
+from torch_fl.core.runtime import check
+from torch_fl.device.stream_state import current
+from torch_fl.device.sync import synchronize_stream
+from torch_fl.tensor.host_copy import host_mappable, to_cpu
+
+
+def dlpack_device(t) -> tuple[DLDeviceType, int]:
+    """`t.__dlpack_device__()`: PyTorch's DLPack device type for PrivateUse1, and t's index."""
+    return (DLDeviceType.kDLExtDev, t._dev)
+
+
+def export(t, *, stream=-1, max_version=None, dl_device=None, copy=None):
+    """`t.__dlpack__(...)`: a host capsule when the consumer asks for one, else BufferError."""
+    # torch.Tensor.__dlpack__'s own refusals, with its messages
+    if t.requires_grad:
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if t.is_conj():
+        raise BufferError("Can't export tensors with the conjugate bit set")
+    if stream is not None and type(stream) is not int:
+        raise TypeError("stream must be ``int`` or ``none``")
+    dev = t._dev
+    if dl_device is None or int(dl_device[0]) != DLDeviceType.kDLCPU:
+        raise BufferError(
+            f"ral:{dev} tensors export DLPack capsules on the host only: a device capsule "
+            "(kDLExtDev) cannot be imported as a working tensor, since ral tensors keep their "
+            "memory in a wrapper without torch storage. Ask for dl_device=(kDLCPU, 0) "
+            "(np.from_dlpack(t, device='cpu')) or export t.cpu()"
+        )
+    if int(dl_device[1]) != 0:
+        raise BufferError(f"DLPack: no CPU device {int(dl_device[1])} (only 0)")
+    if copy is True or not host_mappable(dev):
+        if copy is False:
+            raise BufferError(
+                f"ral:{dev} memory is not host-mappable: a CPU DLPack capsule of it needs a copy, "
+                "and copy=False was given"
+            )
+        cpu = to_cpu(t.detach())
+    else:
+        synchronize_stream(dev, current(dev), "DLPack export")  # host reads must see every write
+        cpu = _host_view_keeping(t)
+    if max_version is None or max_version[0] < 1:
+        return torch._C._to_dlpack(cpu)
+    return torch._C._to_dlpack_versioned(cpu)
+
+
+def _host_view_keeping(t) -> torch.Tensor:
+    """A zero-copy CPU view of a host-mappable ral tensor whose storage keeps t's device buffer
+    alive (the capsule's consumer may outlive every ral tensor on that buffer)."""
+    buf = t._buf
+    if buf.nbytes == 0:
+        base = torch.empty(0, dtype=torch.uint8)
+    else:
+        out = ffi.new("uint64_t*")
+        check(lib.rt_host_address(buf.device, buf.ptr, 0, buf.nbytes, out))
+        cells = (ctypes.c_char * buf.nbytes).from_address(out[0])
+        cells.keep = buf  # torch.frombuffer holds `cells` for the storage's lifetime
+        base = torch.frombuffer(cells, dtype=torch.uint8)
+    if t.dtype != torch.uint8:
+        usable = (base.numel() // t.dtype.itemsize) * t.dtype.itemsize
+        base = base[:usable].view(t.dtype)
+    return base.as_strided(t.shape, t.stride(), t.storage_offset())
