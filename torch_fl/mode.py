@@ -20,6 +20,7 @@ from functools import partial
 
 import torch
 import torch.utils.checkpoint as _checkpoint
+from torch.nn.parameter import is_lazy
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
@@ -271,6 +272,8 @@ def _cache_drop(t) -> None:
 def _invalidate_storage(t) -> None:
     """Drop the twin of every cached CPU tensor on t's storage: t was written through an
     alias whose version counter the others do not share (`p.data.add_(...)`)."""
+    if is_lazy(t):
+        return  # an UninitializedParameter has no storage yet, so nothing can be cached on it
     for key in _BY_STORAGE.pop(_storage_ptr(t), ()):
         _CACHE.pop(key, None)
 
