@@ -73,9 +73,19 @@ ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t s
   /* The host waits for what it reads: the read opens the gate (it starts the batch). */
   ocl_stream_hold(stream);
   ocl_count(OCL_CNT_reads);
-  cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, NULL);
+  /* Every command counted before the read precedes it in the queue; the read becomes the
+   * stream's tail, so the stream query (and the timed wait that asks it) after a read needs
+   * no marker. n + 1 counts the read: if another command is counted meanwhile, the tail
+   * is stale and the query marks afresh. */
+  uint64_t n = atomic_load(&stream->enqueued);
+  cl_event ev = NULL;
+  cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, &ev);
   if (err == CL_SUCCESS) ocl_stream_queued(stream, 1);
   if (err == CL_SUCCESS) ocl_count(OCL_CNT_flushes), CL.clFlush(stream->q);
+  if (ev) {
+    ocl_stream_set_tail(stream, ev, n + 1);
+    CL.clReleaseEvent(ev);
+  }
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueReadBuffer");
 }
 

@@ -114,6 +114,10 @@ void ocl_stream_start(struct ral_stream_s* s);
  *  of the call (other threads' commands on `s` wait) until ocl_stream_block_end. */
 void ocl_stream_block_begin(struct ral_stream_s* s);
 void ocl_stream_block_end(struct ral_stream_s* s);
+/*! Remember `ev` (the caller keeps its own reference) as the stream's tail, the command
+ *  a query polls, if `n` -- the count of commands known to precede or be `ev` -- is the
+ *  newest; stream_query trusts it only while no command was counted after it. */
+void ocl_stream_set_tail(struct ral_stream_s* s, cl_event ev, uint64_t n);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

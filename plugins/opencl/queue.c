@@ -203,6 +203,19 @@ static ral_status event_state(cl_event ev) {
   return state == CL_COMPLETE ? RAL_OK : RAL_ERROR_NOT_READY;
 }
 
+void ocl_stream_set_tail(struct ral_stream_s* s, cl_event ev, uint64_t n) {
+  CL.clRetainEvent(ev);
+  pthread_mutex_lock(&s->tail_mu);
+  if (!s->tail || n >= s->tail_n) {
+    if (s->tail) CL.clReleaseEvent(s->tail);
+    s->tail = ev;
+    s->tail_n = n;
+  } else {
+    CL.clReleaseEvent(ev);
+  }
+  pthread_mutex_unlock(&s->tail_mu);
+}
+
 /* Queue a marker at the stream's tail and remember it (with the command count taken
  * before it, so every counted command precedes it) as the stream's tail. */
 static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
@@ -216,25 +229,19 @@ static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clEnqueueMarkerWithWaitList");
   ocl_count(OCL_CNT_flushes);
   CL.clFlush(s->q);
-  CL.clRetainEvent(ev);
-  pthread_mutex_lock(&s->tail_mu);
-  if (!s->tail || n >= s->tail_n) {
-    if (s->tail) CL.clReleaseEvent(s->tail);
-    s->tail = ev;
-    s->tail_n = n;
-  } else {
-    CL.clReleaseEvent(ev);
-  }
-  pthread_mutex_unlock(&s->tail_mu);
+  ocl_stream_set_tail(s, ev, n);
   *out = ev;
   return RAL_OK;
 }
 
-/* How long a query waits for a fresh marker. OpenCL has no "is this queue idle" call: a
- * marker completes only once the driver's scheduler has seen it (tens of microseconds on
- * PoCL, much more on a loaded host), so a query answers from the last recorded marker when
- * nothing was queued after it (exact: "idle right after its event synchronized"), and
- * otherwise gives a fresh marker this long before reporting the stream busy. */
+/* How long a query waits for the stream's tail. OpenCL has no "is this queue idle" call: a
+ * command completes only once the driver's scheduler has seen it (tens of microseconds on
+ * PoCL, much more on a loaded host), so a query answers from the stream's tail -- the last
+ * recorded marker or host read -- when nothing was queued after it (the queue is in order:
+ * the tail done means the stream idle), and otherwise queues a fresh marker; it gives
+ * the tail this long before reporting the stream busy. Reusing the read matters: the
+ * runtime's timed stream wait (watchdog.c) queries before every wait, so `.item()` would
+ * otherwise pay a marker per step. */
 #define QUERY_GRACE_NS 2000000L
 
 ral_status ocl_stream_query(int32_t device, ral_stream stream) {
@@ -246,13 +253,11 @@ ral_status ocl_stream_query(int32_t device, ral_stream stream) {
     CL.clRetainEvent(ev);
   }
   pthread_mutex_unlock(&stream->tail_mu);
-  if (ev) {
-    ral_status st = event_state(ev);
-    CL.clReleaseEvent(ev);
-    if (st != RAL_ERROR_NOT_READY) return st;
+  ral_status st;
+  if (!ev) {
+    st = mark_tail(stream, &ev);
+    if (st != RAL_OK) return st;
   }
-  ral_status st = mark_tail(stream, &ev);
-  if (st != RAL_OK) return st;
   st = event_state(ev);
   struct timespec t0, now, nap = {0, 20000};
   clock_gettime(CLOCK_MONOTONIC, &t0);
