@@ -6,11 +6,18 @@ all gradients and the running statistics, on ral:0 and ral:1, in both styles. On
 calls must run in the vendor tier. The manifest declares float32 only: for half inputs CPU
 returns save_mean/save_invstd in the input dtype where the meta kernel says float32, so half
 calls stay in the cpu tier (test_half_types checks their values whatever the tier).
+Calls missing the statistics PyTorch's CPU kernel dereferences raise instead of crashing, and
+certify's synthesized batch-norm calls are ones CPU accepts (both in child processes).
 Tolerances: float32 rtol/atol 1e-4 (per-channel sums in double, then float); float16 /
 bfloat16 2e-2 / 5e-2.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +25,7 @@ from conftest import plugin_device
 
 import torch_fl
 
+REPO = Path(__file__).resolve().parent.parent
 TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-2), torch.bfloat16: (5e-2, 5e-2)}
 
 
@@ -87,16 +95,85 @@ def test_half_types(which, dtype):
     )
 
 
-def test_eval_without_running_stats_raises_and_device_keeps_working():
-    """Host only: on ral:1 this call reaches PyTorch's CPU kernel through the cpu tier, and
-    that kernel crashes the process (reported, left alone)."""
-    dev = plugin_device("host")
-    x = torch.randn(4, 3, 5, 5)
-    # PyTorch's CPU kernel crashes the process on this call (torch 2.13: SIGSEGV); its meta
-    # kernel, which the device path runs first, raises AssertionError with the reason
-    with pytest.raises((RuntimeError, AssertionError), match="running_mean and running_var"):
-        torch.ops.aten.native_batch_norm(x.to(dev), None, None, None, None, False, 0.1, 1e-5)
-    y = torch.nn.functional.batch_norm(x.to(dev), None, None, training=True)
-    torch.testing.assert_close(
-        y.cpu(), torch.nn.functional.batch_norm(x, None, None, training=True), rtol=1e-4, atol=1e-4
-    )
+# Calls the schema allows but PyTorch's CPU kernel crashes the process on (torch 2.13:
+# SIGSEGV): eval mode without running statistics, a training backward without the saved
+# ones. The router refuses them (dispatch/argument_checks.py) before any tier runs: the cpu
+# tier would hand them to that kernel. name -> (op, arguments over x, g, rm, rv, sm, si, why)
+MISSING_STATS = {
+    "forward eval, no running stats": (
+        "native_batch_norm",
+        "x, None, None, None, None, False, 0.1, 1e-5",
+        "running_mean and running_var must not be None in eval mode",
+    ),
+    "forward eval, no running_var": (
+        "native_batch_norm",
+        "x, None, None, rm, None, False, 0.1, 1e-5",
+        "running_mean and running_var must not be None in eval mode",
+    ),
+    "backward eval, no running stats": (
+        "native_batch_norm_backward",
+        "g, x, None, None, None, sm, si, False, 1e-5, [True] * 3",
+        "running_mean and running_var must not be None in eval mode",
+    ),
+    "backward training, no saved stats": (
+        "native_batch_norm_backward",
+        "g, x, None, rm, rv, None, None, True, 1e-5, [True] * 3",
+        "save_mean and save_invstd must not be None in training",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_STATS))
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_missing_statistics_raise_and_device_keeps_working(which, style, case):
+    """Each call would kill the process on CPU; on ral it raises RuntimeError naming the op
+    and the missing argument, and the device keeps computing. Run in a child process so a
+    regression shows as a failure, not as a dead test run."""
+    dev = plugin_device(which)
+    op, call_args, why = MISSING_STATS[case]
+    code = f"""
+import contextlib, torch, torch_fl
+x, g = torch.randn(4, 3, 5), torch.randn(4, 3, 5)
+rm, rv, sm, si = torch.zeros(3), torch.ones(3), torch.zeros(3), torch.ones(3)
+if {style!r} == "to":
+    x, g, rm, rv, sm, si = (t.to({dev!r}) for t in (x, g, rm, rv, sm, si))
+    ctx = contextlib.nullcontext()
+else:
+    ctx = torch_fl.ral_mode({dev!r})
+with ctx:
+    try:
+        torch.ops.aten.{op}({call_args})
+        print("NO ERROR")
+    except RuntimeError as exc:
+        assert {op + ": " + why!r} in str(exc), str(exc)
+        print("RAISED")
+    y = torch.nn.functional.batch_norm(x.to({dev!r}), None, None, training=True).cpu()
+torch.testing.assert_close(y, torch.nn.functional.batch_norm(x.cpu(), None, None, training=True), rtol=1e-4, atol=1e-4)
+print("DEVICE OK")
+"""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}: {proc.stderr[-2000:]}"
+    assert proc.stdout.split() == ["RAISED", "DEVICE", "OK"], proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("op", ["aten::native_batch_norm", "aten::native_batch_norm_backward"])
+def test_certify_entry_inputs_are_ones_cpu_accepts(op):
+    """certify fed native_batch_norm eval mode without running statistics, and PyTorch's CPU
+    reference crashed certify's child (exit -11); its synthesized calls now carry real
+    per-channel statistics, and the host entry passes against CPU (in a child process)."""
+    plugin_device("host")
+    code = f"""
+from torch_fl.tools.certify_child import run_entry
+import torch_fl
+pd = next(st.record.dir for st in torch_fl.plugins() if st.record.name == "host")
+for rank in (2, 4):
+    for variant in ("contiguous", "offset"):
+        r = run_entry(str(pd), {op!r}, "float32", rank, variant)
+        assert r["passed"] and not r["skipped"], r
+print("PASSED")
+"""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "PASSED" in proc.stdout, f"exit {proc.returncode}: {proc.stderr[-2000:]}"

@@ -45,10 +45,30 @@ def _index_select_check(full) -> None:
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
 
 
+def _batch_norm_check(full) -> None:
+    # ATen's CPU batch norm dereferences statistics the schema lets be None (torch 2.13:
+    # SIGSEGV, the process dies): eval mode needs running_mean/running_var. The meta
+    # function says so only as an AssertionError, and the cpu tier does not run it.
+    if not full[5] and (full[3] is None or full[4] is None):
+        raise RuntimeError("native_batch_norm: running_mean and running_var must not be None in eval mode")
+
+
+def _batch_norm_backward_check(full) -> None:
+    # As _batch_norm_check: CPU's backward dereferences save_mean/save_invstd in training
+    # and running_mean/running_var in eval mode.
+    train = full[7]
+    if train and (full[5] is None or full[6] is None):
+        raise RuntimeError("native_batch_norm_backward: save_mean and save_invstd must not be None in training")
+    if not train and (full[3] is None or full[4] is None):
+        raise RuntimeError("native_batch_norm_backward: running_mean and running_var must not be None in eval mode")
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
 CHECKS["aten::index_select"] = _index_select_check
+CHECKS["aten::native_batch_norm"] = _batch_norm_check
+CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
 
 
 def check_arguments(op: str, full) -> None:

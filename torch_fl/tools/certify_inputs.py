@@ -140,6 +140,8 @@ def synth(op: str, dtype: torch.dtype, rank: int):
         elif t in ("List[int]", "Optional[List[int]]", "SymInt[]", "int[]", "int[1]", "int[1]?"):
             sizes = "size" in name or "shape" in name
             args.append(list(shape) if sizes else ([0] if rank > 0 else []))
+        elif base == "native_batch_norm_backward" and name == "output_mask":
+            args.append(None)  # _batch_norm_args fills it in
         else:
             return f"argument {name!r} of type {t} cannot be synthesized"
     if base == "_scaled_dot_product_flash_attention_for_cpu_backward" and rank == 4:
@@ -150,10 +152,33 @@ def synth(op: str, dtype: torch.dtype, rank: int):
         except RuntimeError as exc:
             return f"CPU's forward rejects the synthesized inputs ({str(exc).splitlines()[0][:200]})"
         data_pos = [0, 1, 2, 3]
+    if base in ("native_batch_norm", "native_batch_norm_backward"):
+        bn = _batch_norm_args(base, args, dtype, gen)
+        if isinstance(bn, str):
+            return bn
+        args = bn
     kwargs = dict(_KWARGS.get(base, {}))
     if kwargs and not dtype.is_floating_point:
         kwargs = {k: int(v * 4) + 3 for k, v in kwargs.items()}  # 1 and 5: inside every integer dtype
     return Case(args, kwargs, data_pos)
+
+
+def _batch_norm_args(base: str, args: list, dtype: torch.dtype, gen):
+    """native_batch_norm(_backward) arguments with their per-channel tensors filled in.
+    The schema makes them optional, but aten's CPU kernel dereferences the absent running
+    statistics of an eval-mode call (torch 2.13 segfaults on
+    native_batch_norm(x, None, None, None, None, False, ...)), and the backward needs the
+    forward's saved statistics; so training mode, real weight/bias/statistics."""
+    x = args[0] if base == "native_batch_norm" else args[1]
+    if x.dim() < 2:
+        return f"{base} needs an [N, C, ...] operand"
+    c = x.shape[1]
+    w, b, rm = (rand((c,), dtype, gen) for _ in range(3))
+    rv = rand((c,), dtype, gen).abs() + 0.5  # a variance is positive
+    if base == "native_batch_norm":
+        return [x, w, b, rm, rv, True, 0.1, 1e-5]
+    _, save_mean, save_invstd = torch.ops.aten.native_batch_norm(x, w, b, rm.clone(), rv.clone(), True, 0.1, 1e-5)
+    return [args[0], x, w, rm, rv, save_mean, save_invstd, True, 1e-5, [True, True, True]]
 
 
 def _is_inplace(op: str) -> bool:
