@@ -269,9 +269,8 @@ def _plant(plugin, victim: Path, donor: Path) -> None:
 PLUGINS = ["host", pytest.param("opencl", marks=pytest.mark.slow)]
 
 
-@needs_root
-@pytest.mark.parametrize("plugin", ["host", "opencl"])
-def test_planted_cache_file_of_another_user_is_not_loaded(plugin, tmp_path):
+def _planted_cache(plugin: str, tmp_path):
+    """(cache root, victim): the cached kernel of `x * 1.0`, overwritten with the one of `x * 2.0`."""
     _needs(plugin)
     cache = tmp_path / "cache"
     folder = cache / "torch_fl" / _CACHE_SUBDIR[plugin]
@@ -280,6 +279,13 @@ def test_planted_cache_file_of_another_user_is_not_loaded(plugin, tmp_path):
     assert _run_kernels(plugin, cache, 2.0)[0] == [2.0]
     (donor,) = [p for p in _entries(folder) if p != victim]
     _plant(plugin, victim, donor)
+    return cache, victim
+
+
+@needs_root
+@pytest.mark.parametrize("plugin", ["host", "opencl"])
+def test_planted_cache_file_of_another_user_is_not_loaded(plugin, tmp_path):
+    cache, victim = _planted_cache(plugin, tmp_path)
     os.chown(victim, OTHER_UID, OTHER_GID)
     read, err = _run_kernels(plugin, cache, 1.0, 1.0)
     assert read == [1.0, 1.0], f"the planted kernel ran: {read}"
@@ -289,14 +295,7 @@ def test_planted_cache_file_of_another_user_is_not_loaded(plugin, tmp_path):
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_world_writable_cache_file_is_not_loaded(plugin, tmp_path):
-    _needs(plugin)
-    cache = tmp_path / "cache"
-    folder = cache / "torch_fl" / _CACHE_SUBDIR[plugin]
-    assert _run_kernels(plugin, cache, 1.0)[0] == [1.0]
-    (victim,) = _entries(folder)
-    assert _run_kernels(plugin, cache, 2.0)[0] == [2.0]
-    (donor,) = [p for p in _entries(folder) if p != victim]
-    _plant(plugin, victim, donor)
+    cache, victim = _planted_cache(plugin, tmp_path)
     victim.chmod(0o666)
     read, err = _run_kernels(plugin, cache, 1.0)
     assert read == [1.0], f"the planted kernel ran: {read}"
