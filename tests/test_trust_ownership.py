@@ -7,6 +7,7 @@ are not private; those fall back to a private temporary folder and warn once.
 Tests run as root, so they hand files to another uid with os.chown."""
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -326,3 +327,58 @@ def test_cache_folder_of_another_user_is_not_used(tmp_path):
     assert read == [5.0]
     assert f"owned by another user (uid {OTHER_UID}, not 0) {folder}" in err, err
     assert _entries(folder) == []
+
+
+# ---- the C++ device guard's build cache (torch_fl/device/guard) -------------------------
+
+
+@pytest.fixture
+def guard_cache(tmp_path, monkeypatch):
+    """The guard module with XDG_CACHE_HOME under tmp_path and no private folder chosen yet."""
+    from torch_fl.device import guard
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(guard, "_private_root", None)
+    (tmp_path / "cache").mkdir()
+    return guard
+
+
+def _plant_guard(guard, mode=0o755, uid=None):
+    """A file under the name the guard library would be loaded from, in the shared cache."""
+    shared = guard.cache_dir() / "guard"
+    real = guard._shim_path()  # the name the guard looks for, while the cache is still private
+    assert real.parent.parent == shared
+    real.parent.mkdir(parents=True)
+    real.write_bytes(b"not the guard")
+    real.chmod(mode)
+    if uid is not None:
+        os.chown(real, uid, OTHER_GID)
+    guard._private_root = None
+    return real
+
+
+def test_guard_cache_is_used_when_private(guard_cache):
+    path = guard_cache._shim_path()
+    assert path.parent.parent == guard_cache.cache_dir() / "guard"
+    assert stat.S_IMODE((guard_cache.cache_dir() / "guard").stat().st_mode) & 0o022 == 0
+
+
+def test_world_writable_guard_cache_is_not_used(guard_cache, tmp_path):
+    (tmp_path / "cache").chmod(0o777)
+    with pytest.warns(UserWarning, match=re.escape(f"world-writable {tmp_path / 'cache'}")):
+        path = guard_cache._shim_path()
+    assert guard_cache._private_root is not None and path.parent.parent == guard_cache._private_root
+    assert stat.S_IMODE(guard_cache._private_root.stat().st_mode) == 0o700
+
+
+def test_planted_guard_library_is_not_loaded(guard_cache):
+    planted = _plant_guard(guard_cache, mode=0o777)
+    with pytest.warns(UserWarning, match=re.escape(f"world-writable {planted}")):
+        assert guard_cache._shim_path() != planted
+
+
+@needs_root
+def test_guard_library_of_another_user_is_not_loaded(guard_cache):
+    planted = _plant_guard(guard_cache, uid=OTHER_UID)
+    with pytest.warns(UserWarning, match="owned by another user"):
+        assert guard_cache._shim_path() != planted

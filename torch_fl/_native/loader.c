@@ -218,6 +218,11 @@ static int check_trust(rt_plugin* p, char* accepted, size_t cap) {
   return RT_PLUGIN_LOADED;
 }
 
+int rt_trust_path(const char* path, int32_t exact_owner, char* why, uint64_t cap) {
+  if (!path || !why || cap == 0) return -1; /* no answer: the caller treats it as untrusted */
+  return ral_trust_path(path, exact_owner, why, (size_t)cap) == 0 ? 0 : 1;
+}
+
 /* dlopen the library, call the entry symbol and adopt its table. */
 static int open_table(rt_plugin* p, char* accepted, size_t cap) {
   find_library(p->rec.dir, p->rec.library, sizeof p->rec.library);

@@ -110,6 +110,12 @@ int rt_rescan(void);
  * the file `path` ("" = none), removed when it is done: a file left behind names the plugin
  * that killed the process. Fatal signals meanwhile print a line naming the plugin. */
 int rt_set_init_marker(const char* path);
+/* 0 when `path` and every folder above it may be trusted (include/ral_trust.h: owned by
+ * root or this user, writable by nobody else); 1 otherwise, with the reason ("world-writable
+ * <path>") in why (cap bytes). exact_owner=1: the path itself must belong to this user, as a
+ * cache must; -1 for a NULL argument. For code loaded from disk outside the runtime (the C++ device guard's build
+ * cache), so that every such check is the same check. */
+int rt_trust_path(const char* path, int32_t exact_owner, char* why, uint64_t cap);
 int rt_plugin_count(void);
 int rt_plugin_get(int32_t plugin, rt_plugin_record* out);
 /* Number of visible devices (after TORCH_FL_VISIBLE_DEVICES, e.g. "1,0"). */

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ from pathlib import Path
 import torch
 
 from torch_fl._native import ffi, lib
+from torch_fl.core.trust import untrusted_reason
 from torch_fl.device import compat
 
 _SOURCE = Path(__file__).with_name("ral_guard.cpp")
@@ -21,6 +24,7 @@ _ALLOCATOR_SOURCE = Path(__file__).with_name("ral_allocator.cpp")
 _RUNTIME_INCLUDE = Path(__file__).resolve().parents[2] / "_native" / "include"
 _loaded: ctypes.CDLL | None = None
 _allocator: ctypes.CDLL | None = None
+_private_root: Path | None = None
 
 
 def cache_dir() -> Path:
@@ -29,10 +33,38 @@ def cache_dir() -> Path:
     return Path(base) / "torch_fl"
 
 
+def _private(why: str) -> Path:
+    """This process's own build folder (mode 0700, removed at exit), warning once why the
+    shared cache is not used: the shim is rebuilt in every process until that is fixed."""
+    global _private_root
+    if _private_root is None:
+        _private_root = Path(tempfile.mkdtemp(prefix="torch_fl-guard-"))
+        atexit.register(shutil.rmtree, _private_root, ignore_errors=True)
+        warnings.warn(
+            f"torch_fl: the device guard's build cache is not used: {why}; building in a "
+            f"private temporary folder instead (nothing is cached across processes)",
+            stacklevel=4,
+        )
+    return _private_root
+
+
 def _shim_path(source: Path = _SOURCE) -> Path:
+    """Where the library built from `source` is loaded from: the user's cache when it and
+    every folder above it pass the ownership checks (core/trust.py), as a plugin must, since
+    anyone who can write there can run code in every process that uses ral."""
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     tag = f"torch{torch.__version__}-py{sys.version_info.major}{sys.version_info.minor}-{digest}"
-    return cache_dir() / "guard" / tag / source.with_suffix(".so").name
+    name = source.with_suffix(".so").name
+    if _private_root is not None:
+        return _private_root / tag / name
+    shared = cache_dir() / "guard"
+    try:
+        shared.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        return _private(f"cannot create {shared}: {exc.strerror}") / tag / name
+    path = shared / tag / name
+    why = untrusted_reason(path if path.exists() else shared)
+    return path if why is None else _private(why) / tag / name
 
 
 def _compile(dest: Path, source: Path = _SOURCE) -> None:
