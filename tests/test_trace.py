@@ -153,6 +153,19 @@ def test_ral_trace_run_traces_a_child_process(dev, tmp_path):
     assert s.complete and s.exit_error is None
     assert {"aten::tanh", "aten::add.Tensor"} <= {r.name for r in s.by_op}
     assert "aten::tanh" in (tmp_path / "run.html").read_text()
+    assert '"ral:0 ' in (tmp_path / "run.json").read_text()  # the device's track is named
+
+
+def test_tracing_a_cpu_script_loads_no_plugin(tmp_path):
+    # Plugins load at the first device use (lazy init), traced or not.
+    script = """
+        import torch, torch_fl
+        print(float(torch.ones(3).sum()))
+        assert "libral_" not in open("/proc/self/maps").read(), "tracing loaded a plugin"
+    """
+    res = _ral_trace(tmp_path, "-o", "cpu.json", script=script)
+    assert res.returncode == 0, res.stderr
+    assert summarize(load_trace(tmp_path / "cpu.json")).complete
 
 
 def test_crashing_script_leaves_a_readable_trace(dev, tmp_path):

@@ -89,7 +89,7 @@ class Recorder:
         self._allocated: dict[int, int] = {}
         self._dirty: set[int] = set()
         self._streams: set[tuple[int, int]] = set()
-        self._devices = [self._device_entry(d) for d in runtime.device_records()]
+        self._devices: list[dict] = []
         self._writer = chrome.TraceWriter(
             self.path,
             {
@@ -101,12 +101,20 @@ class Recorder:
                 "torch": torch.__version__,
             },
         )
-        for d in self._devices:
-            for event in chrome.process_metadata(d["pid"], d["label"], d["vendor"]):
-                self._pending.append((_META, event))
-            self._allocated[d["pid"]] = memory.memory_stats_dict(d["pid"])["allocated_bytes.all.current"]
-            self._pending.append((_COUNTER, d["pid"], self._t0, self._allocated[d["pid"]]))
+        # Devices join the trace when the plugins load: tracing a script must not load them
+        # earlier than the script would (a CPU-only script stays immune to a crashing plugin).
+        runtime.on_initialized(self._add_devices)
         self.flush()
+
+    def _add_devices(self) -> None:
+        """Name each device's track and start its memory counter (once the plugins are loaded)."""
+        with self._lock:
+            for d in (self._device_entry(rec) for rec in runtime.device_records()):
+                self._devices.append(d)
+                for event in chrome.process_metadata(d["pid"], d["label"], d["vendor"]):
+                    self._pending.append((_META, event))
+                self._allocated[d["pid"]] = memory.memory_stats_dict(d["pid"])["allocated_bytes.all.current"]
+                self._pending.append((_COUNTER, d["pid"], self._t0, self._allocated[d["pid"]]))
 
     @staticmethod
     def _device_entry(rec) -> dict:
