@@ -425,6 +425,11 @@ ral_status host_clamp(const ral_kernel_call* c) {
   int has_hi = host_scalar_num(c, 1, &prm.f[1], &prm.i[1]);
   if (!has_lo && !has_hi)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "at least one of min and max must be given");
+  for (int i = 0; i < 2; i++)
+    if (i < c->n_scalars && c->scalars[i].tag == RAL_SCALAR_INT &&
+        !ral_sdk_int_to_dtype(c->scalars[i].v.i, host_out(c, 0)->dtype, &prm.i[i]))
+      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "value %lld cannot be converted to type %s without overflow",
+                       (long long)c->scalars[i].v.i, ral_sdk_dtype_name(host_out(c, 0)->dtype));
   return run_ew(c, has_lo && has_hi ? &T_clamp : has_lo ? &T_clamp_min : &T_clamp_max, &prm);
 }
 

@@ -345,6 +345,9 @@ ral_status ocl_clamp(const ral_kernel_call* c) {
     if (!(i >= c->n_scalars || c->scalars[i].tag == RAL_SCALAR_NONE)) {
       scalar_pair(c, i, 0, &f[i], &li[i], &f[2]);
       li[2] |= 1 << i;
+      if (c->scalars[i].tag == RAL_SCALAR_INT && !ral_sdk_int_to_dtype(li[i], ocl_out(c, 0)->dtype, &li[i]))
+        return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "value %lld cannot be converted to type %s without overflow",
+                        (long long)c->scalars[i].v.i, ral_sdk_dtype_name(ocl_out(c, 0)->dtype));
     }
   return ew_call(c, EW_CLAMP, 1, f, li);
 }

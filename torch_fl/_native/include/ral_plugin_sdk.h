@@ -127,6 +127,32 @@ static inline int64_t ral_sdk_scalar_i64(const ral_scalar* s, int64_t fallback) 
 }
 
 /*!
+ * \brief Convert an integer Scalar to an integer tensor's element type as PyTorch does when
+ * an op takes a Scalar in the tensor's dtype (clamp's bounds, fill's value): values that
+ * overflow the type are refused, and a negative value for an unsigned type wraps
+ * (uint8 accepts -255..255; -3 becomes 253), as c10::checked_convert does.
+ * \param v the scalar as the op received it.
+ * \param dtype an integer or bool RAL_DTYPE_*; other dtypes leave v unchanged.
+ * \param out the value in that type, sign-extended (or zero-extended) to int64.
+ * \return 1 when converted, 0 when v overflows the type (the caller fails the call with
+ *   "value cannot be converted to type <name> without overflow").
+ */
+static inline int ral_sdk_int_to_dtype(int64_t v, int32_t dtype, int64_t* out) {
+  int64_t lo, hi;
+  switch (dtype) {
+    case RAL_DTYPE_BOOL: *out = v != 0; return 1;
+    case RAL_DTYPE_UINT8: lo = -255, hi = 255; break;
+    case RAL_DTYPE_INT8: lo = INT8_MIN, hi = INT8_MAX; break;
+    case RAL_DTYPE_INT16: lo = INT16_MIN, hi = INT16_MAX; break;
+    case RAL_DTYPE_INT32: lo = INT32_MIN, hi = INT32_MAX; break;
+    default: *out = v; return 1;
+  }
+  if (v < lo || v > hi) return 0;
+  *out = dtype == RAL_DTYPE_UINT8 ? (int64_t)(uint8_t)v : v;
+  return 1;
+}
+
+/*!
  * \brief Wrap a possibly negative dimension index like PyTorch (dim -1 = last).
  * \param dim the index as the op received it.
  * \param ndim the tensor's rank (a rank-0 tensor accepts dims -1 and 0).
