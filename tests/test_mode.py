@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import threading
 import weakref
@@ -274,6 +275,52 @@ def test_abandoned_backward_leaves_nothing_in_flight(dev):
     (w_ref @ v.detach()).sum().backward()
     torch.testing.assert_close(w.grad, w_ref.grad, rtol=1e-5, atol=1e-5)
     assert not any(grad_home._in_flight.values()), "a synchronization did not release held buffers"
+
+
+def test_a_wait_covers_every_copy_enqueued_before_it(dev, monkeypatch):
+    """Gradient copies home: the first wait synchronizes the stream once and releases every
+    buffer enqueued before it; a later wait for one of those returns without synchronizing."""
+    from torch_fl.tensor import grad_home
+
+    waits = []
+    real = grad_home.synchronize_stream
+    monkeypatch.setattr(grad_home, "synchronize_stream", lambda *a: (waits.append(a), real(*a))[1])
+    grads = [torch.randn(32, 32).to(dev) * (i + 1) for i in range(3)]
+    bufs = [grad_home._Upload.backward(None, g)[0] for g in grads]  # three copies enqueued
+    for buf, g in zip(bufs, grads):
+        grad_home._Await.backward(None, buf)
+        torch.testing.assert_close(buf, g.cpu(), rtol=0, atol=0)
+    assert len(waits) == 1, waits
+    assert not any(grad_home._in_flight.values())
+
+
+def test_gradients_come_home_right_with_fewer_waits_than_gradients(dev, monkeypatch):
+    """A backward over many CPU parameters in ral_mode: values against CPU, and never more
+    waits than gradients (the exact count depends on how the two autograd threads interleave)."""
+    from torch_fl.tensor import grad_home
+
+    waits = []
+    real = grad_home.synchronize_stream
+    monkeypatch.setattr(grad_home, "synchronize_stream", lambda *a: (waits.append(a), real(*a))[1])
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 16) for _ in range(12)]
+    x = torch.randn(4, 16)
+
+    def loss_of(mods):
+        h = x
+        for m in mods:
+            h = torch.tanh(m(h))
+        return h.sum()
+
+    ref = [copy.deepcopy(m) for m in layers]
+    loss_of(ref).backward()
+    with torch_fl.ral_mode(dev):
+        loss_of(layers).backward()
+    for m, r in zip(layers, ref):
+        torch.testing.assert_close(m.weight.grad, r.weight.grad, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(m.bias.grad, r.bias.grad, rtol=1e-5, atol=1e-6)
+    assert 1 <= len(waits) <= 24
+    assert not any(grad_home._in_flight.values())
 
 
 @pytest.mark.parametrize(
