@@ -16,10 +16,13 @@ from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.layout import contiguous_strides, strides_like
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
-from torch_fl.tensor.staged_storage import is_host_bytes, set_from_host_storage
+from torch_fl.tensor.staged_storage import is_host_bytes, is_ral_storage, set_from_host_storage, set_from_ral_storage
 from torch_fl.tensor.views import alias, as_strided, view_op
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
 from torch_fl.tiers.vendor import meta_run
+
+_get_metadata = torch._C._get_tensor_metadata
+_set_metadata = torch._C._set_tensor_metadata
 
 aten = torch.ops.aten
 
@@ -240,6 +243,18 @@ def _set_source_storage(func, args, kwargs):
     if type(t) is RalTensor and is_host_bytes(storage):
         stride = list(stride) or list(contiguous_strides(size))
         return set_from_host_storage(t, storage, offset, size, stride)
+    if type(t) is RalTensor and is_ral_storage(storage):  # PyTorch's storage copies, among others
+        return set_from_ral_storage(t, storage, offset, size, list(stride) or list(contiguous_strides(size)))
+    return ROUTE
+
+
+@special(aten.set_.source_Storage)
+def _set_whole_storage(func, args, kwargs):
+    # t.set_(storage) below the Python method: PyTorch's storage copies and fills
+    t, storage = args[0], args[1]
+    if type(t) is RalTensor and is_ral_storage(storage):
+        n = storage.nbytes() // t.dtype.itemsize
+        return set_from_ral_storage(t, storage, 0, [n], [1])
     return ROUTE
 
 
@@ -255,7 +270,20 @@ def _detach_(func, args, kwargs):
 
 
 # Pure views run no kernel: a new wrapper over the same buffer.
-special(aten.detach.default, aten.alias.default)(alias)
+special(aten.alias.default)(alias)
+
+
+@special(aten.detach.default)
+def _detach(func, args, kwargs):
+    # PyTorch's detach is a shallow copy of the TensorImpl, which keeps the backend metadata
+    # (torch._utils.set_tensor_metadata); nn.Parameter(t) and deepcopy go through it
+    out = alias(func, args, kwargs)
+    meta = _get_metadata(args[0])
+    if meta:
+        _set_metadata(out, meta)
+    return out
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)
