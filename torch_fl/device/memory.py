@@ -99,6 +99,11 @@ def buffer_of(storage) -> Buffer:
     """The Buffer over a ral storage's block (one per storage: tensors set_ to it share it)."""
     buf = _BY_STORAGE.get(storage._cdata)
     if buf is None:
+        if not guard.owns_block(storage):
+            raise RuntimeError(
+                f"torch_fl: this {storage.device} storage was not allocated by torch_fl (a DLPack "
+                "import's memory): set_ a ral tensor to the exporting tensor's storage instead"
+            )
         buf = Buffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
         _BY_STORAGE[storage._cdata] = buf
     return buf

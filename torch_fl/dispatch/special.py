@@ -9,11 +9,13 @@ from __future__ import annotations
 import torch
 
 from torch_fl.core.errors import UnsupportedError
+from torch_fl.device import guard
 from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.layout import contiguous_strides, strides_like
+from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.staged_storage import is_host_bytes, is_ral_storage, set_from_host_storage, set_from_ral_storage
@@ -71,6 +73,8 @@ def _to_copy(func, args, kwargs):
 @special(aten.copy_.default)
 def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
+    if is_plain_ral(src):  # torch.from_dlpack's result (tensor/plain_ral.py): rerun on its RalTensor
+        return func(dst, as_ral(src), *args[2:], **kwargs)
     done = transfer.copy_into(dst, src)
     return ROUTE if done is None else done
 
@@ -278,9 +282,10 @@ def _detach(func, args, kwargs):
     # PyTorch's detach is a shallow copy of the TensorImpl, which keeps the backend metadata
     # (torch._utils.set_tensor_metadata); nn.Parameter(t) and deepcopy go through it
     out = alias(func, args, kwargs)
-    meta = _get_metadata(args[0])
-    if meta:
-        _set_metadata(out, meta)
+    if guard.BACKEND_META_USED.value:  # skip the lookup until some tensor has metadata
+        meta = _get_metadata(args[0])
+        if meta:
+            _set_metadata(out, meta)
     return out
 
 

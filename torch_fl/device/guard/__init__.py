@@ -21,6 +21,9 @@ _ALLOCATOR_SOURCE = Path(__file__).with_name("ral_allocator.cpp")
 _RUNTIME_INCLUDE = Path(__file__).resolve().parents[2] / "_native" / "include"
 _loaded: ctypes.CDLL | None = None
 _allocator: ctypes.CDLL | None = None
+# ral_allocator.cpp's ral_backend_meta_used once the shim is loaded (0 without it): nonzero
+# once some ral tensor has backend metadata
+BACKEND_META_USED = ctypes.c_int(0)
 
 
 def cache_dir() -> Path:
@@ -194,6 +197,10 @@ def load_allocator() -> bool:
     shim.ral_storage_decref.restype = None
     shim.ral_storage_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
     shim.ral_storage_reset.restype = ctypes.c_int
+    shim.ral_storage_owns_block.argtypes = [ctypes.c_void_p]
+    shim.ral_storage_owns_block.restype = ctypes.c_int
+    global BACKEND_META_USED
+    BACKEND_META_USED = ctypes.c_int.in_dll(shim, "ral_backend_meta_used")
     _allocator = shim
     return True
 
@@ -212,6 +219,12 @@ def storage_for_block(ptr: int, nbytes: int, device: int) -> torch.UntypedStorag
         return torch.UntypedStorage._new_with_weak_ptr(raw)
     finally:
         _allocator.ral_storage_decref(raw)
+
+
+def owns_block(storage: torch.UntypedStorage) -> bool:
+    """Whether a ral storage owns a whole pool block (torch_fl allocated it, or made it for a
+    Buffer), as opposed to memory PyTorch was handed (a DLPack import)."""
+    return _allocator is not None and _allocator.ral_storage_owns_block(storage._cdata) == 1
 
 
 def reset_storage_block(storage: torch.UntypedStorage, ptr: int, nbytes: int, device: int) -> None:

@@ -163,8 +163,17 @@ void get_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m) {
   }
 }
 
+}  // namespace
+
+// Nonzero once any ral tensor was given backend metadata: Python's hot paths (detach) read it
+// to skip copying metadata that no tensor has.
+extern "C" int ral_backend_meta_used = 0;
+
+namespace {
+
 void set_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m) {
   if (m.empty()) return;  // nothing but conj/neg: PyTorch has set those bits already
+  ral_backend_meta_used = 1;
   auto meta = c10::make_intrusive<RalBackendMeta>();
   for (const auto& [k, v] : m) meta->flags[k] = v;
   t.unsafeGetTensorImpl()->set_backend_meta(meta);
@@ -183,6 +192,13 @@ extern "C" void* ral_storage_new(uint64_t ptr, uint64_t nbytes, int32_t device) 
   } catch (...) {
     return nullptr;
   }
+}
+
+// 1 if storage `impl` owns a pool block through this file's DataPtr (it starts a block), else 0
+// (a storage PyTorch made over memory it was handed, e.g. by a DLPack import).
+extern "C" int ral_storage_owns_block(void* impl) {
+  auto* s = static_cast<c10::StorageImpl*>(impl);
+  return s->data_ptr().get_deleter() == &free_block ? 1 : 0;
 }
 
 extern "C" void ral_storage_decref(void* impl) {
