@@ -109,6 +109,9 @@ def test_set_to_an_untyped_storage_with_geometry(device):
     r.mul_(-1.0)
     c.mul_(-1.0)
     torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)  # one buffer, as on CPU
+    with pytest.raises(RuntimeError, match="does not start a block"):  # a slice: use an offset
+        torch.empty(0, device=device).set_(t.untyped_storage()[8:16])
+    torch.testing.assert_close((t + 1).cpu(), cpu + 1, rtol=0, atol=0)  # and t keeps working
     if len(DEVICES) > 1:
         other = DEVICES[1] if device == DEVICES[0] else DEVICES[0]
         with pytest.raises(RuntimeError, match="devices must match"):

@@ -101,8 +101,9 @@ def buffer_of(storage) -> Buffer:
     if buf is None:
         if not guard.owns_block(storage):
             raise RuntimeError(
-                f"torch_fl: this {storage.device} storage was not allocated by torch_fl (a DLPack "
-                "import's memory): set_ a ral tensor to the exporting tensor's storage instead"
+                f"torch_fl: this {storage.device} storage does not start a block torch_fl allocated "
+                "(a storage slice, or a DLPack import's memory): set_ the ral tensor to the whole "
+                "storage it came from, with a storage offset"
             )
         buf = Buffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
         _BY_STORAGE[storage._cdata] = buf
