@@ -194,3 +194,25 @@ def test_storages_under_ral_mode(device):
     expected = cpu.clone()
     expected[2:5] *= 2.0
     torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_untyped_storages_under_ral_mode(device):
+    import torch_fl
+
+    cpu = torch.arange(6, dtype=torch.float32) + 0.5
+    t = cpu.to(device)
+    with torch_fl.ral_mode(device):
+        assert cpu.untyped_storage().device.type == "cpu"  # CPU tensors keep CPU storages
+        s = t.untyped_storage()
+        assert s.device == torch.device(device) and s.data_ptr() == t.data_ptr()
+        fresh = torch.UntypedStorage(24, device=device)
+        u = torch.empty(0, device=device).set_(fresh, 0, (6,), (1,))
+        u.copy_(t * 2)
+        w = torch.empty(0, device=device).set_(s, 1, (2, 2), (2, 1))
+        w.add_(10.0)
+    assert fresh.device == torch.device(device)
+    torch.testing.assert_close(torch.empty(0, device=device).set_(fresh, 0, (6,), (1,)).cpu(), cpu * 2)
+    expected = cpu.clone()
+    expected[1:5] += 10.0
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)

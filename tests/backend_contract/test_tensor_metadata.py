@@ -83,3 +83,18 @@ def test_fake_tensor_keeps_it(device):
         fake = mode.from_tensor(t)
     assert isinstance(fake, FakeTensor) and fake.device == t.device
     assert torch._utils.get_tensor_metadata(fake) == META
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_under_ral_mode(device):
+    import torch_fl
+
+    with torch_fl.ral_mode(device):
+        t = _tagged(device)
+        t2 = copy.deepcopy(t)
+        buf = io.BytesIO()
+        torch.save(t, buf)
+        buf.seek(0)
+        back = torch.load(buf)
+    assert torch._utils.get_tensor_metadata(t2) == META
+    assert back.device == t.device and torch._utils.get_tensor_metadata(back) == META
