@@ -33,13 +33,14 @@ class Buffer:
     def __del__(self):
         # Interpreter shutdown may have torn `lib` down already; nothing to free then.
         # In a forked child the memory is the parent's, and the runtime is unusable.
-        if fork.in_child or self.storage is not None:
+        if fork.in_child:
             return
         try:
             if ALLOC_OBSERVERS:
                 for obs in ALLOC_OBSERVERS:
                     obs("free", self)
-            lib.rt_free(self.device, self.ptr)
+            if self.storage is None:  # else the storage frees the block with its last reference
+                lib.rt_free(self.device, self.ptr)
         except Exception:
             pass
 

@@ -26,6 +26,8 @@
 #include <string>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include "ral_runtime.h"
 
 namespace {
@@ -67,9 +69,13 @@ struct Block {
   uint64_t ptr;
 };
 
+pid_t owner_pid = 0;  // the process that installed the allocator (and owns the pool)
+
 void free_block(void* ctx) {
   auto* b = static_cast<Block*>(ctx);
-  calls.free(b->device, b->ptr);  // a failure here has no one to report to; the pool counts it
+  // In a forked child the memory is the parent's and the runtime unusable (device/fork.py):
+  // leave the block alone, as Buffer.__del__ does. A failure here has no one to report to.
+  if (getpid() == owner_pid) calls.free(b->device, b->ptr);
   delete b;
 }
 
@@ -223,6 +229,7 @@ extern "C" int ral_storage_reset(void* impl, uint64_t ptr, uint64_t nbytes, int3
 extern "C" int ral_allocator_install(const StatsCalls* rt) {
   if (installed.exchange(true)) return 0;
   calls = *rt;
+  owner_pid = getpid();
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
   try {
     torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &get_meta, &set_meta);
