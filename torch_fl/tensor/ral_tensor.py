@@ -86,9 +86,10 @@ def _copied_buffer(buf, memo) -> Buffer:
 
 
 class RalTensor(torch.Tensor):
-    """A tensor on a ral device. No torch storage: `_buf` is the device allocation.
+    """A tensor on a ral device: a wrapper whose payload `_buf` is the device allocation.
 
     Views share `_buf`; sizes, strides and storage_offset (in elements) live in the wrapper.
+    `untyped_storage()` is the buffer's torch storage, made on first request (device/memory.py).
     """
 
     _buf: Buffer
