@@ -1,6 +1,7 @@
 """DLPack for ral tensors (tensor/dlpack.py): the device is PyTorch's PrivateUse1 mapping
-(kDLExtDev, index); host capsules on request (zero-copy on host-mappable ral:0, a copy on
-ral:1); device capsules, which no importer could turn into a working tensor, raise BufferError."""
+(kDLExtDev, index); device capsules that torch.from_dlpack imports as a tensor sharing the
+buffer, whose ops torch_fl runs (tensor/dlpack_import.py); host capsules on request (zero-copy
+on host-mappable ral:0, a copy on ral:1)."""
 
 import gc
 
@@ -79,17 +80,58 @@ def test_host_capsule_keeps_device_memory_alive(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_device_capsules_are_refused_not_broken(device):
-    _, t = _view(device)
-    with pytest.raises(BufferError, match="host only.*kDLCPU"):
-        torch.from_dlpack(t)
-    with pytest.raises(BufferError, match="host only"):
-        np.from_dlpack(t)  # numpy asks for no device: ral memory is no CPU array
-    with pytest.raises(BufferError, match="host only"):
-        t.__dlpack__(dl_device=t.__dlpack_device__())
+@pytest.mark.parametrize("how", ["protocol", "capsule", "versioned"])
+def test_device_capsule_round_trip_shares_the_buffer(device, how):
+    ref, t = _view(device)
+    if how == "protocol":
+        x = torch.from_dlpack(t)
+    else:
+        x = torch.from_dlpack(t.__dlpack__(max_version=(1, 0) if how == "versioned" else None))
+    assert x.device == t.device and x.data_ptr() == t.data_ptr()
+    assert (x.shape, x.stride()) == (t.shape, t.stride())
+    torch.testing.assert_close(x.cpu(), ref, rtol=0, atol=0)
+    # ops on the imported tensor run on the device, against CPU
+    torch.testing.assert_close((x * 2 + 1).cpu(), ref * 2 + 1, rtol=0, atol=0)
+    torch.testing.assert_close((x @ x).cpu(), ref @ ref, rtol=1e-6, atol=1e-5)
+    assert x.sum().item() == pytest.approx(ref.sum().item(), rel=1e-6)
+    # writes through it land in the exporter's buffer, as between CUDA tensors
+    assert x.mul_(-1.0) is x
+    x[0, 1] = 42.0
+    x.copy_(x + 0.5)
+    expected = ref.clone()
+    expected.mul_(-1.0)
+    expected[0, 1] = 42.0
+    expected += 0.5
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+    torch.testing.assert_close(x.cpu(), expected, rtol=0, atol=0)
+    # and the other way
+    t.fill_(3.0)
+    assert x.cpu().eq(3.0).all()
+    torch.testing.assert_close(torch.from_dlpack(t, device="cpu"), torch.full((3, 3), 3.0), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_imported_tensor_keeps_the_buffer_alive(device):
+    x = torch.from_dlpack(torch.arange(6, dtype=torch.float32).to(device)[1:])  # exporter gone
+    gc.collect()
+    junk = [torch.full((6,), -1.0, device=device) for _ in range(4)]  # reuse freed blocks, if any
+    assert x.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0] and len(junk) == 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_capsule_refusals_and_copies(device):
+    ref, t = _view(device)
+    index = torch.device(device).index
     with pytest.raises(BufferError, match="require gradient"):
-        torch.ones(2, device=device, requires_grad=True).__dlpack__(dl_device=CPU)
-    torch.testing.assert_close((t + 1).cpu(), _view(device)[0] + 1)  # the tensor still works
+        torch.ones(2, device=device, requires_grad=True).__dlpack__()
+    with pytest.raises(BufferError, match="needs a device copy"):
+        t.__dlpack__(dl_device=(DLDeviceType.kDLExtDev, index + 1))
+    copied = torch.from_dlpack(t.__dlpack__(dl_device=t.__dlpack_device__(), copy=True))
+    assert copied.data_ptr() != t.data_ptr()
+    torch.testing.assert_close(copied.cpu(), ref, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="Unsupported device"):
+        np.from_dlpack(t)  # numpy refuses a device capsule itself: ask it for device="cpu"
+    torch.testing.assert_close((t + 1).cpu(), ref + 1)  # the tensor still works
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -121,9 +163,11 @@ def test_ral_tensors_export_the_same_under_ral_mode(device):
     with torch_fl.ral_mode(device):
         assert t.__dlpack_device__() == (DLDeviceType.kDLExtDev, torch.device(device).index)
         a = np.from_dlpack(t, device="cpu")
-        with pytest.raises(BufferError, match="host only"):
-            torch.from_dlpack(t)
+        x = torch.from_dlpack(t)
+        y = (x * 2).cpu()
     torch.testing.assert_close(torch.from_numpy(a), ref, rtol=0, atol=0)
+    assert x.data_ptr() == t.data_ptr()
+    torch.testing.assert_close(y, ref * 2, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

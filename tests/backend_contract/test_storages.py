@@ -1,6 +1,8 @@
 """Storages of ral tensors: `torch.UntypedStorage.is_ral`/`TypedStorage.is_ral` (registered with
-PyTorch's PrivateUse1 storage methods), and `t.storage()` answering the usual questions for the
-device buffer, against the same questions asked of a CPU tensor."""
+PyTorch's PrivateUse1 storage methods), `t.untyped_storage()` as the device buffer's real torch
+storage, `torch.UntypedStorage(n, device="ral:N")` from the MemoryPool, and `t.storage()`
+answering the usual questions for the device buffer, against the same questions asked of a CPU
+tensor."""
 
 import pytest
 import torch
@@ -47,13 +49,86 @@ def test_storage_tolist_sees_device_writes(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_c10_storage_on_ral_is_refused_clearly(device):
-    # Not served: ral memory belongs to ral tensors' buffers (docs/tensors_and_serialization.md).
-    with pytest.raises(RuntimeError, match="c10 storage of 16 bytes on a ral device is not supported"):
-        torch.UntypedStorage(16, device=device)
-    with pytest.raises(RuntimeError, match="not supported"):
-        torch.arange(4.0).untyped_storage().ral(torch.device(device).index)
-    assert torch.arange(3.0, device=device).sum().item() == 3.0  # the process keeps working
+def test_untyped_storage_is_the_device_buffer_as_on_cpu(device):
+    cpu = torch.arange(12, dtype=torch.float32).reshape(3, 4) * 0.25
+    t = cpu.to(device)
+    s = t.untyped_storage()
+    assert type(s) is torch.UntypedStorage and s.device == torch.device(device) and s.is_ral
+    assert s.nbytes() == cpu.untyped_storage().nbytes()
+    assert s.data_ptr() == t.data_ptr() != 0  # the device buffer's address
+    view = t[1:, ::2]
+    assert view.untyped_storage().data_ptr() == s.data_ptr()  # views share it, as on CPU
+    assert view.untyped_storage()._cdata == s._cdata  # one c10 storage per buffer
+    assert t.clone().untyped_storage().data_ptr() != s.data_ptr()
+    assert t.storage().untyped()._cdata == s._cdata
+    # a TypedStorage view of it reads the device values
+    typed = torch.TypedStorage(wrap_storage=s, dtype=torch.float32, _internal=True)
+    assert typed.device == torch.device(device) and len(typed) == 12
+    assert typed.tolist() == cpu.flatten().tolist()
+    assert typed.cpu().tolist() == cpu.flatten().tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_untyped_storage_keeps_the_memory_alive(device):
+    s = (torch.arange(6, dtype=torch.float32) + 1).to(device).untyped_storage()  # tensor gone
+    again = torch.empty(0, device=device).set_(s, 0, (6,), (1,))
+    assert again.cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_storage_allocates_from_the_pool(device):
+    idx = torch.device(device).index
+    before = torch.ral.memory_allocated(idx)
+    s = torch.UntypedStorage(64, device=device)
+    assert s.device == torch.device(device) and s.is_ral and s.nbytes() == 64 and s.data_ptr() != 0
+    assert torch.ral.memory_allocated(idx) >= before + 64
+    t = torch.empty(0, device=device).set_(s, 0, (4, 4), (4, 1))
+    t.copy_(torch.arange(16, dtype=torch.float32).reshape(4, 4))
+    assert t.data_ptr() == s.data_ptr()
+    assert s.cpu().nbytes() == 64 and torch.empty(0).set_(s.cpu(), 0, (16,), (1,)).tolist() == [
+        float(i) for i in range(16)
+    ]
+    # PyTorch's own storage methods run on it: fill_, copy_, clone, CPU -> ral
+    assert s.clone().data_ptr() != s.data_ptr() and s.clone().cpu().tolist() == s.cpu().tolist()
+    assert torch.UntypedStorage(3, device=device).fill_(7).cpu().tolist() == [7, 7, 7]
+    up = torch.arange(4, dtype=torch.uint8).untyped_storage().ral(idx)
+    assert up.device == torch.device(device) and up.cpu().tolist() == [0, 1, 2, 3]
+    del s, t
+    assert torch.ral.memory_allocated(idx) <= before + 8  # freed to the pool (`up` remains)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_set_to_an_untyped_storage_with_geometry(device):
+    cpu = torch.arange(10, dtype=torch.float32)
+    t = cpu.to(device)
+    for args in [(t.untyped_storage(),), (t.untyped_storage(), 2, (2, 3), (3, 1))]:
+        c_args = (cpu.untyped_storage(), *args[1:])
+        r, c = torch.empty(0, device=device).set_(*args), torch.empty(0).set_(*c_args)
+        assert (r.shape, r.stride(), r.storage_offset()) == (c.shape, c.stride(), c.storage_offset())
+        torch.testing.assert_close(r.cpu(), c, rtol=0, atol=0)
+    r.mul_(-1.0)
+    c.mul_(-1.0)
+    torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)  # one buffer, as on CPU
+    with pytest.raises(RuntimeError, match="does not start a block"):  # a slice: use an offset
+        torch.empty(0, device=device).set_(t.untyped_storage()[8:16])
+    torch.testing.assert_close((t + 1).cpu(), cpu + 1, rtol=0, atol=0)  # and t keeps working
+    if len(DEVICES) > 1:
+        other = DEVICES[1] if device == DEVICES[0] else DEVICES[0]
+        with pytest.raises(RuntimeError, match="devices must match"):
+            torch.empty(0, device=other).set_(t.untyped_storage())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_resize_moves_the_untyped_storage_too(device):
+    t = torch.arange(4, dtype=torch.float32).to(device)
+    s = t.untyped_storage()
+    t.storage().resize_(8)
+    assert s.nbytes() == 32 and s.data_ptr() == t.data_ptr()
+    assert torch.empty(0, device=device).set_(s, 0, (4,), (1,)).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    # untyped_storage().resize_ asks PyTorch's PrivateUse1 hooks, which torch_fl does not serve yet
+    with pytest.raises(NotImplementedError, match="resizePrivateUse1Bytes"):
+        s.resize_(64)
+    assert t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # and nothing changed
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -118,4 +193,26 @@ def test_storages_under_ral_mode(device):
         u.mul_(2.0)
     expected = cpu.clone()
     expected[2:5] *= 2.0
+    torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_untyped_storages_under_ral_mode(device):
+    import torch_fl
+
+    cpu = torch.arange(6, dtype=torch.float32) + 0.5
+    t = cpu.to(device)
+    with torch_fl.ral_mode(device):
+        assert cpu.untyped_storage().device.type == "cpu"  # CPU tensors keep CPU storages
+        s = t.untyped_storage()
+        assert s.device == torch.device(device) and s.data_ptr() == t.data_ptr()
+        fresh = torch.UntypedStorage(24, device=device)
+        u = torch.empty(0, device=device).set_(fresh, 0, (6,), (1,))
+        u.copy_(t * 2)
+        w = torch.empty(0, device=device).set_(s, 1, (2, 2), (2, 1))
+        w.add_(10.0)
+    assert fresh.device == torch.device(device)
+    torch.testing.assert_close(torch.empty(0, device=device).set_(fresh, 0, (6,), (1,)).cpu(), cpu * 2)
+    expected = cpu.clone()
+    expected[1:5] += 10.0
     torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, ensure_initialized
-from torch_fl.device import fork
+from torch_fl.device import fork, guard
 
 # Allocation observers (the tracer): callables (event, buffer) with event "alloc" or "free".
 # Empty unless a trace is recording, so the per-op cost is one truth test.
@@ -17,14 +18,17 @@ class Buffer:
     """One allocation from the runtime's MemoryPool; freed back to the pool when collected.
 
     Views of a tensor share the Buffer object, so the memory lives as long as any view.
+    Once a torch storage is asked of it (`storage_of`), that storage owns the block instead
+    and frees it when its last reference (this Buffer's, or a user's) goes.
     """
 
-    __slots__ = ("device", "ptr", "nbytes", "__weakref__")
+    __slots__ = ("device", "ptr", "nbytes", "storage", "__weakref__")
 
-    def __init__(self, device: int, ptr: int, nbytes: int):
+    def __init__(self, device: int, ptr: int, nbytes: int, storage=None):
         self.device = device
         self.ptr = ptr
         self.nbytes = nbytes
+        self.storage = storage
 
     def __del__(self):
         # Interpreter shutdown may have torn `lib` down already; nothing to free then.
@@ -35,7 +39,8 @@ class Buffer:
             if ALLOC_OBSERVERS:
                 for obs in ALLOC_OBSERVERS:
                     obs("free", self)
-            lib.rt_free(self.device, self.ptr)
+            if self.storage is None:  # else the storage frees the block with its last reference
+                lib.rt_free(self.device, self.ptr)
         except Exception:
             pass
 
@@ -47,6 +52,12 @@ class Buffer:
         on it completes.
         """
         if nbytes == self.nbytes:
+            return
+        if self.storage is not None:  # the storage owns the block: it frees the old one
+            fresh = allocate(self.device, nbytes, stream) if nbytes else Buffer(self.device, 0, 0)
+            guard.reset_storage_block(self.storage, fresh.ptr, nbytes, self.device)
+            self.ptr, self.nbytes = fresh.ptr, nbytes
+            fresh.ptr, fresh.nbytes = 0, 0
             return
         if self.nbytes:
             for obs in ALLOC_OBSERVERS:
@@ -63,6 +74,41 @@ class Buffer:
 
 
 _tls = threading.local()
+
+# StorageImpl address -> the Buffer over that storage's block (while the Buffer lives; it
+# holds the storage, so the address stays unique meanwhile).
+_BY_STORAGE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def storage_of(buf: Buffer):
+    """The torch.UntypedStorage (on ral:N) over buf's block, made on first request; from then
+    on it owns the block. Raises RuntimeError if the allocator shim could not be built."""
+    s = buf.storage
+    if s is None:
+        s = guard.storage_for_block(buf.ptr, buf.nbytes, buf.device)
+        if s is None:
+            raise RuntimeError(
+                "torch_fl: torch storages of ral memory need the C++ allocator shim, which could "
+                "not be built against this torch (see torch_fl/device/guard/README.md)"
+            )
+        buf.storage = s
+        _BY_STORAGE[s._cdata] = buf
+    return s
+
+
+def buffer_of(storage) -> Buffer:
+    """The Buffer over a ral storage's block (one per storage: tensors set_ to it share it)."""
+    buf = _BY_STORAGE.get(storage._cdata)
+    if buf is None:
+        if not guard.owns_block(storage):
+            raise RuntimeError(
+                f"torch_fl: this {storage.device} storage does not start a block torch_fl allocated "
+                "(a storage slice, or a DLPack import's memory): set_ the ral tensor to the whole "
+                "storage it came from, with a storage offset"
+            )
+        buf = Buffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
+        _BY_STORAGE[storage._cdata] = buf
+    return buf
 
 
 def record_stream(buf: Buffer, stream: int) -> None:

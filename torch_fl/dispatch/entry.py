@@ -10,6 +10,7 @@ from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import fork
 from torch_fl.dispatch import router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
+from torch_fl.tensor.dlpack_import import plain_fallback
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
 from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
@@ -38,6 +39,11 @@ OBSERVERS: list = []
 def _device_error(a: str, b: str) -> RuntimeError:
     # Same wording and type as PyTorch's own CUDA/CPU mismatch error.
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+class PlainRalArgument(RuntimeError):
+    """A plain (storage-backed) ral tensor among an op's arguments: torch.from_dlpack's result
+    reaching torch_fl inside a PyTorch composite kernel. dispatch() reruns the op on RalTensors."""
 
 
 def signature(sch, full):
@@ -80,6 +86,8 @@ def signature(sch, full):
                         op=sch.name,
                     )
                 if t.dim() != 0 or t.device.type != "cpu":
+                    if t.device.type == "ral":
+                        raise PlainRalArgument(sch.name)
                     raise _device_error("ral", str(t.device))
                 key.append(("cpu0", t.dtype))
             else:  # a wrapped Python number in a Tensor slot: its type drives promotion
@@ -144,7 +152,10 @@ def dispatch(func, args, kwargs):
             if hit is not None and hit[0] is func:
                 return hit[1](args, kwargs, [*args, *hit[2]])
             return _dispatch_slow(func, args, kwargs, fkey)
-    return _dispatch_slow(func, args, kwargs, None)
+    try:
+        return _dispatch_slow(func, args, kwargs, None)
+    except PlainRalArgument:  # before any side effect: signature() runs first in _route
+        return plain_fallback(func, *args, **kwargs)
 
 
 def _dispatch_slow(func, args, kwargs, fkey):

@@ -9,17 +9,22 @@ from __future__ import annotations
 import torch
 
 from torch_fl.core.errors import UnsupportedError
+from torch_fl.device import guard
 from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.layout import contiguous_strides, strides_like
+from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
-from torch_fl.tensor.staged_storage import is_host_bytes, set_from_host_storage
+from torch_fl.tensor.staged_storage import is_host_bytes, is_ral_storage, set_from_host_storage, set_from_ral_storage
 from torch_fl.tensor.views import alias, as_strided, view_op
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
 from torch_fl.tiers.vendor import meta_run
+
+_get_metadata = torch._C._get_tensor_metadata
+_set_metadata = torch._C._set_tensor_metadata
 
 aten = torch.ops.aten
 
@@ -68,6 +73,8 @@ def _to_copy(func, args, kwargs):
 @special(aten.copy_.default)
 def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
+    if is_plain_ral(src):  # torch.from_dlpack's result (tensor/plain_ral.py): rerun on its RalTensor
+        return func(dst, as_ral(src), *args[2:], **kwargs)
     done = transfer.copy_into(dst, src)
     return ROUTE if done is None else done
 
@@ -240,6 +247,18 @@ def _set_source_storage(func, args, kwargs):
     if type(t) is RalTensor and is_host_bytes(storage):
         stride = list(stride) or list(contiguous_strides(size))
         return set_from_host_storage(t, storage, offset, size, stride)
+    if type(t) is RalTensor and is_ral_storage(storage):  # PyTorch's storage copies, among others
+        return set_from_ral_storage(t, storage, offset, size, list(stride) or list(contiguous_strides(size)))
+    return ROUTE
+
+
+@special(aten.set_.source_Storage)
+def _set_whole_storage(func, args, kwargs):
+    # t.set_(storage) below the Python method: PyTorch's storage copies and fills
+    t, storage = args[0], args[1]
+    if type(t) is RalTensor and is_ral_storage(storage):
+        n = storage.nbytes() // t.dtype.itemsize
+        return set_from_ral_storage(t, storage, 0, [n], [1])
     return ROUTE
 
 
@@ -255,7 +274,21 @@ def _detach_(func, args, kwargs):
 
 
 # Pure views run no kernel: a new wrapper over the same buffer.
-special(aten.detach.default, aten.alias.default)(alias)
+special(aten.alias.default)(alias)
+
+
+@special(aten.detach.default)
+def _detach(func, args, kwargs):
+    # PyTorch's detach is a shallow copy of the TensorImpl, which keeps the backend metadata
+    # (torch._utils.set_tensor_metadata); nn.Parameter(t) and deepcopy go through it
+    out = alias(func, args, kwargs)
+    if guard.BACKEND_META_USED.value:  # skip the lookup until some tensor has metadata
+        meta = _get_metadata(args[0])
+        if meta:
+            _set_metadata(out, meta)
+    return out
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)

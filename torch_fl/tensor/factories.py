@@ -10,6 +10,7 @@ from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
 from torch_fl.tensor.layout import extent_elems, strides_in_format
+from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
 
 _lib = None
@@ -103,15 +104,13 @@ def _host_computed(overload):
 
 def copy_from(self, dst, non_blocking=False):
     """aten::_copy_from on ral: the copy_ path PyTorch takes below the Python key."""
+    if is_plain_ral(self):  # torch.from_dlpack of a ral tensor (tensor/plain_ral.py)
+        self = as_ral(self)
+    if is_plain_ral(dst):
+        copy_from(self, as_ral(dst), non_blocking)
+        return dst
     if type(dst) is not RalTensor and dst.device.type == "ral":
         return dst  # a tracer's fake ral tensor (torch.tensor(..., device=) under torch.compile)
-    if type(self) is torch.Tensor and self.device.type == "ral":
-        raise RuntimeError(
-            f"torch_fl: this {self.device} tensor holds no torch_fl device buffer: it is a "
-            "storage-backed PrivateUse1 tensor (as torch.from_dlpack(torch.utils.dlpack.to_dlpack(t)) "
-            "makes), which no ral op can read. Export ral tensors with "
-            "t.__dlpack__(dl_device=(kDLCPU, 0)) (docs/tensors_and_serialization.md, DLPack)"
-        )
     done = transfer.copy_into(dst, self)
     return done if done is not None else torch.ops.aten.copy_.default(dst, self)
 

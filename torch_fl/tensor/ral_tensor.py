@@ -8,7 +8,7 @@ from functools import partial
 import torch
 
 from torch_fl.device.compat import run_untraced
-from torch_fl.device.memory import Buffer
+from torch_fl.device.memory import Buffer, buffer_of, storage_of
 from torch_fl.device.stream_state import current
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
@@ -47,9 +47,14 @@ def outside_modes(fn):
     return wrapper
 
 
+_get_metadata = torch._C._get_tensor_metadata
+_set_metadata = torch._C._set_tensor_metadata
+
+
 def _flatten(self):
-    # The context must compare equal across calls (Dynamo guards on it): no buffer here.
-    return ["_flat_payload"], (self._dev, self.dtype)
+    # The context must compare equal across calls (Dynamo guards on it): no buffer here. The
+    # backend metadata rides along, so a fake of the tensor carries it (as PyTorch's fakes do).
+    return ["_flat_payload"], (self._dev, self.dtype, tuple(sorted(_get_metadata(self).items())))
 
 
 class _FlattenOutsideBackward:
@@ -81,9 +86,10 @@ def _copied_buffer(buf, memo) -> Buffer:
 
 
 class RalTensor(torch.Tensor):
-    """A tensor on a ral device. No torch storage: `_buf` is the device allocation.
+    """A tensor on a ral device: a wrapper whose payload `_buf` is the device allocation.
 
     Views share `_buf`; sizes, strides and storage_offset (in elements) live in the wrapper.
+    `untyped_storage()` is the buffer's torch storage, made on first request (device/memory.py).
     """
 
     _buf: Buffer
@@ -147,7 +153,10 @@ class RalTensor(torch.Tensor):
         inner = inner_tensors["_flat_payload"]
         if inner.device.type == "meta" and type(inner) is not torch.Tensor:
             return _fake_on_ral(inner, meta, outer_size, outer_stride)
-        return wrap(inner._ral_buf, outer_size, outer_stride, inner.storage_offset(), meta[1])
+        out = wrap(inner._ral_buf, outer_size, outer_stride, inner.storage_offset(), meta[1])
+        if len(meta) > 2 and meta[2]:
+            _set_metadata(out, dict(meta[2]))
+        return out
 
     @outside_modes
     def __repr__(self, *, tensor_contents=None):
@@ -171,6 +180,9 @@ class RalTensor(torch.Tensor):
         if id(self) in memo:
             return memo[id(self)]
         new = RalTensor(_copied_buffer(self._buf, memo), self.shape, self.stride(), self.storage_offset(), self.dtype)
+        meta = _get_metadata(self)
+        if meta:  # backend metadata, as deepcopy keeps it on a storage-backed tensor
+            _set_metadata(new, meta)
         if self.requires_grad:
             new.requires_grad_(True)
         memo[id(self)] = new
@@ -222,6 +234,11 @@ class RalTensor(torch.Tensor):
         unless the device is host-mappable."""
         return self._buf.ptr + self.storage_offset() * self.dtype.itemsize
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The torch.UntypedStorage of the device buffer (one per buffer, shared by its views):
+        `.device` is ral:N, `data_ptr()` the buffer's device address, `nbytes()` its size."""
+        return storage_of(self._buf)
+
     def storage(self):
         """A stand-in for the (deprecated) typed storage: the device buffer's identity and size.
 
@@ -243,8 +260,10 @@ class RalTensor(torch.Tensor):
         """Tensor.set_; a `t.storage()` source re-points this tensor at that device buffer
         (torch's own set_ takes only torch storages, which ral buffers are not)."""
         source = args[0] if args else kwargs.get("source")
-        if isinstance(source, DeviceStorage):
-            return _set_to_buffer(self, source, *args[1:], **{k: v for k, v in kwargs.items() if k != "source"})
+        buf = _device_buffer_of(source)
+        if buf is not None:
+            rest = {k: v for k, v in kwargs.items() if k != "source"}
+            return _set_to_buffer(self, buf, torch_device(buf.device), *args[1:], **rest)
         return torch.Tensor.set_(self, *args, **kwargs)
 
     @outside_modes
@@ -256,17 +275,32 @@ class RalTensor(torch.Tensor):
 run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
 
 
-def _set_to_buffer(t, storage, storage_offset=0, size=None, stride=None):
-    """t.set_(storage, offset, size, stride) for a `t.storage()` stand-in, with CPU's checks."""
-    if storage.device != t.device:
+def _device_buffer_of(source) -> Buffer | None:
+    """The device Buffer a set_ source names: a `t.storage()` stand-in, or a torch storage on a
+    ral device (untyped or typed; not a checkpoint's staged host bytes); else None."""
+    if isinstance(source, DeviceStorage):
+        return source._buf
+    if isinstance(source, torch.TypedStorage):
+        source = source._untyped_storage
+    if (
+        type(source) is torch.UntypedStorage  # a StagedStorage subclass holds host bytes
+        and source.device.type == "ral"
+    ):
+        return buffer_of(source)
+    return None
+
+
+def _set_to_buffer(t, buf, device, storage_offset=0, size=None, stride=None):
+    """t.set_(storage, offset, size, stride) for a ral storage, with CPU's checks."""
+    if device != t.device:
         raise RuntimeError(
             f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
-            f'different device "{storage.device}".  This is no longer allowed; the devices must match.'
+            f'different device "{device}".  This is no longer allowed; the devices must match.'
         )
     if size is None:
-        size = (storage.nbytes() // t.dtype.itemsize,)
+        size = (buf.nbytes // t.dtype.itemsize,)
     stride = tuple(stride) if stride else contiguous_strides(tuple(size))
-    src = RalTensor(storage._buf, tuple(size), stride, int(storage_offset), t.dtype)
+    src = RalTensor(buf, tuple(size), stride, int(storage_offset), t.dtype)
     return torch.Tensor.set_(t, src)
 
 
@@ -291,6 +325,10 @@ class DeviceStorage:
     def nbytes(self) -> int:
         """Size of the buffer in bytes."""
         return self._buf.nbytes
+
+    def untyped(self) -> torch.UntypedStorage:
+        """The buffer's torch.UntypedStorage (as TypedStorage.untyped())."""
+        return storage_of(self._buf)
 
     def element_size(self) -> int:
         """Bytes per element of the tensor's dtype."""
@@ -376,6 +414,8 @@ def _fake_on_ral(inner, meta, outer_size, outer_stride):
     # view replay for wrapper subclasses, torch/_subclasses/meta_utils.py: view_from_base).
     # This fake answers that one question. It stays a plain fake tensor to every tracer: with
     # no __tensor_unflatten__ it is not a traceable wrapper subclass.
+    if len(meta) > 2 and meta[2]:  # the real tensor's backend metadata, as PyTorch's fakes keep it
+        _set_metadata(out, dict(meta[2]))
     out.__tensor_flatten__ = partial(_fake_flatten, meta)
     out._flat_payload = inner
     return out

@@ -17,6 +17,8 @@ from torch_fl.tensor.transfer import empty_on
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
 _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
+# the wrapper's own (placeholder) storage; RalTensor.untyped_storage() answers the buffer's
+_own_storage = torch._C.TensorBase.untyped_storage
 
 
 def restride(t: RalTensor, buf, size, stride, offset: int) -> RalTensor:
@@ -24,7 +26,7 @@ def restride(t: RalTensor, buf, size, stride, offset: int) -> RalTensor:
     placeholder = torch.Tensor._make_wrapper_subclass(
         RalTensor, (buf.nbytes,), dtype=torch.uint8, device=torch_device(buf.device)
     )
-    _set_storage.redispatch(_META, t, placeholder.untyped_storage(), offset, list(size), list(stride))
+    _set_storage.redispatch(_META, t, _own_storage(placeholder), offset, list(size), list(stride))
     t._buf = buf
     t._dev = buf.device
     t._sig = None  # geometry changed: the router recomputes the signature

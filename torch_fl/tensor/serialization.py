@@ -124,10 +124,15 @@ def reduce_ral_tensor(t):
     geometry = (typed, t.storage_offset(), tuple(t.shape), tuple(t.stride()))
     state = user_attrs(t)
     is_param = state.pop("_is_param", False)
+    metadata = torch._utils.get_tensor_metadata(t)  # backend metadata, saved as CUDA's would be
     if is_param and not state:
-        return (torch._utils._rebuild_parameter, (t.detach(), t.requires_grad, OrderedDict()))
+        data = t.detach()
+        if metadata:
+            torch._utils.set_tensor_metadata(data, metadata)
+        return (torch._utils._rebuild_parameter, (data, t.requires_grad, OrderedDict()))
     if not is_param and not state:
-        return (torch._utils._rebuild_tensor_v2, (*geometry, t.requires_grad, OrderedDict()))
+        extra = (metadata,) if metadata else ()
+        return (torch._utils._rebuild_tensor_v2, (*geometry, t.requires_grad, OrderedDict(), *extra))
     # Python attributes on the tensor: torch_fl's own rebuild (needs torch_fl to load)
     if is_param:
         state["_is_param"] = True

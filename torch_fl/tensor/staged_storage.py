@@ -1,8 +1,10 @@
-"""`ral_tensor.set_(storage, offset, size, stride)` with host bytes: how torch.load's
-`_rebuild_tensor` places a checkpoint's storages on a ral device (tensor/serialization.py).
+"""`ral_tensor.set_(storage, offset, size, stride)` below the Python method (PyTorch's C++
+callers: storage copies, torch.load's `_rebuild_tensor`).
 
-Each host storage is uploaded once (per dtype-independent byte buffer, held as long as the
-storage lives), so the views a checkpoint saved together share one device buffer again.
+With host bytes it is how torch.load places a checkpoint's storages on a ral device
+(tensor/serialization.py): each host storage is uploaded once (per dtype-independent byte
+buffer, held as long as the storage lives), so the views a checkpoint saved together share one
+device buffer again. With a ral storage the tensor shares that storage's device buffer.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_fl.device.memory import buffer_of
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.serialization import StagedStorage
 from torch_fl.tensor.transfer import to_device
@@ -33,3 +36,18 @@ def set_from_host_storage(t, storage, offset: int, size, stride):
         host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage, 0, (storage.nbytes(),), (1,))
         whole = per_device[t._dev] = to_device(host, t._dev)
     return restride(t, whole._buf, size, stride, offset)
+
+
+def is_ral_storage(storage) -> bool:
+    """Whether a storage handed to set_ is a torch storage of ral device memory."""
+    return type(storage) is torch.UntypedStorage and storage.device.type == "ral"
+
+
+def set_from_ral_storage(t, storage, offset: int, size, stride):
+    """Point ral tensor t at a ral storage's device buffer, with CPU's device check."""
+    if storage.device != t.device:
+        raise RuntimeError(
+            f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
+            f'different device "{storage.device}".  This is no longer allowed; the devices must match.'
+        )
+    return restride(t, buffer_of(storage), size, stride, offset)

@@ -25,6 +25,9 @@ _RUNTIME_INCLUDE = Path(__file__).resolve().parents[2] / "_native" / "include"
 _loaded: ctypes.CDLL | None = None
 _allocator: ctypes.CDLL | None = None
 _private_root: Path | None = None
+# ral_allocator.cpp's ral_backend_meta_used once the shim is loaded (0 without it): nonzero
+# once some ral tensor has backend metadata
+BACKEND_META_USED = ctypes.c_int(0)
 
 
 def cache_dir() -> Path:
@@ -181,6 +184,11 @@ class _StatsCalls(ctypes.Structure):
             "rt_device_count",
             "rt_last_error",
             "rt_device_get",
+            "rt_malloc",
+            "rt_free",
+            "rt_record_stream",
+            "rt_current_stream",
+            "rt_current_device",
         )
     ]
 
@@ -212,10 +220,49 @@ def load_allocator() -> bool:
     calls = _StatsCalls(*_addresses(name for name, _ in _StatsCalls._fields_))
     shim.ral_allocator_install.argtypes = [ctypes.POINTER(_StatsCalls)]
     shim.ral_allocator_install.restype = ctypes.c_int
-    if shim.ral_allocator_install(ctypes.byref(calls)) != 0:  # copied by the shim
+    # copied by the shim; 2: installed, but another extension holds PrivateUse1's metadata hooks
+    if shim.ral_allocator_install(ctypes.byref(calls)) not in (0, 2):
         return False
+    shim.ral_storage_new.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
+    shim.ral_storage_new.restype = ctypes.c_void_p
+    shim.ral_storage_decref.argtypes = [ctypes.c_void_p]
+    shim.ral_storage_decref.restype = None
+    shim.ral_storage_reset.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32]
+    shim.ral_storage_reset.restype = ctypes.c_int
+    shim.ral_storage_owns_block.argtypes = [ctypes.c_void_p]
+    shim.ral_storage_owns_block.restype = ctypes.c_int
+    global BACKEND_META_USED
+    BACKEND_META_USED = ctypes.c_int.in_dll(shim, "ral_backend_meta_used")
     _allocator = shim
     return True
+
+
+def storage_for_block(ptr: int, nbytes: int, device: int) -> torch.UntypedStorage | None:
+    """A torch.UntypedStorage on ral:`device` that owns pool block `ptr` (`nbytes`) from now on
+    and frees it to the pool when its last reference goes; None without the allocator shim."""
+    if _allocator is None:
+        return None
+    raw = _allocator.ral_storage_new(ptr, nbytes, device)
+    if not raw:
+        raise RuntimeError(f"torch_fl: cannot make a storage for a block of {nbytes} bytes on ral:{device}")
+    try:
+        # the documented-internal way PyTorch itself turns a StorageImpl address into a storage
+        # (torch.multiprocessing's StorageWeakRef); our strong reference keeps it alive meanwhile
+        return torch.UntypedStorage._new_with_weak_ptr(raw)
+    finally:
+        _allocator.ral_storage_decref(raw)
+
+
+def owns_block(storage: torch.UntypedStorage) -> bool:
+    """Whether a ral storage owns a whole pool block (torch_fl allocated it, or made it for a
+    Buffer), as opposed to memory PyTorch was handed (a DLPack import)."""
+    return _allocator is not None and _allocator.ral_storage_owns_block(storage._cdata) == 1
+
+
+def reset_storage_block(storage: torch.UntypedStorage, ptr: int, nbytes: int, device: int) -> None:
+    """Point a ral storage at pool block `ptr` (which it then owns); its old block is freed."""
+    if _allocator.ral_storage_reset(storage._cdata, ptr, nbytes, device) != 0:
+        raise RuntimeError(f"torch_fl: cannot re-point a ral:{device} storage at a new block")
 
 
 def default_rng_state(device: int) -> int | None:

@@ -3,16 +3,30 @@
 // reset_peak_memory_stats() work on ral devices as on CUDA (without one, PyTorch fails an
 // internal assert: "Allocator for privateuseone is not a DeviceAllocator").
 //
-// RalTensors own their memory through the runtime (torch_fl/device/memory.py), never through
-// a c10 allocator, so allocate() refuses with a clear error. Built apart from the device guard
-// (guard/__init__.py `load_allocator`): DeviceAllocator's interface moves between torch
-// releases, and a build failure here must cost only these statistics, never the guard.
+// It also gives ral memory c10 storages: allocate() takes a block from the MemoryPool
+// (`torch.UntypedStorage(n, device="ral:N")`), and ral_storage_new wraps a block a RalTensor's
+// Buffer already holds (`t.untyped_storage()`, torch_fl/device/memory.py). Either way the
+// storage's DataPtr owns the block and frees it to the pool (stream-ordered) when the last
+// reference goes; it needs no GIL. It registers PrivateUse1's backend-metadata hooks too
+// (`torch._utils.set_tensor_metadata`/`get_tensor_metadata`).
+//
+// Built apart from the device guard (guard/__init__.py `load_allocator`): DeviceAllocator's
+// interface moves between torch releases, and a build failure here must cost only these
+// statistics and storages, never the guard.
 #include <c10/core/Allocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/jit/serialization/pickler_helper.h>
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include <unistd.h>
 
 #include "ral_runtime.h"
 
@@ -27,6 +41,11 @@ struct StatsCalls {
   int (*device_count)(void);
   const char* (*last_error)(void);
   int (*device_get)(int32_t, rt_device_record*);
+  int (*malloc)(int32_t, uint64_t, int32_t, uint64_t*);
+  int (*free)(int32_t, uint64_t);
+  int (*record_stream)(int32_t, uint64_t, int32_t);
+  int32_t (*current_stream)(int32_t);
+  int32_t (*current_device)(void);
 };
 
 StatsCalls calls;
@@ -44,24 +63,54 @@ void fill(c10::CachingAllocator::StatArray& stat, uint64_t current, uint64_t pea
   s.freed = static_cast<int64_t>(freed);
 }
 
+// The deleter's context: which pool block to give back.
+struct Block {
+  int32_t device;
+  uint64_t ptr;
+};
+
+pid_t owner_pid = 0;  // the process that installed the allocator (and owns the pool)
+
+void free_block(void* ctx) {
+  auto* b = static_cast<Block*>(ctx);
+  // In a forked child the memory is the parent's and the runtime unusable (device/fork.py):
+  // leave the block alone, as Buffer.__del__ does. A failure here has no one to report to.
+  if (getpid() == owner_pid) calls.free(b->device, b->ptr);
+  delete b;
+}
+
+c10::Device ral(int32_t d) { return c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(d)); }
+
+// A DataPtr owning pool block `ptr` of device d (none for an empty block).
+c10::DataPtr owning(int32_t d, uint64_t ptr) {
+  if (!ptr) return {nullptr, ral(d)};
+  return {reinterpret_cast<void*>(ptr), new Block{d, ptr}, &free_block, ral(d)};
+}
+
 class RalDeviceAllocator final : public c10::DeviceAllocator {
  public:
+  // A block from the current device's MemoryPool, for use on its current stream.
   c10::DataPtr allocate(size_t nbytes) override {
-    TORCH_CHECK(nbytes == 0, "torch_fl: ral memory is allocated by torch_fl's runtime for ral tensors; a c10 "
-                             "storage of ", nbytes, " bytes on a ral device is not supported");
-    return {nullptr, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+    int32_t d = calls.current_device();
+    if (nbytes == 0) return {nullptr, ral(d)};
+    uint64_t ptr = 0;
+    check(calls.malloc(d, nbytes, calls.current_stream(d), &ptr), "allocating a storage", d);
+    return owning(d, ptr);
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    TORCH_CHECK(count == 0, "torch_fl: copies of ral memory go through torch_fl's runtime");
+    TORCH_CHECK(count == 0, "torch_fl: copies of ral memory go through torch_fl's runtime (copy_ of a tensor "
+                            "on the storage)");
   }
   bool initialized() override { return true; }
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     for (int d = 0; d < calls.device_count(); d++) check(calls.empty_cache(d), "empty_cache", d);
   }
-  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {
-    // No DataPtr ever comes from this allocator (allocate refuses): nothing to record.
-    // Tensor.record_stream on a RalTensor reaches the runtime through torch_fl instead.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (!ptr.get()) return;
+    int32_t d = ptr.device().index();
+    check(calls.record_stream(d, reinterpret_cast<uint64_t>(ptr.get()), static_cast<int32_t>(stream.id())),
+          "record_stream", d);
   }
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex d) override {
     rt_memory_stats st{};
@@ -102,12 +151,90 @@ class RalDeviceAllocator final : public c10::DeviceAllocator {
 RalDeviceAllocator allocator;
 std::atomic<bool> installed{false};
 
+// Backend metadata of a ral tensor: the flags torch._utils.set_tensor_metadata gave it
+// (conj/neg excepted, which PyTorch keeps as tensor bits). Cloned with the TensorImpl's
+// metadata (detach, shallow copies), as PyTorch does for any backend's BackendMeta.
+struct RalBackendMeta final : c10::BackendMeta {
+  std::map<std::string, bool> flags;
+  c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& ptr) const override {
+    auto copy = c10::make_intrusive<RalBackendMeta>();
+    copy->flags = flags;
+    return copy;
+  }
+};
+
+void get_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m) {
+  if (auto* meta = dynamic_cast<RalBackendMeta*>(t.unsafeGetTensorImpl()->get_backend_meta())) {
+    for (const auto& [k, v] : meta->flags) m[k] = v;
+  }
+}
+
 }  // namespace
+
+// Nonzero once any ral tensor was given backend metadata: Python's hot paths (detach) read it
+// to skip copying metadata that no tensor has.
+extern "C" int ral_backend_meta_used = 0;
+
+namespace {
+
+void set_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m) {
+  if (m.empty()) return;  // nothing but conj/neg: PyTorch has set those bits already
+  ral_backend_meta_used = 1;
+  auto meta = c10::make_intrusive<RalBackendMeta>();
+  for (const auto& [k, v] : m) meta->flags[k] = v;
+  t.unsafeGetTensorImpl()->set_backend_meta(meta);
+}
+
+}  // namespace
+
+// A c10 storage (one strong reference, returned raw) owning pool block `ptr` of `nbytes` on
+// ral:`device`: Python wraps it with UntypedStorage._new_with_weak_ptr, then drops this
+// reference with ral_storage_decref. nullptr on failure.
+extern "C" void* ral_storage_new(uint64_t ptr, uint64_t nbytes, int32_t device) {
+  try {
+    auto impl = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(nbytes),
+                                                      owning(device, ptr), &allocator, /*resizable=*/true);
+    return impl.release();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// 1 if storage `impl` owns a pool block through this file's DataPtr (it starts a block), else 0
+// (a storage PyTorch made over memory it was handed, e.g. by a DLPack import).
+extern "C" int ral_storage_owns_block(void* impl) {
+  auto* s = static_cast<c10::StorageImpl*>(impl);
+  return s->data_ptr().get_deleter() == &free_block ? 1 : 0;
+}
+
+extern "C" void ral_storage_decref(void* impl) {
+  c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl*>(impl));
+}
+
+// Point storage `impl` (a live StorageImpl*, from UntypedStorage._cdata) at pool block `ptr`
+// of `nbytes`, which it then owns; its old block goes back to the pool.
+extern "C" int ral_storage_reset(void* impl, uint64_t ptr, uint64_t nbytes, int32_t device) {
+  try {
+    auto* s = static_cast<c10::StorageImpl*>(impl);
+    s->set_data_ptr_noswap(owning(device, ptr));
+    s->set_nbytes(static_cast<size_t>(nbytes));
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
+
 
 // Register the allocator for PrivateUse1 once; 0 on success.
 extern "C" int ral_allocator_install(const StatsCalls* rt) {
   if (installed.exchange(true)) return 0;
   calls = *rt;
+  owner_pid = getpid();
   c10::SetAllocator(c10::DeviceType::PrivateUse1, &allocator);
+  try {
+    torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &get_meta, &set_meta);
+  } catch (...) {
+    return 2;  // another extension registered PrivateUse1's metadata hooks: keep theirs
+  }
   return 0;
 }
