@@ -211,3 +211,31 @@ def test_kernel_refuses_dropout_with_a_clear_error(dev):
     out, _ = op(q, k, v, 0.0, False)  # the process keeps working
     ref = F.scaled_dot_product_attention(*_qkv(1, 2, 4, 6, 8, False))
     torch.testing.assert_close(out.cpu(), ref, **VAL)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_kernel_op_with_a_broadcast_key_and_half_types(dev, dtype):
+    """The kernel op itself on a key broadcast along its rows (row stride 0, made on the
+    device) in every float type: output, log-sum-exp and gradients equal CPU's same op (the
+    host kernel copies such rows into scratch it sizes for them)."""
+    fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    g = torch.Generator().manual_seed(3)
+    q, k1, v = (torch.randn(*s, generator=g).to(dtype) for s in ((2, 2, 37, 8), (2, 2, 1, 8), (2, 2, 300, 8)))
+    k = k1.expand(2, 2, 300, 8)
+    kd = k1.to(dev).expand(2, 2, 300, 8)
+    assert kd.stride()[2] == 0
+    out, lse = fwd(q, k, v, 0.0, False)
+    got_out, got_lse = fwd(q.to(dev), kd, v.to(dev), 0.0, False)
+    tol = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float16: dict(rtol=0, atol=2e-3)}.get(
+        dtype, dict(rtol=0, atol=2e-2)
+    )
+    torch.testing.assert_close(got_out.cpu().float(), out.float(), **tol)
+    torch.testing.assert_close(got_lse.cpu(), lse, rtol=1e-4, atol=1e-4)  # float32; scores summed in another order
+    gout = torch.randn(out.shape, generator=g).to(dtype)
+    want = bwd(gout, q, k, v, out, lse, 0.0, False)
+    got = bwd(gout.to(dev), q.to(dev), kd, v.to(dev), got_out, got_lse, 0.0, False)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.cpu().float(), b.float(), **tol, msg=f"gradient {i}")
