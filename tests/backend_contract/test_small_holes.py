@@ -120,3 +120,25 @@ def test_sdpa_backward_in_every_float_type_matches_cpu(device, dtype, mask):
         assert err <= tol and err <= 2 * cpu_err + tol / 4, (
             f"{name}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
         )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sdpa_backward_in_half_types_under_the_mode(device, dtype):
+    """The same under ral_mode on CPU tensors (causal, the transformer layout): output and
+    gradients within CPU's own error in that dtype of CPU's float32 result (x2 + tol/4)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 37, 2, 8).to(dtype).transpose(1, 2) for _ in range(3))
+
+    def run(compute_dtype, mode):
+        ts = [t.detach().to(compute_dtype).requires_grad_() for t in (q, k, v)]
+        with torch_fl.ral_mode(device) if mode else torch.enable_grad():
+            out = torch.nn.functional.scaled_dot_product_attention(*ts, is_causal=True)
+            out.float().sum().backward()
+        return [out.detach().cpu().float()] + [t.grad.cpu().float() for t in ts]
+
+    want, cpu, got = run(torch.float32, False), run(dtype, False), run(dtype, True)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    for name, g, c, w in zip(["out", "grad_q", "grad_k", "grad_v"], got, cpu, want):
+        err, cpu_err = (g - w).abs().max().item(), (c - w).abs().max().item()
+        assert err <= 2 * cpu_err + tol / 4, f"{name}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
