@@ -239,3 +239,29 @@ def test_kernel_op_with_a_broadcast_key_and_half_types(dev, dtype):
     for i, (a, b) in enumerate(zip(got, want)):
         assert a.dtype == dtype
         torch.testing.assert_close(a.cpu().float(), b.float(), **tol, msg=f"gradient {i}")
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_with_masks_and_a_hidden_row(dev, dtype):
+    """float16/bfloat16 through SDPA with a float mask (its gradient too), a bool mask with a
+    query that sees no key (zero output row) and a causal bool mask: output and gradients no
+    further from CPU's float32 result of the same rounded inputs than twice CPU's own error in
+    that dtype, plus a quarter of the type's tolerance (2e-3 float16, 2e-2 bfloat16)."""
+    floor = (2e-3 if dtype == torch.float16 else 2e-2) / 4
+    q, k, v = _qkv(2, 3, 40, 40, 16, True, dtype=dtype)
+    hidden = torch.rand(2, 1, 40, 40, generator=torch.Generator().manual_seed(4)) > 0.4
+    hidden[0, 0, 2] = False
+    hidden[:, :, :, 0] = hidden[:, :, :, 0] | (torch.arange(40) != 2)
+    float_mask = torch.randn(40, 40, generator=torch.Generator().manual_seed(5)).to(dtype)
+    for mask in (float_mask, hidden, _causal_bool(40, 40)):
+        wide = mask.float() if mask.is_floating_point() else mask
+        want_out, want_grads = _run("cpu", q.float(), k.float(), v.float(), wide)
+        cpu_out, cpu_grads = _run("cpu", q, k, v, mask)
+        out, grads = _run(dev, q, k, v, mask)
+        assert out.dtype == dtype and len(grads) == len(want_grads)
+        for i, (g, c, w) in enumerate(zip([out, *grads], [cpu_out, *cpu_grads], [want_out, *want_grads])):
+            err, cpu_err = (g.float() - w).abs().max().item(), (c.float() - w).abs().max().item()
+            assert err <= 2 * cpu_err + floor, f"result {i}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
+        if mask is hidden:
+            assert torch.all(out[0, :, 2] == 0)
