@@ -142,3 +142,28 @@ def test_sdpa_backward_in_half_types_under_the_mode(device, dtype):
     for name, g, c, w in zip(["out", "grad_q", "grad_k", "grad_v"], got, cpu, want):
         err, cpu_err = (g - w).abs().max().item(), (c - w).abs().max().item()
         assert err <= 2 * cpu_err + tol / 4, f"{name}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sdpa_kernel_restricting_to_math_is_respected(device):
+    """`with sdpa_kernel(SDPBackend.MATH)` rules the overrideable backend out, as it rules out
+    CUDA's fused kernels: _fused_sdp_choice says MATH and SDPA runs the math path (several
+    launches, not the one fused kernel), with CPU's values."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from torch_fl.tiers.attention import FUSED_FORWARD
+
+    if not _declares(device, torch.float32, FUSED_FORWARD):
+        pytest.skip(f"{device} declares no fused attention: nothing to rule out")
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 9, 8) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    qd, kd, vd = (t.to(device) for t in (q, k, v))
+    idx = torch.device(device).index
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert SDPBackend(torch._fused_sdp_choice(qd, kd, vd)) == SDPBackend.MATH
+        before = launch_count(idx)
+        got = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd)
+        assert launch_count(idx) - before > 1
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    assert SDPBackend(torch._fused_sdp_choice(qd, kd, vd)) == SDPBackend.OVERRIDEABLE

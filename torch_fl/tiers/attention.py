@@ -184,8 +184,15 @@ def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
 MAX_HEAD = 256
 
 
+# torch.nn.attention.sdpa_kernel's switch for the overrideable backend (every torch that has
+# the backend has it; without it the backend is always allowed).
+_overrideable_enabled = getattr(torch._C, "_get_overrideable_sdp_enabled", lambda: True)
+
+
 def fused_choice(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
     """Whether this SDPA call fits the overrideable backend above (else SDPA's math path)."""
+    if not _overrideable_enabled():
+        return False  # `with sdpa_kernel(SDPBackend.MATH)` (or without OVERRIDEABLE) rules it out
     if dropout_p != 0.0 or (is_causal and attn_mask is not None):
         return False  # the math path applies dropout, and raises for a mask with is_causal
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] > MAX_HEAD:
