@@ -211,3 +211,57 @@ def test_kernel_refuses_dropout_with_a_clear_error(dev):
     out, _ = op(q, k, v, 0.0, False)  # the process keeps working
     ref = F.scaled_dot_product_attention(*_qkv(1, 2, 4, 6, 8, False))
     torch.testing.assert_close(out.cpu(), ref, **VAL)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_kernel_op_with_a_broadcast_key_and_half_types(dev, dtype):
+    """The kernel op itself on a key broadcast along its rows (row stride 0, made on the
+    device) in every float type: output, log-sum-exp and gradients equal CPU's same op (the
+    host kernel copies such rows into scratch it sizes for them)."""
+    fwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    g = torch.Generator().manual_seed(3)
+    q, k1, v = (torch.randn(*s, generator=g).to(dtype) for s in ((2, 2, 37, 8), (2, 2, 1, 8), (2, 2, 300, 8)))
+    k = k1.expand(2, 2, 300, 8)
+    kd = k1.to(dev).expand(2, 2, 300, 8)
+    assert kd.stride()[2] == 0
+    out, lse = fwd(q, k, v, 0.0, False)
+    got_out, got_lse = fwd(q.to(dev), kd, v.to(dev), 0.0, False)
+    tol = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float16: dict(rtol=0, atol=2e-3)}.get(
+        dtype, dict(rtol=0, atol=2e-2)
+    )
+    torch.testing.assert_close(got_out.cpu().float(), out.float(), **tol)
+    torch.testing.assert_close(got_lse.cpu(), lse, rtol=1e-4, atol=1e-4)  # float32; scores summed in another order
+    gout = torch.randn(out.shape, generator=g).to(dtype)
+    want = bwd(gout, q, k, v, out, lse, 0.0, False)
+    got = bwd(gout.to(dev), q.to(dev), kd, v.to(dev), got_out, got_lse, 0.0, False)
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.cpu().float(), b.float(), **tol, msg=f"gradient {i}")
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_types_with_masks_and_a_hidden_row(dev, dtype):
+    """float16/bfloat16 through SDPA with a float mask (its gradient too), a bool mask with a
+    query that sees no key (zero output row) and a causal bool mask: output and gradients no
+    further from CPU's float32 result of the same rounded inputs than twice CPU's own error in
+    that dtype, plus a quarter of the type's tolerance (2e-3 float16, 2e-2 bfloat16)."""
+    floor = (2e-3 if dtype == torch.float16 else 2e-2) / 4
+    q, k, v = _qkv(2, 3, 40, 40, 16, True, dtype=dtype)
+    hidden = torch.rand(2, 1, 40, 40, generator=torch.Generator().manual_seed(4)) > 0.4
+    hidden[0, 0, 2] = False
+    hidden[:, :, :, 0] = hidden[:, :, :, 0] | (torch.arange(40) != 2)
+    float_mask = torch.randn(40, 40, generator=torch.Generator().manual_seed(5)).to(dtype)
+    for mask in (float_mask, hidden, _causal_bool(40, 40)):
+        wide = mask.float() if mask.is_floating_point() else mask
+        want_out, want_grads = _run("cpu", q.float(), k.float(), v.float(), wide)
+        cpu_out, cpu_grads = _run("cpu", q, k, v, mask)
+        out, grads = _run(dev, q, k, v, mask)
+        assert out.dtype == dtype and len(grads) == len(want_grads)
+        for i, (g, c, w) in enumerate(zip([out, *grads], [cpu_out, *cpu_grads], [want_out, *want_grads])):
+            err, cpu_err = (g.float() - w).abs().max().item(), (c.float() - w).abs().max().item()
+            assert err <= 2 * cpu_err + floor, f"result {i}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
+        if mask is hidden:
+            assert torch.all(out[0, :, 2] == 0)

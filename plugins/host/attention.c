@@ -10,6 +10,12 @@
  * unit-stride is copied once per task), a float (added) or bool (False = not attended) mask
  * broadcast to [B, H, L, S], causal top-left aligned, a row with no visible key gives zeros
  * and lse 0, NaN scores propagate.
+ *
+ * float16 and bfloat16 (query, key, value, a float mask, output and gradients; logsumexp is
+ * float32, as on CPU) compute in float32: operands are widened into the task's scratch once,
+ * results rounded once when stored. CPU's kernel also rounds the probabilities to the input
+ * type before the value GEMM; this one keeps them in float32, so it is the closer of the two
+ * to a float32 computation.
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,23 +32,52 @@
 typedef struct {
   int64_t B, H, L, S, E, Ev, nqb;
   int64_t sq[4], sk[4], sv[4], sm[4], so[4], sl[3];
-  const float *q, *k, *v, *mf;
+  const void *q, *k, *v, *mf; /* of dtype dt */
   const uint8_t* mb;
-  float *out, *lse;
+  void* out; /* of dtype dt */
+  float* lse;
   int causal, has_mask, failed;
+  int32_t dt; /* RAL_DTYPE_FLOAT32, _FLOAT16 or _BFLOAT16 */
   float scale;
 } sdpa_args;
 
-/* A [rows, cols] float matrix at p with row stride sr and column stride sc, as row-major
- * with unit columns: p itself when sc == 1, else a copy into buf. */
-static const float* unit_rows(const float* p, int64_t rows, int64_t cols, int64_t sr, int64_t sc, float* buf,
-                              int64_t* ld) {
-  if (sc == 1 && sr >= cols) {
+/* Element i of a float32/float16/bfloat16 array, as float. */
+static inline float ld_f(const void* p, int64_t i, int32_t dt) {
+  if (dt == RAL_DTYPE_FLOAT32) return ((const float*)p)[i];
+  uint16_t h = ((const uint16_t*)p)[i];
+  return dt == RAL_DTYPE_FLOAT16 ? ral_h2f(h) : ral_bf2f(h);
+}
+
+/* Stores v as element i of a float32/float16/bfloat16 array. */
+static inline void st_f(void* p, int64_t i, int32_t dt, float v) {
+  if (dt == RAL_DTYPE_FLOAT32)
+    ((float*)p)[i] = v;
+  else
+    ((uint16_t*)p)[i] = dt == RAL_DTYPE_FLOAT16 ? ral_f2h(v) : ral_f2bf(v);
+}
+
+/* p advanced by i elements of dtype dt. */
+static inline const void* at_el(const void* p, int64_t i, int32_t dt) {
+  return (const char*)p + i * (dt == RAL_DTYPE_FLOAT32 ? 4 : 2);
+}
+
+/* Whether unit_rows can hand back an operand with row stride sr and column stride sc in place
+ * (float32, unit columns, rows that do not overlap): otherwise it needs rows * cols floats of
+ * scratch (a broadcast key, row stride 0, is one that does). */
+static inline int in_place(int32_t dt, int64_t sr, int64_t sc, int64_t cols) {
+  return dt == RAL_DTYPE_FLOAT32 && sc == 1 && sr >= cols;
+}
+
+/* A [rows, cols] matrix of dtype dt at p with row stride sr and column stride sc, as a
+ * row-major float32 matrix with unit columns: p itself when it is one, else a copy into buf. */
+static const float* unit_rows(const void* p, int32_t dt, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+                              float* buf, int64_t* ld) {
+  if (in_place(dt, sr, sc, cols)) {
     *ld = sr;
     return p;
   }
   for (int64_t i = 0; i < rows; i++)
-    for (int64_t e = 0; e < cols; e++) buf[i * cols + e] = p[i * sr + e * sc];
+    for (int64_t e = 0; e < cols; e++) buf[i * cols + e] = ld_f(p, i * sr + e * sc, dt);
   *ld = cols;
   return buf;
 }
@@ -54,7 +89,7 @@ static void softmax_tile_row(const sdpa_args* g, int64_t b, int64_t h, int64_t i
   if (g->has_mask) {
     int64_t moff = b * g->sm[0] + h * g->sm[1] + i * g->sm[2] + j0 * g->sm[3];
     if (g->has_mask == 1)
-      for (int64_t j = 0; j < nk; j++) row[j] += g->mf[moff + j * g->sm[3]];
+      for (int64_t j = 0; j < nk; j++) row[j] += ld_f(g->mf, moff + j * g->sm[3], g->dt);
     else
       for (int64_t j = 0; j < nk; j++)
         if (!g->mb[moff + j * g->sm[3]]) row[j] = -INFINITY;
@@ -86,10 +121,13 @@ static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, fl
   int64_t i0 = qb * SDPA_BQ, nq = g->L - i0 < SDPA_BQ ? g->L - i0 : SDPA_BQ;
   int64_t jmax = g->causal ? (i0 + nq < g->S ? i0 + nq : g->S) : g->S;
   int64_t ldq, ldk, ldv;
-  const float* qp = unit_rows(g->q + b * g->sq[0] + h * g->sq[1] + i0 * g->sq[2], nq, g->E, g->sq[2], g->sq[3],
-                              qbuf, &ldq);
-  const float* kp = unit_rows(g->k + b * g->sk[0] + h * g->sk[1], jmax, g->E, g->sk[2], g->sk[3], kbuf, &ldk);
-  const float* vp = unit_rows(g->v + b * g->sv[0] + h * g->sv[1], jmax, g->Ev, g->sv[2], g->sv[3], vbuf, &ldv);
+  int32_t dt = g->dt;
+  const float* qp = unit_rows(at_el(g->q, b * g->sq[0] + h * g->sq[1] + i0 * g->sq[2], dt), dt, nq, g->E, g->sq[2],
+                              g->sq[3], qbuf, &ldq);
+  const float* kp =
+      unit_rows(at_el(g->k, b * g->sk[0] + h * g->sk[1], dt), dt, jmax, g->E, g->sk[2], g->sk[3], kbuf, &ldk);
+  const float* vp =
+      unit_rows(at_el(g->v, b * g->sv[0] + h * g->sv[1], dt), dt, jmax, g->Ev, g->sv[2], g->sv[3], vbuf, &ldv);
   float *m = ml, *l = ml + SDPA_BQ;
   for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0.0f;
   memset(acc, 0, (size_t)(nq * g->Ev) * sizeof(float));
@@ -108,9 +146,9 @@ static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, fl
   }
   for (int64_t r = 0; r < nq; r++) {
     int64_t i = i0 + r;
-    float* oi = g->out + b * g->so[0] + h * g->so[1] + i * g->so[2];
+    int64_t oi = b * g->so[0] + h * g->so[1] + i * g->so[2];
     float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
-    for (int64_t e = 0; e < g->Ev; e++) oi[e * g->so[3]] = acc[r * g->Ev + e] * inv;
+    for (int64_t e = 0; e < g->Ev; e++) st_f(g->out, oi + e * g->so[3], dt, acc[r * g->Ev + e] * inv);
     g->lse[b * g->sl[0] + h * g->sl[1] + i * g->sl[2]] = l[r] == 0.0f ? 0.0f : m[r] + logf(l[r]);
   }
 }
@@ -120,8 +158,9 @@ static void sdpa_tasks(int64_t begin, int64_t end, void* ctx) {
   /* scratch for this range: score tile, accumulator, running max and sum, and copies of
    * operands whose last dimension is not unit-stride */
   size_t tile = SDPA_BQ * SDPA_BK, acc = (size_t)(SDPA_BQ * g->Ev), ml = 2 * SDPA_BQ;
-  size_t qn = g->sq[3] == 1 ? 0 : (size_t)(SDPA_BQ * g->E), kn = g->sk[3] == 1 ? 0 : (size_t)(g->S * g->E);
-  size_t vn = g->sv[3] == 1 ? 0 : (size_t)(g->S * g->Ev);
+  size_t qn = in_place(g->dt, g->sq[2], g->sq[3], g->E) ? 0 : (size_t)(SDPA_BQ * g->E);
+  size_t kn = in_place(g->dt, g->sk[2], g->sk[3], g->E) ? 0 : (size_t)(g->S * g->E);
+  size_t vn = in_place(g->dt, g->sv[2], g->sv[3], g->Ev) ? 0 : (size_t)(g->S * g->Ev);
   float* buf = malloc((tile + acc + ml + qn + kn + vn) * sizeof(float));
   if (!buf) {
     __atomic_store_n(&g->failed, 1, __ATOMIC_RELAXED);
@@ -199,8 +238,26 @@ static ral_status sdpa_mask_and_scalars(const ral_kernel_call* c, const ral_tens
   return RAL_OK;
 }
 
+/* The dtype every tensor of a call has except logsumexp (float32) and a bool mask: query's,
+ * which must be float32, float16 or bfloat16. n tensors in all; lse_at and mask_at index them. */
+static ral_status sdpa_dtypes(const ral_kernel_call* c, const ral_tensor* const* all, int n, int lse_at, int mask_at,
+                              int has_mask, int32_t query_dt, int32_t* dt) {
+  if (query_dt != RAL_DTYPE_FLOAT32 && query_dt != RAL_DTYPE_FLOAT16 && query_dt != RAL_DTYPE_BFLOAT16)
+    return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention computes float32, float16 or bfloat16 (query is %s)",
+                     host_dtype_name(query_dt));
+  for (int t = 0; t < n; t++) {
+    if (t == mask_at && has_mask != 1) continue;
+    int32_t want = t == lse_at ? RAL_DTYPE_FLOAT32 : query_dt;
+    if (all[t]->dtype != want)
+      return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention tensor %d must be %s (is %s)", t,
+                       host_dtype_name(want), host_dtype_name(all[t]->dtype));
+  }
+  *dt = query_dt;
+  return RAL_OK;
+}
+
 /* _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
- * attn_mask?, scale?) -> (output, logsumexp), float32. */
+ * attn_mask?, scale?) -> (output, logsumexp): float32, float16 or bfloat16, logsumexp float32. */
 ral_status host_sdpa_forward(const ral_kernel_call* c) {
   ral_status st = host_check_arity(c, 2, 4, 3);
   if (st != RAL_OK) return st;
@@ -211,10 +268,7 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   memset(&g, 0, sizeof g);
   g.has_mask = host_tensor_absent(mk) ? 0 : mk->dtype == RAL_DTYPE_BOOL ? 2 : 1;
   const ral_tensor* all[6] = {o, ls, q, k, v, mk};
-  for (int t = 0; t < 6; t++)
-    if (!(t == 5 && g.has_mask != 1) && all[t]->dtype != RAL_DTYPE_FLOAT32)
-      return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention tensor %d must be float32 (is %s)", t,
-                       host_dtype_name(all[t]->dtype));
+  if ((st = sdpa_dtypes(c, all, 6, 1, 5, g.has_mask, q->dtype, &g.dt)) != RAL_OK) return st;
   if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || o->ndim != 4 || ls->ndim != 3)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention needs 4-D query/key/value");
   g.B = q->sizes[0], g.H = q->sizes[1], g.L = q->sizes[2], g.E = q->sizes[3];
@@ -229,7 +283,7 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   }
   if ((st = sdpa_mask_and_scalars(c, mk, &g)) != RAL_OK) return st;
   g.q = base_of(q), g.k = base_of(k), g.v = base_of(v);
-  g.out = (float*)base_of(o), g.lse = (float*)base_of(ls);
+  g.out = (void*)base_of(o), g.lse = (float*)base_of(ls);
   g.nqb = (g.L + SDPA_BQ - 1) / SDPA_BQ;
   int64_t tasks = g.B * g.H * g.nqb;
   if (tasks > 0) host_parallel_for(tasks, 1, sdpa_tasks, &g);
@@ -247,15 +301,16 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
 typedef struct {
   sdpa_args f; /* shapes, q/k/v/mask, causal, scale, failed; out and lse are inputs here */
   int64_t sdo[4], sgq[4], sgk[4], sgv[4];
-  const float *dout, *o, *lse_in;
-  float *gq, *gk, *gv;
+  const void *dout, *o; /* of dtype f.dt */
+  const float* lse_in;
+  void *gq, *gk, *gv; /* of dtype f.dt */
 } sdpa_bwd_args;
 
-static void store_rows(float* dst, const int64_t st[4], int64_t b, int64_t h, const float* src, int64_t rows,
-                       int64_t cols) {
-  float* base = dst + b * st[0] + h * st[1];
+static void store_rows(void* dst, int32_t dt, const int64_t st[4], int64_t b, int64_t h, const float* src,
+                       int64_t rows, int64_t cols) {
+  int64_t base = b * st[0] + h * st[1];
   for (int64_t i = 0; i < rows; i++)
-    for (int64_t e = 0; e < cols; e++) base[i * st[2] + e * st[3]] = src[i * cols + e];
+    for (int64_t e = 0; e < cols; e++) st_f(dst, base + i * st[2] + e * st[3], dt, src[i * cols + e]);
 }
 
 static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
@@ -264,10 +319,12 @@ static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
   float *p = buf, *ds = p + L * S, *gq = ds + L * S, *gk = gq + L * E, *gv = gk + S * E;
   float *qb = gv + S * Ev, *kb = qb + L * E, *vb = kb + S * E, *dob = vb + S * Ev;
   int64_t ldq, ldk, ldv, ldo;
-  const float* qp = unit_rows(g->q + b * g->sq[0] + h * g->sq[1], L, E, g->sq[2], g->sq[3], qb, &ldq);
-  const float* kp = unit_rows(g->k + b * g->sk[0] + h * g->sk[1], S, E, g->sk[2], g->sk[3], kb, &ldk);
-  const float* vp = unit_rows(g->v + b * g->sv[0] + h * g->sv[1], S, Ev, g->sv[2], g->sv[3], vb, &ldv);
-  const float* dop = unit_rows(a->dout + b * a->sdo[0] + h * a->sdo[1], L, Ev, a->sdo[2], a->sdo[3], dob, &ldo);
+  int32_t dt = g->dt;
+  const float* qp = unit_rows(at_el(g->q, b * g->sq[0] + h * g->sq[1], dt), dt, L, E, g->sq[2], g->sq[3], qb, &ldq);
+  const float* kp = unit_rows(at_el(g->k, b * g->sk[0] + h * g->sk[1], dt), dt, S, E, g->sk[2], g->sk[3], kb, &ldk);
+  const float* vp = unit_rows(at_el(g->v, b * g->sv[0] + h * g->sv[1], dt), dt, S, Ev, g->sv[2], g->sv[3], vb, &ldv);
+  const float* dop =
+      unit_rows(at_el(a->dout, b * a->sdo[0] + h * a->sdo[1], dt), dt, L, Ev, a->sdo[2], a->sdo[3], dob, &ldo);
   if (E > 0)
     host_sgemm(0, 1, (int)L, (int)S, (int)E, g->scale, qp, (int)ldq, kp, (int)ldk, 0.0f, p, (int)S);
   else
@@ -277,7 +334,7 @@ static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
     if (g->has_mask) {
       int64_t moff = b * g->sm[0] + h * g->sm[1] + i * g->sm[2];
       if (g->has_mask == 1)
-        for (int64_t j = 0; j < S; j++) row[j] += g->mf[moff + j * g->sm[3]];
+        for (int64_t j = 0; j < S; j++) row[j] += ld_f(g->mf, moff + j * g->sm[3], dt);
       else
         for (int64_t j = 0; j < S; j++)
           if (!g->mb[moff + j * g->sm[3]]) row[j] = -INFINITY;
@@ -292,10 +349,10 @@ static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
     host_sgemm(0, 1, (int)L, (int)S, (int)Ev, 1.0f, dop, (int)ldo, vp, (int)ldv, 0.0f, ds, (int)S);
   } else
     memset(ds, 0, (size_t)(L * S) * sizeof(float));
-  const float* o = a->o + b * g->so[0] + h * g->so[1];
+  int64_t ob = b * g->so[0] + h * g->so[1];
   for (int64_t i = 0; i < L; i++) {
     float delta = 0.0f;
-    for (int64_t e = 0; e < Ev; e++) delta += dop[i * ldo + e] * o[i * g->so[2] + e * g->so[3]];
+    for (int64_t e = 0; e < Ev; e++) delta += dop[i * ldo + e] * ld_f(a->o, ob + i * g->so[2] + e * g->so[3], dt);
     float *dsr = ds + i * S, *pr = p + i * S;
     for (int64_t j = 0; j < S; j++) dsr[j] = pr[j] * (dsr[j] - delta) * g->scale;
   }
@@ -303,9 +360,9 @@ static void sdpa_bwd_task(const sdpa_bwd_args* a, int64_t t, float* buf) {
     host_sgemm(0, 0, (int)L, (int)E, (int)S, 1.0f, ds, (int)S, kp, (int)ldk, 0.0f, gq, (int)E);
     host_sgemm(1, 0, (int)S, (int)E, (int)L, 1.0f, ds, (int)S, qp, (int)ldq, 0.0f, gk, (int)E);
   }
-  store_rows(a->gq, a->sgq, b, h, gq, L, E);
-  store_rows(a->gk, a->sgk, b, h, gk, S, E);
-  store_rows(a->gv, a->sgv, b, h, gv, S, Ev);
+  store_rows(a->gq, dt, a->sgq, b, h, gq, L, E);
+  store_rows(a->gk, dt, a->sgk, b, h, gk, S, E);
+  store_rows(a->gv, dt, a->sgv, b, h, gv, S, Ev);
 }
 
 static void sdpa_bwd_tasks(int64_t begin, int64_t end, void* ctx) {
@@ -336,10 +393,7 @@ ral_status host_sdpa_backward(const ral_kernel_call* c) {
   sdpa_args* g = &a.f;
   g->has_mask = host_tensor_absent(mk) ? 0 : mk->dtype == RAL_DTYPE_BOOL ? 2 : 1;
   const ral_tensor* all[10] = {gq, gk, gv, dout, q, k, v, o, ls, mk};
-  for (int t = 0; t < 10; t++)
-    if (!(t == 9 && g->has_mask != 1) && all[t]->dtype != RAL_DTYPE_FLOAT32)
-      return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention backward tensor %d must be float32 (is %s)", t,
-                       host_dtype_name(all[t]->dtype));
+  if ((st = sdpa_dtypes(c, all, 10, 8, 9, g->has_mask, q->dtype, &g->dt)) != RAL_OK) return st;
   for (int t = 0; t < 8; t++)
     if (all[t]->ndim != 4) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "fused attention backward needs 4-D tensors");
   if (ls->ndim != 3) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "logsumexp must be [B, H, L]");
@@ -362,7 +416,7 @@ ral_status host_sdpa_backward(const ral_kernel_call* c) {
   if ((st = sdpa_mask_and_scalars(c, mk, g)) != RAL_OK) return st;
   g->q = base_of(q), g->k = base_of(k), g->v = base_of(v);
   a.dout = base_of(dout), a.o = base_of(o), a.lse_in = base_of(ls);
-  a.gq = (float*)base_of(gq), a.gk = (float*)base_of(gk), a.gv = (float*)base_of(gv);
+  a.gq = (void*)base_of(gq), a.gk = (void*)base_of(gk), a.gv = (void*)base_of(gv);
   if (g->L == 0 || g->S == 0) /* the caller takes the math path for empty sequences */
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "fused attention backward with an empty sequence");
   int64_t tasks = g->B * g->H;

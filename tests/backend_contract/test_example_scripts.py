@@ -142,8 +142,8 @@ import numpy as np
 import torch, torch.nn as nn, torch.optim as optim
 
 np.random.seed(2)
-x = np.empty((8, 60), "int64")
-x[:] = np.array(range(60)) + np.random.randint(-80, 80, 8).reshape(8, 1)
+x = np.empty((8, 40), "int64")
+x[:] = np.array(range(40)) + np.random.randint(-80, 80, 8).reshape(8, 1)
 torch.save(np.sin(x / 20.0).astype("float64"), open("traindata.pt", "wb"))
 
 class Seq(nn.Module):
@@ -204,20 +204,33 @@ def _run(cmd, cwd):
     return json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("{")][-1])
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    """Each script in its own project folder beside a `data` module, and its CPU result
+    (`python main.py` from another folder), computed once for both devices."""
+    root = tmp_path_factory.mktemp("examples")
+    cpu = {}
+
+    def get(name):
+        proj = root / name
+        if name not in cpu:
+            proj.mkdir()
+            (proj / "data.py").write_text(DATA)
+            (proj / "main.py").write_text(SCRIPTS[name][0])
+            run_dir = root / f"{name}_cpu"
+            run_dir.mkdir()
+            cpu[name] = _run([sys.executable, str(proj / "main.py"), *SCRIPTS[name][1]], run_dir)
+        return str(proj / "main.py"), cpu[name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_script_ends_where_cpu_ends(tmp_path, device, name):
-    source, args, rtol = SCRIPTS[name]
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    (proj / "data.py").write_text(DATA)
-    (proj / "main.py").write_text(source)
-    cpu_dir, ral_dir = tmp_path / "cpu", tmp_path / "ral"
-    cpu_dir.mkdir()
-    ral_dir.mkdir()
-    script = str(proj / "main.py")
-    want = _run([sys.executable, script, *args], cpu_dir)
-    got = _run([sys.executable, "-m", "torch_fl.run", "--device", device, script, *args], ral_dir)
+@pytest.mark.parametrize("device", DEVICES)
+def test_script_ends_where_cpu_ends(tmp_path, scripts, device, name):
+    _, args, rtol = SCRIPTS[name]
+    script, want = scripts(name)
+    got = _run([sys.executable, "-m", "torch_fl.run", "--device", device, script, *args], tmp_path)
     if name == "regression":
         assert got["batches"] == want["batches"] < 3000
         assert got["final"] == pytest.approx(want["final"], rel=1e-2, abs=1e-5)

@@ -37,6 +37,10 @@ WRITES = {
     "numpy_borrowed": lambda s, d: np.add(s["a"], d, out=s["a"]),  # array made before the block
     "thread_copy": lambda s, d: _thread(lambda: _no_grad(lambda: s["p"].copy_(s["p"] + d))),
     "thread_data": lambda s, d: _thread(lambda: s["w"].copy_(s["w"] * d)),
+    "out_arg": lambda s, d: torch.add(s["w"], d, out=s["w"]),
+    "mask_setitem": lambda s, d: s["w"].__setitem__(s["w"] > 0, d),
+    "data_slice_fill": lambda s, d: s["p"].data[2:4].fill_(d),
+    "copy_from_device_value": lambda s, d: s["w"].copy_(s["p"].detach() * d),  # a device value under the mode
     "storage_alias": lambda s, d: (
         torch.empty(0, dtype=s["w"].dtype, device="cpu")
         .set_(s["w"].untyped_storage(), 0, s["w"].shape, s["w"].stride())
@@ -105,15 +109,28 @@ def _run(program, device=None):
     return reads
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=25, deadline=None)
-@given(program=st.lists(step, min_size=1, max_size=8))
-def test_random_programs_read_what_cpu_reads(device, program):
+def _same_reads(device, program):
     expected = _run(program)
     got = _run(program, device)
     assert len(got) == len(expected)
     for i, (g, e) in enumerate(zip(got, expected)):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=f"read {i} of {program}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=25, deadline=None)
+@given(program=st.lists(step, min_size=1, max_size=8))
+def test_random_programs_read_what_cpu_reads(device, program):
+    _same_reads(device, program)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=400, deadline=None)
+@given(program=st.lists(step, min_size=1, max_size=16))
+def test_random_programs_read_what_cpu_reads_sweep(device, program):
+    """The same property over longer programs and many more of them (`-m slow`)."""
+    _same_reads(device, program)
 
 
 @pytest.mark.parametrize("device", DEVICES)

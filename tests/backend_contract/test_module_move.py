@@ -94,7 +94,42 @@ def test_to_empty_and_half_on_device(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.xfail(strict=True, reason="a traced module holds the CPU parameters' TensorImpls: swap_tensors refuses")
+def test_shared_module_and_gru_step_with_an_optimizer_made_before(device):
+    """A module used twice (its parameters listed once) and a GRU (flat weights re-made by
+    RNNBase._apply): an optimizer made on CPU steps the moved parameters as on CPU."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.shared = torch.nn.Linear(3, 3)
+            self.gru = torch.nn.GRU(3, 3)
+
+        def forward(self, x):
+            y, _ = self.gru(self.shared(torch.tanh(self.shared(x))).unsqueeze(0))
+            return y[0]
+
+    model, ref = _pair(Net)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=0.1)
+    model.to(device)
+    assert [id(p) for p in model.parameters()] == [id(p) for p in params]
+    model.gru.flatten_parameters()
+    for _ in range(2):
+        opt.zero_grad()
+        opt_ref.zero_grad()
+        _step_matches_cpu(model, ref, opt, opt_ref, device)
+
+
+# Where Module._apply cannot keep the CPU parameter object. It sends a result that is a traceable
+# wrapper subclass (a RalTensor) through torch.utils.swap_tensors, which refuses a tensor that
+# C++ still references; `.data =` (CUDA's way) needs TensorImpl::has_compatible_shallow_copy_type,
+# whose dense list (CPU, CUDA, MPS, HIP, XPU, HPU, MTIA) has no PrivateUse1. No hook lies between.
+_SWAP_REFUSES = "swap_tensors refuses a parameter C++ still references; PrivateUse1 is not .data-compatible with CPU"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=_SWAP_REFUSES + " (a traced module holds it)")
 def test_traced_module_moves(device):
     model = torch.nn.Linear(3, 2)
     traced = torch.jit.trace(model, torch.randn(1, 3))
@@ -103,8 +138,33 @@ def test_traced_module_moves(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=_SWAP_REFUSES + " (the graph saved the weight)")
+def test_with_a_cpu_graph_that_saved_the_weights(device):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    loss = model(torch.randn(4, 3)).sum()  # the second Linear saves its weight for backward
+    model.to(device)
+    assert loss is not None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_trace_and_script_after_the_move_match_cpu(device):
+    """The route that works: move first, then trace or script on the device."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        want = model(x)
+    model.to(device)
+    for compiled in (torch.jit.trace(model, x.to(device)), torch.jit.script(model)):
+        got = compiled(x.to(device))
+        assert got.device == torch.device(device)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.xfail(
-    strict=True, reason="Module._apply replaces the parameter: cpu and ral are not shallow-copy compatible"
+    strict=True,
+    reason="Module._apply makes a new Parameter: a plain CPU result is not swapped, and PrivateUse1 is not .data-compatible",
 )
 def test_back_to_cpu_keeps_identity(device):
     model = torch.nn.Linear(3, 2)
@@ -112,3 +172,25 @@ def test_back_to_cpu_keeps_identity(device):
     model.to(device)
     model.to("cpu")
     assert model.weight is w and w.device.type == "cpu"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_back_to_cpu_keeps_identity_under_the_swap_flag(device):
+    """PyTorch's documented switch, torch.__future__.set_swap_module_params_on_conversion(True),
+    makes Module._apply swap on every conversion: the way back keeps the Parameter objects,
+    their gradients come home, and an optimizer made on CPU before both moves still steps them."""
+    model, ref = _pair(lambda: torch.nn.Linear(3, 2))
+    w = model.weight
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    model.to(device)
+    _step_matches_cpu(model, ref, opt, opt_ref, device)
+    before = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model.to("cpu")
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(before)
+    assert model.weight is w and type(w) is torch.nn.Parameter and w.grad.device.type == "cpu"
+    torch.testing.assert_close(w.grad, ref.weight.grad)
+    _step_matches_cpu(model, ref, opt, opt_ref, "cpu")

@@ -108,6 +108,27 @@ def sdpa_backward(
             grad_out, query, key, value, out, logsumexp, 0.0, bool(is_causal), attn_mask=attn_bias, scale=scale
         )
         return (gq if want_q else None), (gk if want_k else None), (gv if want_v else None), None
+    wants = (want_q, want_k, want_v, want_b)
+    if query.dtype not in (torch.float16, torch.bfloat16):
+        return _math_backward(grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale, wants)
+    # As PyTorch's math SDPA does for reduced types on CPU: compute in float32 (logsumexp
+    # already is), round the gradients once. In float16 the scores' rounding before exp made
+    # the gradients 5-10x further from float32 than CPU's.
+    up = [_float32(t) for t in (grad_out, query, key, value, attn_bias, out)]
+    grads = _math_backward(*up, logsumexp, is_causal, scale, wants)
+    return tuple(None if g is None else aten._to_copy.default(g, dtype=query.dtype) for g in grads)
+
+
+def _float32(t):
+    """t in float32 when it is a floating tensor (a bool mask and None pass)."""
+    if t is None or not t.is_floating_point() or t.dtype == torch.float32:
+        return t
+    return aten._to_copy.default(t, dtype=torch.float32)
+
+
+def _math_backward(grad_out, query, key, value, attn_bias, out, logsumexp, is_causal, scale, wants):
+    """SDPA's gradients through routed aten ops (bmm, exp, ...), in the inputs' dtype."""
+    want_q, want_k, want_v, want_b = wants
     sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
     s = aten.mul.Scalar(_bmm(query, key, tb=True), sc)
     if attn_bias is not None:
@@ -137,8 +158,9 @@ def sdpa_backward(
 
 def _fused_backward_fits(query, key, mask) -> bool:
     """Whether the device has a vendor kernel for the fused backward (host: one task per batch
-    and head, five GEMMs on an [L, S] tile) and the call fits it: float32, non-empty sequences."""
-    if query.shape[-2] == 0 or key.shape[-2] == 0 or query.dtype != torch.float32:
+    and head, five GEMMs on an [L, S] tile) in query's dtype and the call fits it: non-empty
+    sequences, a bool mask or one of query's dtype."""
+    if query.shape[-2] == 0 or key.shape[-2] == 0:
         return False
     if mask is not None and mask.dtype not in (torch.bool, query.dtype):
         return False
@@ -162,8 +184,15 @@ def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
 MAX_HEAD = 256
 
 
+# torch.nn.attention.sdpa_kernel's switch for the overrideable backend (every torch that has
+# the backend has it; without it the backend is always allowed).
+_overrideable_enabled = getattr(torch._C, "_get_overrideable_sdp_enabled", lambda: True)
+
+
 def fused_choice(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
     """Whether this SDPA call fits the overrideable backend above (else SDPA's math path)."""
+    if not _overrideable_enabled():
+        return False  # `with sdpa_kernel(SDPBackend.MATH)` (or without OVERRIDEABLE) rules it out
     if dropout_p != 0.0 or (is_causal and attn_mask is not None):
         return False  # the math path applies dropout, and raises for a mask with is_causal
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] > MAX_HEAD:
