@@ -91,13 +91,17 @@ def _decode(style: str):
         _ral()
         model, ids = model.to(DEV), ids.to(DEV)
     ctx = _ral().ral_mode(DEV) if style == "mode" else contextlib.nullcontext()
-    kw = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    # No min_new_tokens: its logits processor would add a vocabulary-wide isin and where per
+    # token that a user's greedy decoding does not run. Every sample checks its length instead.
+    kw = dict(max_new_tokens=NEW_TOKENS, do_sample=False)
 
     def fn():
         with torch.no_grad(), ctx:
-            model.generate(ids, **kw)
+            out = model.generate(ids, **kw)
         if style != "cpu":
             torch.ral.synchronize()
+        if out.shape[-1] != ids.shape[-1] + NEW_TOKENS:
+            raise RuntimeError(f"decode stopped early at {out.shape[-1]} tokens: the timing would not be per token")
 
     return fn, NEW_TOKENS
 

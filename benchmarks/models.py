@@ -26,7 +26,7 @@ def gpt2_ids(seed: int = 1) -> torch.Tensor:
 
 
 SMALL = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
-PROMPT, NEW_TOKENS = 16, 16
+PROMPT, NEW_TOKENS, EOS = 16, 16, 50256
 
 
 def gpt2_small(seed: int = 0) -> torch.nn.Module:
@@ -34,11 +34,13 @@ def gpt2_small(seed: int = 0) -> torch.nn.Module:
     import transformers
 
     torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(**SMALL, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    # GPT-2's own end-of-text id: generate() checks it every token (EosTokenCriteria), as a
+    # user's decoding does; the fixed prompt and seed never produce it within NEW_TOKENS.
+    cfg = transformers.GPT2Config(**SMALL, bos_token_id=EOS, eos_token_id=EOS, pad_token_id=EOS)
     return transformers.GPT2LMHeadModel(cfg).eval()
 
 
 def prompt_ids(seed: int = 1) -> torch.Tensor:
     """One fixed prompt of PROMPT token ids (batch 1) for the decoding case."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, SMALL["vocab_size"], (1, PROMPT), generator=g)
+    return torch.randint(0, EOS, (1, PROMPT), generator=g)
