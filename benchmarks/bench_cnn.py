@@ -152,15 +152,3 @@ SPEC = {
     "resnet18_forward": ("ResNet-18 shape forward, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 5, "ms"),
     "resnet18_train": ("ResNet-18 shape train step, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 3, "ms"),
 }
-
-
-def _case(name):
-    def run(dev):
-        import bench_user
-
-        return bench_user.run_case(name, dev, bench_user._rounds(), module="bench_cnn", sides=SIDES, spec=SPEC)
-
-    return run
-
-
-CASES = {name: _case(name) for name in SIDES}

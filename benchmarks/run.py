@@ -4,6 +4,7 @@ Every figure is a ratio against plain PyTorch CPU (or the named baseline) measur
 same run, because absolute times on shared 2-core machines are noisy. The user-level cases
 (bench_user.py) run each side in its own fresh process, alternating over --rounds rounds,
 and report the median per-round ratio; a Markdown table of them is printed at the end.
+`--device ral:1` runs the same cases on the OpenCL device (targets from bench_user.TARGETS_RAL1).
 """
 
 from __future__ import annotations
@@ -22,17 +23,39 @@ import torch  # noqa: E402
 
 import torch_fl  # noqa: E402,F401
 
+# Case files besides bench_user.py. One holding SIDES and SPEC (each side in its own process,
+# bench_user.run_case) gets its cases built here; one holding CASES brings its own.
+CASE_FILES = ("bench_cnn", "bench_rnn", "bench_opencl", "bench_trace", "bench_jit", "bench_jit_sides")
+# Cases whose file may be missing from a checkout: name -> file. They stay selectable and say why
+# they did not run instead of vanishing from --only's choices.
+OPTIONAL = {"lstm_train": "bench_rnn"}
+
+
+def _skipped(name: str, module: str):
+    def run(dev):
+        print(f"{name}: skipped, benchmarks/{module}.py is not in this checkout", file=sys.stderr)
+        return []
+
+    return run
+
 
 def _cases():
     import bench_user
 
     cases = dict(bench_user.CASES)
-    for extra in ("bench_cnn", "bench_opencl", "bench_trace", "bench_jit", "bench_jit_sides"):
+    for extra in CASE_FILES:
         try:
             mod = __import__(extra)
-        except ImportError:
+        except ImportError as e:
+            if e.name != extra:
+                raise  # the file is there but broken: say so rather than drop its cases
             continue
-        cases.update(mod.CASES)
+        if hasattr(mod, "CASES"):
+            cases.update(mod.CASES)
+        else:
+            cases.update(bench_user.cases_of(extra, mod.SIDES, mod.SPEC))
+    for name, module in OPTIONAL.items():
+        cases.setdefault(name, _skipped(name, module))
     return cases
 
 

@@ -106,26 +106,37 @@ def test_item_loop_values_match_cpu_each_step():
             assert got == pytest.approx(lin(x).relu().sum().item(), rel=1e-4, abs=1e-4)
 
 
-def test_batching_off_by_env_queues_without_gates():
-    """TORCH_FL_OPENCL_BATCH=0: the same loop creates no gate (and still gives CPU's value)."""
-    code = f"""
+# A child process's prelude: the plugin's counters (`counters()`) and the latency loop's
+# Linear(64, 64) with its CPU value `want`.
+_CHILD_LOOP = """
 import ctypes, torch, torch_fl
 p = next(p for p in torch_fl.plugins() if p.record.name == 'opencl')
 so = ctypes.CDLL(p.record.library); so.ral_opencl_counter_name.restype = ctypes.c_char_p
 n = so.ral_opencl_counters(None, 0); names = [so.ral_opencl_counter_name(i).decode() for i in range(n)]
+def counters():
+    c = (ctypes.c_uint64 * n)(); so.ral_opencl_counters(c, n); return dict(zip(names, c))
 torch.manual_seed(0)
 lin, x = torch.nn.Linear(64, 64), torch.randn(32, 64)
 want = lin(x).sum().item()
+"""
+
+
+def test_batching_off_by_env_queues_without_gates():
+    """TORCH_FL_OPENCL_BATCH=0: the same loop creates no gate (and still gives CPU's value)."""
+    code = (
+        _CHILD_LOOP
+        + f"""
 lin, x = lin.to('{DEV}'), x.to('{DEV}')
 with torch.no_grad():
     for _ in range(5):
         got = lin(x).sum().item()
-c = (ctypes.c_uint64 * n)(); so.ral_opencl_counters(c, n); c = dict(zip(names, c))
+c = counters()
 assert c['gates'] == 0 and c['gate_opens'] == 0, c
 assert c['kernels'] >= 10, c
 assert abs(got - want) <= 1e-4 * max(1.0, abs(want)), (got, want)
 print('OK')
 """
+    )
     r = run_python(code, env={"TORCH_FL_OPENCL_BATCH": "0"})
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
 
@@ -225,3 +236,29 @@ def test_threads_sharing_a_stream_neither_deadlock_nor_mix_up():
         t.join(timeout=300)
     assert not any(t.is_alive() for t in threads), "a thread hung (a wait behind a closed gate)"
     assert not errors, errors
+
+
+def test_pocl_basic_device_is_not_gated_and_does_not_hang():
+    """PoCL's single-threaded "basic" device runs the commands a user event releases inside
+    clSetUserEventStatus and (PoCL 3.1) deadlocks on its own event lock there: the plugin
+    must not gate it. The loop finishes in both styles with CPU's value and no gate."""
+    code = (
+        _CHILD_LOOP
+        + f"""
+name = torch.ral.get_device_name('{DEV}')
+if not name.startswith('basic-'):
+    print('NOBASIC', name); raise SystemExit(0)
+lin_d, x_d = lin.to('{DEV}'), x.to('{DEV}')
+with torch.no_grad():
+    got = [lin_d(x_d).sum().item() for _ in range(3)]
+    with torch_fl.ral_mode('{DEV}'):
+        got += [lin(x).sum().item() for _ in range(3)]
+assert all(abs(g - want) <= 1e-4 * max(1.0, abs(want)) for g in got), (got, want)
+assert counters()['gates'] == 0, counters()
+print('OK')
+"""
+    )
+    r = run_python(code, env={"POCL_DEVICES": "basic"}, timeout=240)
+    if "NOBASIC" in r.stdout:
+        pytest.skip(f"this PoCL exposes no basic device under POCL_DEVICES=basic: {r.stdout.strip()}")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr

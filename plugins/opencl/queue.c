@@ -32,7 +32,8 @@ struct ral_event_s {
  * for a launch big enough to start at once; the workers then run the batch back to back.
  * Order is unchanged (the queue is in order), and every wait opens the gate first, under
  * `gate_mu`, so no wait can stand behind a closed gate. TORCH_FL_OPENCL_BATCH=0 turns it
- * off (read once). GPUs batch in their drivers and are never gated. */
+ * off (read once). GPUs batch in their drivers and are never gated, nor is PoCL's
+ * single-threaded "basic" device (gate_fits). */
 static int batch_enabled(void) {
   static _Atomic int on = -1;
   int v = atomic_load(&on);
@@ -42,6 +43,14 @@ static int batch_enabled(void) {
     atomic_store(&on, v);
   }
   return v;
+}
+
+/* Whether a CPU device's runtime hands commands to worker threads (what the gate saves
+ * wake-ups of). PoCL's "basic" device has none: it runs the commands a user event releases
+ * inside clSetUserEventStatus, and PoCL 3.1 then takes the event lock it already holds there
+ * (a deadlock at the first `.item()`, seen with POCL_DEVICES=basic). */
+static int gate_fits(const ocl_device* d) {
+  return d->cpu && strncmp(d->name, "basic-", 6) != 0;
 }
 
 /* Open the gate, if any: its commands start. Call with gate_mu held. */
@@ -124,7 +133,7 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   atomic_init(&s->enqueued, 0);
   pthread_mutex_init(&s->tail_mu, NULL);
   pthread_mutex_init(&s->gate_mu, NULL);
-  s->batch = d->cpu && batch_enabled();
+  s->batch = gate_fits(d) && batch_enabled();
   *stream = s;
   return RAL_OK;
 }
