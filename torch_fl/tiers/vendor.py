@@ -499,6 +499,16 @@ def _contig_prep(inner):
     return prep
 
 
+def _bn_stat_spec(spec, full):
+    """save_mean/save_invstd as CPU types them: the input's dtype unless a float32 weight,
+    bias or running statistic makes the call mixed (the meta kernel always says float32)."""
+    x, params = full[0], [t for t in full[1:5] if t is not None]
+    if x.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype == torch.float32 for t in params):
+        return spec
+    shape, strides, _, numel = spec[0], spec[1], spec[2], math.prod(spec[0])
+    return (shape, strides, x.dtype, numel * x.dtype.itemsize)
+
+
 def build(sch, args, kwargs, full, dev):
     """Plan a vendor-tier run for this call, or raise Declined with the reason."""
     entries = REGISTRY.entries(dev, sch.name)
@@ -528,6 +538,8 @@ def build(sch, args, kwargs, full, dev):
             # gives them C elements. Results must look like CPU's.
             for k in (1, 2):
                 out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
+        if sch.name == "aten::native_batch_norm":
+            out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
         present = [sp for sp in out_specs if sp is not None]
         out_shape = present[0][0] if present else ()
         out_dtype = present[0][2] if present else None
