@@ -27,7 +27,7 @@ def _cases():
     import bench_user
 
     cases = dict(bench_user.CASES)
-    for extra in ("bench_cnn", "bench_opencl", "bench_trace", "bench_jit", "bench_jit_sides"):
+    for extra in ("bench_cnn", "bench_rnn", "bench_opencl", "bench_trace", "bench_jit", "bench_jit_sides"):
         try:
             mod = __import__(extra)
         except ImportError:

@@ -38,7 +38,9 @@ _aten = torch.ops.aten
 
 # Ops whose kernels take an absent descriptor for an output the op leaves undefined (the
 # gradients output_mask does not ask for); other ops with such outputs decline.
-ABSENT_OUTPUT_OPS = frozenset({"aten::convolution_backward", "aten::native_batch_norm_backward"})
+ABSENT_OUTPUT_OPS = frozenset(
+    {"aten::convolution_backward", "aten::native_batch_norm_backward", "aten::_thnn_fused_lstm_cell_backward_impl"}
+)
 rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
 
@@ -520,7 +522,12 @@ def build(sch, args, kwargs, full, dev):
         raise Declined("view op")
     fresh = not (sch.is_inplace or sch.is_out)
     if fresh:
-        res = meta_run(sch.func, args, kwargs)
+        try:
+            res = meta_run(sch.func, args, kwargs)
+        except (NotImplementedError, AttributeError) as e:
+            # no meta kernel, or a broken one (torch's _thnn_fused_lstm_cell meta reads
+            # .device of the optional biases): another tier serves the call
+            raise Declined(f"meta kernel fails: {type(e).__name__}") from e
         metas = res if isinstance(res, (list, tuple)) else (res,)
         if any(m is None for m in metas) and sch.name not in ABSENT_OUTPUT_OPS:
             # e.g. native_layer_norm_backward without weight grads
