@@ -26,17 +26,6 @@ import torch_fl  # noqa: E402,F401
 # Case files besides bench_user.py. One holding SIDES and SPEC (each side in its own process,
 # bench_user.run_case) gets its cases built here; one holding CASES brings its own.
 CASE_FILES = ("bench_cnn", "bench_rnn", "bench_opencl", "bench_trace", "bench_jit", "bench_jit_sides")
-# Cases whose file may be missing from a checkout: name -> file. They stay selectable and say why
-# they did not run instead of vanishing from --only's choices.
-OPTIONAL = {"lstm_train": "bench_rnn"}
-
-
-def _skipped(name: str, module: str):
-    def run(dev):
-        print(f"{name}: skipped, benchmarks/{module}.py is not in this checkout", file=sys.stderr)
-        return []
-
-    return run
 
 
 def _cases():
@@ -54,8 +43,6 @@ def _cases():
             cases.update(mod.CASES)
         else:
             cases.update(bench_user.cases_of(extra, mod.SIDES, mod.SPEC))
-    for name, module in OPTIONAL.items():
-        cases.setdefault(name, _skipped(name, module))
     return cases
 
 

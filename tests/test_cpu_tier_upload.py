@@ -1,7 +1,9 @@
 """The cpu tier on a host-mappable device (ral:0) writes each result straight into its fresh
 device buffer with one CPU copy (tiers/cpu.py `_fill_on_host`), never through an upload
 (`to_device`: a row-major CPU copy of a channels_last result first, then a stream copy).
-Values and layouts must be CPU's; the upload path must not run."""
+A large single result of an op with an out= overload is written by that overload into the
+device buffer itself, with no copy at all (`_into_device`). Values and layouts must be CPU's;
+the upload path must not run."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ def test_results_are_written_in_place_with_cpu_layout(monkeypatch, layout):
     xd = x.to("ral:0")
     monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
     with torch_fl.coverage() as cov:
-        got, idx = torch.nn.functional.max_pool2d_with_indices(xd, 2)  # a cpu-tier op on ral:0
-    assert ("aten::max_pool2d_with_indices", "cpu") in cov.counts, cov.counts
-    want, want_idx = torch.nn.functional.max_pool2d_with_indices(x, 2)
+        got, idx = torch.nn.functional.adaptive_max_pool2d(xd, 3, return_indices=True)  # a cpu-tier op on ral:0
+    assert ("aten::adaptive_max_pool2d", "cpu") in cov.counts, cov.counts
+    want, want_idx = torch.nn.functional.adaptive_max_pool2d(x, 3, return_indices=True)
     assert got.stride() == want.stride()  # CPU keeps channels_last; so does the upload
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
     torch.testing.assert_close(idx.cpu(), want_idx, rtol=0, atol=0)
@@ -37,5 +39,27 @@ def test_results_are_written_in_place_with_cpu_layout(monkeypatch, layout):
 def test_empty_result(monkeypatch):
     monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
     x = torch.randn(0, 3, 8, 8)
-    got = torch.nn.functional.max_pool2d(x.to("ral:0"), 2)
+    got = torch.nn.functional.adaptive_max_pool2d(x.to("ral:0"), 4)
     assert got.shape == (0, 3, 4, 4) and got.device.type == "ral"
+
+
+def _no_fill(*args, **kwargs):
+    raise AssertionError("a large result was copied into device memory rather than written there")
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_large_results_are_written_by_the_out_overload(monkeypatch, layout):
+    """cumsum of 64K floats and a bicubic upsample: no copy of the result (neither upload nor
+    _fill_on_host), CPU's values and layout."""
+    torch.manual_seed(0)
+    x, img = torch.randn(1 << 16), torch.randn(2, 4, 16, 16).to(memory_format=layout)
+    monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
+    monkeypatch.setattr(cpu_tier, "_fill_on_host", _no_fill)
+    with torch_fl.coverage() as cov:
+        got = torch.cumsum(x.to("ral:0"), 0)
+        up = torch.nn.functional.interpolate(img.to("ral:0"), scale_factor=4, mode="bicubic")
+    assert ("aten::cumsum", "cpu") in cov.counts and ("aten::upsample_bicubic2d", "cpu") in cov.counts, cov.counts
+    torch.testing.assert_close(got.cpu(), torch.cumsum(x, 0), rtol=0, atol=0)
+    want = torch.nn.functional.interpolate(img, scale_factor=4, mode="bicubic")
+    assert up.stride() == want.stride()
+    torch.testing.assert_close(up.cpu(), want, rtol=0, atol=0)

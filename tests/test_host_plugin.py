@@ -757,6 +757,28 @@ def test_convolution_and_batch_norm_kernels():
         torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=5e-5)
 
 
+def test_pooling_upsampling_and_lstm_cell_kernels():
+    """Pooling, upsampling and the LSTM cell, forward and backward, on the host kernels
+    (their full sweeps: tests/test_pool_kernels.py, tests/test_rnn_kernels.py)."""
+    F = torch.nn.functional
+
+    def fn(x, lstm):
+        x = x.detach().requires_grad_()
+        y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1) + F.adaptive_avg_pool2d(x, 4)
+        z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
+        out, _ = lstm(z.flatten(2).permute(2, 0, 1))
+        out.square().sum().backward()
+        return [z, out, x.grad, *[p.grad for p in lstm.parameters()]]
+
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(4, 5)
+    mod = torch.nn.LSTM(4, 5).to(DEV)
+    mod.load_state_dict(ref.state_dict())
+    x = rand((2, 4, 8, 8), torch.float32)
+    for g, w in zip(fn(x.to(DEV), mod), fn(x, ref)):
+        torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-4)
+
+
 # Manifest ops the router currently never sends to the vendor tier from these cases
 # (reported to the lead; remove an entry once it routes to the host kernel).
 # silu_backward has a CompositeImplicitAutograd kernel: it decomposes above the ral backend.

@@ -1,8 +1,9 @@
 /*
  * bn.c -- native_batch_norm and native_batch_norm_backward over contiguous [N, C, *]
- * operands (the manifest asks for contiguous ones). The kernels read and write float16 and
- * bfloat16 through float rows too, but the manifest declares float32 only (for half inputs
- * CPU's save_mean/save_invstd dtype differs from the meta kernel's); statistics in double. One pool task per channel, so every
+ * operands (the manifest asks for contiguous ones), float32, float16 and bfloat16 (read and
+ * written through float rows; per-channel tensors may be float32 or the input's dtype, as
+ * the vendor tier types save_mean/save_invstd like CPU: tiers/vendor.py _bn_stat_spec);
+ * statistics in double. One pool task per channel, so every
  * channel's sums run in one fixed order whatever the thread budget.
  */
 #include <math.h>

@@ -41,8 +41,12 @@
   X(host_layer_norm_backward) X(host_nll_loss_forward) X(host_nll_loss_backward)         \
   X(host_sdpa_forward) X(host_sdpa_backward)
 
-#define HOST_KERNELS_CNN(X) \
-  X(host_convolution) X(host_convolution_backward) X(host_batch_norm) X(host_batch_norm_backward)
+#define HOST_KERNELS_CNN(X)                                                                         \
+  X(host_convolution) X(host_convolution_backward) X(host_batch_norm) X(host_batch_norm_backward)    \
+  X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
+  X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_upsample_nearest2d)       \
+  X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
+  X(host_lstm_cell) X(host_lstm_cell_backward)
 
 #define HOST_KERNELS_INDEX(X)                                                        \
   X(host_embedding) X(host_embedding_dense_backward) X(host_gather) X(host_scatter_src) \

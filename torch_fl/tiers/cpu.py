@@ -40,7 +40,7 @@ class CpuRun:
     """Run the op on CPU views of the device tensors and bring the results back."""
 
     tier = "cpu"
-    __slots__ = ("sch", "dev", "fn", "keep_layout", "generators")
+    __slots__ = ("sch", "dev", "fn", "keep_layout", "generators", "out_fn")
 
     def __init__(self, sch, dev):
         self.sch = sch
@@ -49,6 +49,9 @@ class CpuRun:
         self.fn = WIDENED.get(sch.func, sch.func)
         self.keep_layout = sch.name not in ROW_MAJOR_RESULTS  # upload results as CPU laid them out
         self.generators = tuple(p for p, ts in enumerate(sch.type_strs) if "Generator" in ts)
+        self.out_fn = _OUT_OVERLOADS.get(sch.func, _NO_OUT)
+        if self.out_fn is _NO_OUT:
+            self.out_fn = _OUT_OVERLOADS[sch.func] = _out_overload(sch)
 
     def run(self, args, kwargs, full):
         """Execute the op through PyTorch's CPU kernel."""
@@ -99,6 +102,10 @@ class CpuRun:
                 cpu_args[p] = gen
             else:
                 cpu_kwargs[self.sch.names[p]] = gen
+        if self.out_fn is not None and not detached and self.keep_layout and host_mappable(dev):
+            direct = _into_device(self.out_fn, self.sch.func, cpu_args, cpu_kwargs, dev)
+            if direct is not None:
+                return direct
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.fn(*cpu_args, **cpu_kwargs)
         resized = set()
@@ -114,6 +121,93 @@ class CpuRun:
                 write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
         return _up(result, by_cpu, dev, self.keep_layout)
+
+
+# Results at least this large are written by the CPU kernel's out= overload straight into
+# device memory (a host-mappable device); smaller ones are not worth the meta run.
+DIRECT_MIN_NUMEL = 1 << 15
+_NO_OUT = object()
+_OUT_OVERLOADS: dict = {}  # functional OpOverload -> its `.out` overload, or None
+
+
+def _out_overload(sch):
+    """The op's `.out` overload when it takes the same arguments plus one `out` tensor and
+    the op returns one fresh tensor; else None."""
+    if sch.is_inplace or sch.is_out or sch.is_view or sch.n_returns != 1 or not sch.returns_tensor:
+        return None
+    if sch.mutated_positions or any("Generator" in ts for ts in sch.type_strs):
+        return None
+    out = getattr(sch.func.overloadpacket, "out", None)
+    if out is None:
+        return None
+    args = out._schema.arguments
+    outs = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+    if len(outs) != 1 or outs[0].name != "out" or tuple(a.name for a in args if a is not outs[0]) != sch.names:
+        return None
+    return out
+
+
+def _meta_of(v):
+    if isinstance(v, torch.Tensor):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(_meta_of(x) for x in v)
+    return v
+
+
+def _key_of(v):
+    """A hashable stand-in for an argument: a tensor's geometry and dtype, else the value."""
+    if isinstance(v, torch.Tensor):
+        return (tuple(v.shape), v.stride(), v.dtype)
+    if isinstance(v, (list, tuple)):
+        return tuple(_key_of(x) for x in v)
+    return v
+
+
+# (func, arguments' key) -> (shape, strides, dtype) of the result, or None: some meta kernels
+# are Python decompositions that take milliseconds (upsample_bicubic2d: ~0.3 s under load),
+# so each signature runs its meta kernel once.
+_RESULT_GEOMETRY: dict = {}
+
+
+def _result_geometry(func, cpu_args, cpu_kwargs):
+    try:
+        key = (func, _key_of(cpu_args), _key_of(sorted(cpu_kwargs.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _RESULT_GEOMETRY:
+        return _RESULT_GEOMETRY[key]
+    try:
+        meta = func(*_meta_of(cpu_args), **_meta_of(cpu_kwargs))
+    except Exception:  # no meta kernel, or one that fails: the usual path reports real errors
+        meta = None
+    geo = None
+    if isinstance(meta, torch.Tensor) and meta.numel() >= DIRECT_MIN_NUMEL and is_dense(meta.shape, meta.stride()):
+        geo = (tuple(meta.shape), tuple(meta.stride()), meta.dtype)
+    if key is not None:
+        if len(_RESULT_GEOMETRY) >= 4096:  # a program with ever-new shapes: start over
+            _RESULT_GEOMETRY.clear()
+        _RESULT_GEOMETRY[key] = geo
+    return geo
+
+
+def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
+    """Issue 37: the cpu tier took 3-4x CPU's time for a large result (cumsum of 4M floats:
+    40-54 ms against 12 ms). The CPU kernel wrote a fresh CPU tensor (page faults on a new
+    mapping) and _fill_on_host copied it into a second fresh buffer. Here the kernel's out=
+    overload writes straight into the device buffer, laid out as the meta kernel says (the
+    layout the vendor tier gives); None (the caller takes the usual path) when the result is
+    small or the meta kernel cannot say."""
+    geo = _result_geometry(func, cpu_args, cpu_kwargs)
+    if geo is None:
+        return None
+    out = empty_on(dev, geo[0], geo[2], geo[1])
+    view = host_view(out)
+    out_fn(*cpu_args, **cpu_kwargs, out=view)
+    if (tuple(view.shape), view.stride()) != geo[:2]:
+        raise RuntimeError(f"{func}: the out= kernel resized a result whose size the meta kernel gave")
+    return out
 
 
 def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:

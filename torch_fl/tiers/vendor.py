@@ -38,7 +38,9 @@ _aten = torch.ops.aten
 
 # Ops whose kernels take an absent descriptor for an output the op leaves undefined (the
 # gradients output_mask does not ask for); other ops with such outputs decline.
-ABSENT_OUTPUT_OPS = frozenset({"aten::convolution_backward", "aten::native_batch_norm_backward"})
+ABSENT_OUTPUT_OPS = frozenset(
+    {"aten::convolution_backward", "aten::native_batch_norm_backward", "aten::_thnn_fused_lstm_cell_backward_impl"}
+)
 rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
 
@@ -499,6 +501,16 @@ def _contig_prep(inner):
     return prep
 
 
+def _bn_stat_spec(spec, full):
+    """save_mean/save_invstd as CPU types them: the input's dtype unless a float32 weight,
+    bias or running statistic makes the call mixed (the meta kernel always says float32)."""
+    x, params = full[0], [t for t in full[1:5] if t is not None]
+    if x.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype == torch.float32 for t in params):
+        return spec
+    shape, strides, _, numel = spec[0], spec[1], spec[2], math.prod(spec[0])
+    return (shape, strides, x.dtype, numel * x.dtype.itemsize)
+
+
 def build(sch, args, kwargs, full, dev):
     """Plan a vendor-tier run for this call, or raise Declined with the reason."""
     entries = REGISTRY.entries(dev, sch.name)
@@ -510,7 +522,12 @@ def build(sch, args, kwargs, full, dev):
         raise Declined("view op")
     fresh = not (sch.is_inplace or sch.is_out)
     if fresh:
-        res = meta_run(sch.func, args, kwargs)
+        try:
+            res = meta_run(sch.func, args, kwargs)
+        except (NotImplementedError, AttributeError) as e:
+            # no meta kernel, or a broken one (torch's _thnn_fused_lstm_cell meta reads
+            # .device of the optional biases): another tier serves the call
+            raise Declined(f"meta kernel fails: {type(e).__name__}") from e
         metas = res if isinstance(res, (list, tuple)) else (res,)
         if any(m is None for m in metas) and sch.name not in ABSENT_OUTPUT_OPS:
             # e.g. native_layer_norm_backward without weight grads
@@ -528,6 +545,8 @@ def build(sch, args, kwargs, full, dev):
             # gives them C elements. Results must look like CPU's.
             for k in (1, 2):
                 out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
+        if sch.name == "aten::native_batch_norm":
+            out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
         present = [sp for sp in out_specs if sp is not None]
         out_shape = present[0][0] if present else ()
         out_dtype = present[0][2] if present else None

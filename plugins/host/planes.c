@@ -1,0 +1,110 @@
+/*
+ * planes.c -- plane blocks of strided [N, C, H, W] operands (planes.h).
+ */
+#include "planes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+
+int plane_operand_of(plane_operand* p, const ral_tensor* t) {
+  p->t = t;
+  if (t->ndim == 3) {
+    p->n = 1;
+    p->sn = 0;
+    p->c = t->sizes[0], p->h = t->sizes[1], p->w = t->sizes[2];
+    p->sc = t->strides[0], p->sh = t->strides[1], p->sw = t->strides[2];
+    return 1;
+  }
+  if (t->ndim != 4) return 0;
+  p->n = t->sizes[0], p->c = t->sizes[1], p->h = t->sizes[2], p->w = t->sizes[3];
+  p->sn = t->strides[0], p->sc = t->strides[1], p->sh = t->strides[2], p->sw = t->strides[3];
+  return 1;
+}
+
+static int64_t plane_block(int64_t C, int64_t plane_a, int64_t plane_b) {
+  int64_t plane = plane_a > plane_b ? plane_a : plane_b;
+  int64_t cb = plane > 0 ? (1 << 16) / plane : C;
+  if (cb < 1) cb = 1;
+  return cb < C ? cb : (C > 0 ? C : 1);
+}
+
+/* Element (n, c, h, 0) of p, as bytes. */
+static char* at(const plane_operand* p, int64_t n, int64_t c, int64_t h) {
+  size_t es = host_dtype_size(p->t->dtype);
+  return host_ptr(p->t) + (n * p->sn + c * p->sc + h * p->sh) * (int64_t)es;
+}
+
+/* A channels_last operand (channel stride below the width stride) is read and written in
+ * runs of up to RUN consecutive channels per (h, w) rather than one element per cache line
+ * per plane. */
+#define RUN 64
+
+static int channel_runs(const plane_operand* p, int64_t cb) { return cb > 1 && p->sc < p->sw; }
+
+/* Moves channels [c0, c0 + cb) of sample n between p and the float block buf[cb][h][w]. */
+static void plane_move(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, float* buf, int store) {
+  int64_t es = (int64_t)host_dtype_size(p->t->dtype), H = p->h, W = p->w, HW = H * W;
+  int32_t dt = p->t->dtype, f32 = RAL_DTYPE_FLOAT32;
+  if (channel_runs(p, cb)) {
+    float run[RUN];
+    for (int64_t c = 0; c < cb; c += RUN) {
+      int64_t k = cb - c < RUN ? cb - c : RUN;
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t w = 0; w < W; w++) {
+          char* e = at(p, n, c0 + c, h) + w * p->sw * es;
+          float* b = buf + c * HW + h * W + w;
+          if (store) {
+            for (int64_t i = 0; i < k; i++) run[i] = b[i * HW];
+            host_store_row(e, p->sc * es, dt, run, f32, k);
+          } else {
+            host_load_row(run, f32, e, p->sc * es, dt, k);
+            for (int64_t i = 0; i < k; i++) b[i * HW] = run[i];
+          }
+        }
+    }
+    return;
+  }
+  for (int64_t c = 0; c < cb; c++)
+    for (int64_t h = 0; h < H; h++) {
+      if (store) host_store_row(at(p, n, c0 + c, h), p->sw * es, dt, buf + (c * H + h) * W, f32, W);
+      else host_load_row(buf + (c * H + h) * W, f32, at(p, n, c0 + c, h), p->sw * es, dt, W);
+    }
+}
+
+void plane_load(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, float* dst) {
+  plane_move(p, n, c0, cb, dst, 0);
+}
+
+void plane_store(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, const float* src) {
+  plane_move(p, n, c0, cb, (float*)src, 1);
+}
+
+static void run_tasks(int64_t t0, int64_t t1, void* arg) {
+  plane_run* r = arg;
+  int64_t in = r->src->h * r->src->w, out = r->dst->h * r->dst->w;
+  float* src = malloc((size_t)(r->cb * (in + out) + 1) * sizeof(float));
+  if (!src) {
+    r->failed = 1;
+    return;
+  }
+  float* dst = src + r->cb * in;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t n = t / r->blocks, c0 = (t % r->blocks) * r->cb;
+    int64_t cb = r->src->c - c0 < r->cb ? r->src->c - c0 : r->cb;
+    plane_load(r->src, n, c0, cb, src);
+    if (r->accumulate) memset(dst, 0, (size_t)(cb * out) * sizeof(float));
+    r->body(r->job, n, c0, cb, src, dst);
+    plane_store(r->dst, n, c0, cb, dst);
+  }
+  free(src);
+}
+
+int plane_run_all(plane_run* r) {
+  r->cb = plane_block(r->src->c, r->src->h * r->src->w, r->dst->h * r->dst->w);
+  r->blocks = (r->src->c + r->cb - 1) / r->cb;
+  r->failed = 0;
+  if (r->src->n * r->blocks > 0 && r->dst->h * r->dst->w > 0) host_parallel_for(r->src->n * r->blocks, 1, run_tasks, r);
+  return !r->failed;
+}

@@ -1,0 +1,45 @@
+/*
+ * planes.h -- [N, C, H, W] operands of any strides (NCHW, channels_last, sliced) as blocks
+ * of whole planes in float scratch: what pooling (pool2d.c) and upsampling (upsample.c)
+ * share. A kernel cuts the N x C planes into tasks of `cb` channels of one sample, reads
+ * a task's planes into a contiguous float [cb][H][W] block (half types widened), computes
+ * there and writes the result block back through the output's strides and dtype.
+ */
+#ifndef HOST_PLANES_H
+#define HOST_PLANES_H
+
+#include "host.h"
+
+/* A 3-d ([C, H, W], one sample) or 4-d operand as N, C, H, W with element strides. */
+typedef struct {
+  const ral_tensor* t;
+  int64_t n, c, h, w;
+  int64_t sn, sc, sh, sw;
+} plane_operand;
+
+/*! Fills p from t (3-d or 4-d); 0 when t has another rank. */
+HOST_HIDDEN int plane_operand_of(plane_operand* p, const ral_tensor* t);
+/*! Reads channels [c0, c0 + cb) of sample n into dst[cb][h][w] (float). */
+HOST_HIDDEN void plane_load(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, float* dst);
+/*! Writes src[cb][h][w] to channels [c0, c0 + cb) of sample n. */
+HOST_HIDDEN void plane_store(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, const float* src);
+
+/*! One task's work: src is the block of [cb][src h][src w] read from channels
+ *  [c0, c0 + cb) of sample n, dst the [cb][dst h][dst w] block written back after it
+ *  (zeroed first when the run accumulates). */
+typedef void (*plane_body)(void* job, int64_t n, int64_t c0, int64_t cb, const float* src, float* dst);
+
+typedef struct {
+  const plane_operand *src, *dst; /* of one N and C */
+  plane_body body;
+  void* job;
+  int accumulate; /* dst starts at zero (a backward that scatters) */
+  int64_t cb, blocks;
+  int failed; /* out of memory for a block */
+} plane_run;
+
+/*! Runs r->body over every block of planes on the pool; 0 when a block's scratch could not
+ *  be allocated. */
+HOST_HIDDEN int plane_run_all(plane_run* r);
+
+#endif /* HOST_PLANES_H */
