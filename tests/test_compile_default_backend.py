@@ -206,6 +206,32 @@ def test_dynamic_and_recompilation(device):
         assert counters["stats"]["unique_graphs"] == graphs
 
 
+@pytest.mark.skipif(not _have("ral:0"), reason="ral:0 is not present")
+def test_gemms_take_vendor_kernels_on_host_mappable_device():
+    """Inductor's GEMMs (mm/addmm/bmm, its out= extern calls) run as the vendor's kernels on
+    ral:0, as in eager, not as PyTorch's CPU GEMM in the cpu tier; forward and backward."""
+    torch.manual_seed(0)
+    m, x = Block(), torch.randn(5, 3, 8)
+    ref = copy.deepcopy(m)
+    w = torch.randn(5, 4, 4)
+    dev = copy.deepcopy(m).to("ral:0")
+    torch._dynamo.reset()
+    f = torch.compile(lambda mod, t, b: (mod(t) @ b).sum(-1))  # Linear (addmm, mm), bmm
+    f(dev, x.to("ral:0"), w.to("ral:0")).sum().backward()
+    dev.zero_grad()
+    with torch_fl.coverage() as cov:
+        out = f(dev, x.to("ral:0"), w.to("ral:0"))
+        out.sum().backward()
+    want = (ref(x) @ w).sum(-1)
+    want.sum().backward()
+    torch.testing.assert_close(out.cpu(), want, **TOL)
+    for p, q in zip(dev.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
+    gemms = [op for op in cov.ops_in_tier("cpu") if op.split("::")[1].split(".")[0] in ("mm", "addmm", "bmm")]
+    assert gemms == []
+    assert {"aten::addmm", "aten::mm", "aten::bmm"} <= set(cov.ops_in_tier("vendor"))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_modes_warn_once_and_match(device, mode):
