@@ -6,9 +6,12 @@
     python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
     python benchmarks/bench_compile.py --case gpt2 --floor  # the most any backend could gain
     python benchmarks/bench_compile.py --case gpt2 --counts ral:1 --steps 2  # launches/syncs per step
+    python benchmarks/bench_compile.py --case gpt2 --breakdown ral:0  # where a compiled step's time goes
+    python benchmarks/bench_compile.py --case gpt2 --device ral:1 --backends inductor  # driver on ral:1
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
-backend: inductor's C++ kernels on ral:0's host-mapped buffers).
+backend: inductor's C++ kernels on ral:0's host-mapped buffers; on ral:1 the graph as one
+extern call through the ral backend's fused kernels).
 
 Cases (each a training step: forward, backward, eager AdamW):
 - `gpt2`: the benchmark GPT-2, 4 layers x 256, batch 4x128.
@@ -126,12 +129,12 @@ def _stepper(fn, inputs, opt, between=None, amp=None):
     return step
 
 
-def child(case: str, mode: str, steps: int, amp: str | None = None) -> tuple[float, float]:
+def child(case: str, mode: str, steps: int, amp: str | None = None, device: str = "ral:0") -> tuple[float, float]:
     """Median seconds per training step of one configuration: wall clock, and CPU time of the
     whole process (Python thread, stream worker and pool: what the step costs a loaded machine)."""
     import torch
 
-    model, inputs, opt = _setup(case)
+    model, inputs, opt = _setup(case, device)
     fn = model if mode == "eager" else torch.compile(model, backend=mode)
     step = _stepper(fn, inputs, opt, amp=amp)
     for _ in range(3):
@@ -160,12 +163,10 @@ def _kind(name: str, phase: str) -> str:
     return "reduction/norm" if any(r in op for r in _REDUCTIONS) else "pointwise/other"
 
 
-def shares(case: str, steps: int, amp: str | None = None) -> None:
-    """Kernel time per kind of launch, eager against backend="ral" in one process: every
-    launch timed between two device syncs (rt_launch wrapped), min over steps per launch.
-    Load-independent enough to say what share of a step is GEMM, pointwise or AdamW."""
-    import torch
-
+def _time_launches() -> dict:
+    """Install a timer around every device launch (before any launch plan captures rt_launch):
+    while `record["on"]` is a list, each launch runs between two device syncs and appends
+    (kernel name, `record["phase"]`, seconds)."""
     from torch_fl._native import ffi, lib
     from torch_fl.tiers import launch, vendor
 
@@ -185,7 +186,17 @@ def shares(case: str, steps: int, amp: str | None = None) -> None:
         def __getattr__(self, name):
             return timed if name == "rt_launch" else getattr(lib, name)
 
-    vendor.rt_launch, launch.lib = timed, _Lib()  # before any plan captures rt_launch
+    vendor.rt_launch, launch.lib = timed, _Lib()
+    return record
+
+
+def shares(case: str, steps: int, amp: str | None = None) -> None:
+    """Kernel time per kind of launch, eager against backend="ral" in one process: every
+    launch timed between two device syncs (rt_launch wrapped), min over steps per launch.
+    Load-independent enough to say what share of a step is GEMM, pointwise or AdamW."""
+    import torch
+
+    record = _time_launches()
     model, inputs, opt = _setup(case)
 
     def between():
@@ -214,9 +225,9 @@ def shares(case: str, steps: int, amp: str | None = None) -> None:
             print(f"  {kind:16s} {n:4d} launches {t * 1e3:8.2f} ms {100 * t / total:5.1f}%")
 
 
-def _run_child(case: str, mode: str, steps: int, amp: str | None = None) -> list[float]:
+def _run_child(case: str, mode: str, steps: int, amp: str | None = None, device: str = "ral:0") -> list[float]:
     """(wall, CPU) seconds per step of one configuration, measured in a fresh process."""
-    extra = ["--amp", amp] if amp else []
+    extra = (["--amp", amp] if amp else []) + ["--device", device]
     out = subprocess.run(
         [sys.executable, __file__, "--case", case, "--mode", mode, "--steps", str(steps), *extra],
         capture_output=True,
@@ -258,16 +269,7 @@ def floor(case: str, steps: int) -> None:
         opt.step()
         torch.ral.synchronize()
 
-    got = {}
-    for name, fn in (("kernels", kernels), ("adamw", adamw)):
-        for _ in range(3):
-            fn()
-        times = []
-        for _ in range(steps):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        got[name] = statistics.median(times)
+    got = {name: _median_time(fn, steps) for name, fn in (("kernels", kernels), ("adamw", adamw))}
     eager = _run_child(case, "eager", steps)[0]
     bound = eager / (got["kernels"] + got["adamw"])
     kinds = sorted({f._schema.name.split("::")[-1] for f, _, _ in calls})
@@ -276,6 +278,18 @@ def floor(case: str, steps: int) -> None:
         f"{got['adamw'] * 1e3:.1f} ms per step; eager step {eager * 1e3:.1f} ms (own process): a compiled step "
         f"that spent nothing else would be {bound:.2f}x faster"
     )
+
+
+def _median_time(fn, steps: int, warm: int = 3) -> float:
+    """Median wall seconds of `fn()` over `steps` calls, after `warm` calls."""
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def _geometry(a):
@@ -351,6 +365,144 @@ def counts(case: str, device: str, steps: int, modes=("eager", "inductor", "ral"
         print(f"{case} on {device}, {mode}: " + ", ".join(f"{k} {v:g}" for k, v in per.items()))
 
 
+_GEMM_CALLS = (*_GEMMS, "aten::_scaled_dot_product", "aten::scaled_dot_product")
+_REGIONS = ("Torch-Compiled Region", "TorchDynamo Cache Lookup", "CompiledFunctionBackward")
+
+
+def _outermost(event, names: tuple) -> bool:
+    """`event` is named by one of `names` and no event around it is."""
+    return event.name.startswith(names) and not _inside(event, names)
+
+
+def _inside(event, names) -> bool:
+    """Some event around `event` starts with `names` (a prefix or a tuple of them)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith(names):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+class _Timers:
+    """Seconds and counts per label, summed over the calls they wrap."""
+
+    def __init__(self):
+        import collections
+
+        self.on, self.t, self.n = False, collections.Counter(), collections.Counter()
+
+    def wrap(self, label: str, fn, keep=lambda *a: True):
+        """`fn`, timed under `label` while `on` (and `keep(*args)`)."""
+
+        def timed(*args):
+            if not (self.on and keep(*args)):
+                return fn(*args)
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.t[label] += time.perf_counter() - t
+                self.n[label] += 1
+
+        return timed
+
+
+def breakdown(case: str, device: str, steps: int, mode: str = "inductor") -> None:
+    """Where a compiled training step's time goes, in three passes over the same compiled step
+    (one process): (1) its wall time; (2) torch.profiler's host intervals: Dynamo's guard check
+    and its compiled region, AOT's forward/backward functions and the compiled graphs inside
+    them (Dynamo/AOT host work = the first minus the last), inductor's C++ kernels (ral:0,
+    `cpp.enable_kernel_profile`), the host's waits on the device (timed in torch_fl's sync
+    calls); (3) every device launch timed between two syncs, by kind (GEMM/attention, fused,
+    other pointwise, reductions, AdamW): kernel time with nothing overlapping it."""
+    import torch
+    import torch._inductor.config as iconfig
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_fl.device import sync
+
+    waits = _Timers()
+    real_sync = sync.lib
+
+    class _SyncLib:
+        def __getattr__(self, name):
+            fn = getattr(real_sync, name)
+            if name in ("rt_stream_synchronize", "rt_device_synchronize", "rt_event_synchronize"):
+                return waits.wrap("wait", fn)
+            if name == "rt_copy_d2h":
+                return waits.wrap("wait", fn, keep=lambda *a: a[-1] == 1)
+            return fn
+
+    sync.lib = _SyncLib()
+    kernels = _time_launches()
+    torch._dynamo.reset()
+    model, inputs, opt = _setup(case, device)
+    with iconfig.patch({"cpp.enable_kernel_profile": True}):
+        fn = model if mode == "eager" else torch.compile(model, backend=mode)
+
+        def between():
+            kernels["phase"] = "opt"
+
+        step = _stepper(fn, inputs, opt, between=between)
+        for _ in range(3):
+            step()
+    wall = _median_time(step, steps, warm=0)
+
+    host: dict = {}
+    for _ in range(steps):
+        waits.on = True
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        waits.on = False
+        got = {"dynamo_aot": 0.0, "graphs": 0.0, "cpp": 0.0, "gemm": 0.0, "n_graphs": 0}
+        for e in prof.events():
+            if _outermost(e, _REGIONS):  # graph breaks nest regions: each interval once
+                got["dynamo_aot"] += e.cpu_time_total
+            elif e.name.startswith("## Call CompiledFxGraph") and _outermost(e, ("## Call CompiledFxGraph",)):
+                got["graphs"] += e.cpu_time_total
+                got["n_graphs"] += 1e6
+            elif "cpp_fused" in e.name:  # graph_<i>_cpp_fused_...
+                got["cpp"] += e.cpu_time_total
+            elif _outermost(e, _GEMM_CALLS) and _inside(e, "## Call CompiledFxGraph"):
+                got["gemm"] += e.cpu_time_total
+        got["dynamo_aot"] -= got["graphs"]
+        for k, v in got.items():
+            host.setdefault(k, []).append(v / 1e6)
+    host = {k: statistics.median(v) for k, v in host.items()}
+    n_waits, t_waits = waits.n["wait"] / steps, waits.t["wait"] / steps
+
+    runs = []
+    for _ in range(steps):
+        kernels["on"], kernels["phase"] = [], "model"
+        step()
+        by_kind: dict = {}
+        for name, phase, t in kernels["on"]:
+            by_kind[_kind(name, phase)] = by_kind.get(_kind(name, phase), 0.0) + t
+        runs.append(by_kind)
+        kernels["on"] = None
+    dev_kinds = {k: min(r.get(k, 0.0) for r in runs) for k in runs[0]}
+
+    ms = lambda v: f"{v * 1e3:.1f} ms"  # noqa: E731
+    print(f"{case} on {device}, {mode}: step {ms(wall)} (wall, median of {steps})")
+    print(
+        f"  host, Dynamo guards + AOT wrappers (compiled regions less their graphs, and what Dynamo left "
+        f"to run eagerly between graph breaks): {ms(host['dynamo_aot'])}"
+    )
+    print(
+        f"  host, inside the {host['n_graphs']:g} compiled graph calls (op dispatch, launches, C++ kernels): "
+        f"{ms(host['graphs'])}"
+    )
+    print(f"    of which GEMM/attention calls (host time of the calls): {ms(host['gemm'])}")
+    if host["cpp"]:
+        print(f"    of which inductor's C++ kernels (run on the host): {ms(host['cpp'])}")
+    print(f"  host waits on the device: {n_waits:g} per step, {ms(t_waits)} blocked (profiled pass)")
+    total = sum(dev_kinds.values())
+    print(f"  device kernels, each timed alone (min over {steps} steps): {ms(total)}")
+    for kind, v in sorted(dev_kinds.items(), key=lambda kv: -kv[1]):
+        print(f"    {kind:16s} {ms(v):>10s} {100 * v / wall:5.1f}% of the step")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", *CASES])
@@ -362,10 +514,15 @@ def main() -> None:
     ap.add_argument("--amp", choices=sorted(_AMP), help="forward under torch.autocast('ral', dtype)")
     ap.add_argument("--floor", action="store_true", help="GEMM + attention + AdamW time: the bound on any speedup")
     ap.add_argument("--counts", metavar="DEVICE", help="launches/syncs per step on DEVICE (ral:0, ral:1)")
+    ap.add_argument("--breakdown", metavar="DEVICE", help="a compiled step's time by kind of work on DEVICE")
+    ap.add_argument("--device", default="ral:0", help="device of the driver and --mode runs")
     a = ap.parse_args()
     if a.counts:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
             counts(case, a.counts, a.steps, *([(a.mode,)] if a.mode else []))
+        return
+    if a.breakdown:
+        breakdown(a.case or "gpt2", a.breakdown, a.steps, a.mode or "inductor")
         return
     if a.floor:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
@@ -376,7 +533,7 @@ def main() -> None:
             shares(case, a.steps, a.amp)
         return
     if a.case and a.mode:
-        wall, cpu = child(a.case, a.mode, a.steps, a.amp)
+        wall, cpu = child(a.case, a.mode, a.steps, a.amp, a.device)
         print(f"{wall:.6f} {cpu:.6f}")
         return
     backends = [b for b in a.backends.split(",") if b]
@@ -387,14 +544,14 @@ def main() -> None:
         for _ in range(a.rounds):
             got = {}
             for mode in ("eager", *backends):
-                got[mode] = _run_child(case, mode, a.steps, a.amp)
+                got[mode] = _run_child(case, mode, a.steps, a.amp, a.device)
                 runs[mode].append(got[mode][0])
             for b in backends:
                 ratios[b].append(got["eager"][0] / got[b][0])
                 cpu_ratios[b].append(got["eager"][1] / got[b][1])
         for b in backends:
             print(
-                f"{case}: eager {statistics.median(runs['eager']) * 1e3:.1f} ms, {b} backend "
+                f"{case} on {a.device}: eager {statistics.median(runs['eager']) * 1e3:.1f} ms, {b} backend "
                 f"{statistics.median(runs[b]) * 1e3:.1f} ms, median speedup {statistics.median(ratios[b]):.2f}x "
                 f"(rounds {', '.join(f'{r:.2f}' for r in ratios[b])}); CPU/step ratio "
                 f"{statistics.median(cpu_ratios[b]):.2f}x (rounds {', '.join(f'{r:.2f}' for r in cpu_ratios[b])})"

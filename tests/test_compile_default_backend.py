@@ -137,6 +137,58 @@ def test_view_inputs_and_outputs(device):
     assert v.cpu()[0, 1] == want[1, 2]  # the earlier output view sees the write: same buffer
 
 
+# PyTorch's bug, not ours: Dynamo fakeifies a wrapper-subclass view input with dynamic sizes
+# (an automatic-dynamic recompile, or dynamic=True) with compound size expressions it then
+# refuses to bind. Its own TwoTensor fails the same way with backend="eager" (torch 2.13).
+# strict: the day PyTorch fixes it these XPASS and fail, and docs/compile.md's limit goes.
+class PyTorchViewRecompileBug(Exception):
+    """Dynamo's "For root tracer, we only expect to bind basic symbols" on a view input."""
+
+
+PYTORCH_VIEW_RECOMPILE = pytest.mark.xfail(
+    strict=True,
+    raises=PyTorchViewRecompileBug,
+    reason="PyTorch Dynamo bug: a wrapper-subclass view input recompiled with dynamic sizes fails "
+    "'For root tracer, we only expect to bind basic symbols' (reproduced with torch's TwoTensor)",
+)
+
+
+def _view_recompile(base, backend="inductor", dynamic=None):
+    """The minimal case: one compiled function, a 2-D slice view, then a row-slice view."""
+    torch._dynamo.reset()
+    f = torch.compile(lambda t: t * 2, backend=backend, dynamic=dynamic)
+    try:
+        f(base[1:, 2:])
+        return f(base[2:6])
+    except AssertionError as e:
+        if "For root tracer, we only expect to bind basic symbols" in str(e):
+            raise PyTorchViewRecompileBug(str(e)) from e
+        raise
+
+
+@PYTORCH_VIEW_RECOMPILE
+def test_view_input_recompile_fails_in_pytorch_itself():
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    a = torch.randn(6, 8)
+    _view_recompile(a)  # plain CPU tensors recompile fine
+    _view_recompile(TwoTensor(a, a.clone()), backend="eager")
+
+
+@PYTORCH_VIEW_RECOMPILE
+@pytest.mark.parametrize("device", [_dev("ral:0"), _dev("ral:1")])
+def test_view_input_recompile(device):
+    a = torch.randn(6, 8)
+    torch.testing.assert_close(_view_recompile(a.to(device)).cpu(), a[2:6] * 2)
+
+
+@pytest.mark.parametrize("device", [_dev("ral:0", slow=True), _dev("ral:1")])
+def test_view_input_recompile_with_static_shapes(device):
+    """The documented way round: dynamic=False recompiles each view geometry statically."""
+    a = torch.randn(6, 8)
+    torch.testing.assert_close(_view_recompile(a.to(device), dynamic=False).cpu(), a[2:6] * 2)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_dynamic_and_recompilation(device):
     from torch._dynamo.utils import counters
@@ -152,6 +204,32 @@ def test_dynamic_and_recompilation(device):
             t = torch.randn(n, 4)
             torch.testing.assert_close(f(t.to(device)).cpu(), fn(t), **TOL)
         assert counters["stats"]["unique_graphs"] == graphs
+
+
+@pytest.mark.skipif(not _have("ral:0"), reason="ral:0 is not present")
+def test_gemms_take_vendor_kernels_on_host_mappable_device():
+    """Inductor's GEMMs (mm/addmm/bmm, its out= extern calls) run as the vendor's kernels on
+    ral:0, as in eager, not as PyTorch's CPU GEMM in the cpu tier; forward and backward."""
+    torch.manual_seed(0)
+    m, x = Block(), torch.randn(5, 3, 8)
+    ref = copy.deepcopy(m)
+    w = torch.randn(5, 4, 4)
+    dev = copy.deepcopy(m).to("ral:0")
+    torch._dynamo.reset()
+    f = torch.compile(lambda mod, t, b: (mod(t) @ b).sum(-1))  # Linear (addmm, mm), bmm
+    f(dev, x.to("ral:0"), w.to("ral:0")).sum().backward()
+    dev.zero_grad()
+    with torch_fl.coverage() as cov:
+        out = f(dev, x.to("ral:0"), w.to("ral:0"))
+        out.sum().backward()
+    want = (ref(x) @ w).sum(-1)
+    want.sum().backward()
+    torch.testing.assert_close(out.cpu(), want, **TOL)
+    for p, q in zip(dev.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
+    gemms = [op for op in cov.ops_in_tier("cpu") if op.split("::")[1].split(".")[0] in ("mm", "addmm", "bmm")]
+    assert gemms == []
+    assert {"aten::addmm", "aten::mm", "aten::bmm"} <= set(cov.ops_in_tier("vendor"))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -205,7 +283,8 @@ def test_gpt2_training_step_on_ral1():
         out.loss.backward()
         return out.loss, sum(counters["graph_break"].values()), counters["stats"]["unique_graphs"]
 
-    ref, cpu_breaks, cpu_graphs = run(copy.deepcopy(model), batch, backend="aot_eager")
+    cmodel = copy.deepcopy(model)
+    ref, cpu_breaks, cpu_graphs = run(cmodel, batch, backend="aot_eager")
     dmodel = copy.deepcopy(model).to("ral:1")
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no graph fell back to op by op
@@ -214,6 +293,11 @@ def test_gpt2_training_step_on_ral1():
     assert (breaks, graphs) == (cpu_breaks, cpu_graphs)
     g = dmodel.transformer.h[0].mlp.c_fc.weight.grad
     assert g is not None and g.device == torch.device("ral:1")
+    # embedding backward (wte, wpe: the respelled masked index_put) and layer norms (var_mean)
+    want = dict(cmodel.named_parameters())
+    for name, p in dmodel.named_parameters():
+        if name.endswith(("wte.weight", "wpe.weight", "ln_f.weight", "ln_1.bias")):
+            torch.testing.assert_close(p.grad.cpu(), want[name].grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
 @pytest.mark.skipif(not _have("ral:1"), reason="needs ral:1 (OpenCL plugin) next to ral:0")
@@ -281,22 +365,25 @@ def test_cache_key_holds_torch_fl_codegen_inputs(monkeypatch, tmp_path):
 _RELOAD = """
 import sys, torch, torch_fl
 from torch._dynamo.utils import counters
-a = torch.arange(12.0).reshape(4, 3)
-out = torch.compile(lambda t: (t.tanh() * 3).sum(0))(a.to("ral:1"))
-torch.testing.assert_close(out.cpu(), (a.tanh() * 3).sum(0), rtol=1e-4, atol=1e-5)
+a = torch.arange(12.0).reshape(4, 3) / 12
+out = torch.compile(lambda t: ((t.tanh() * 3) @ t.T).sum(0))(a.to(sys.argv[1]))
+torch.testing.assert_close(out.cpu(), ((a.tanh() * 3) @ a.T).sum(0), rtol=1e-4, atol=1e-5)
 print("HITS", counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"])
 """
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _have("ral:1"), reason="needs ral:1 (OpenCL plugin)")
-def test_cached_extern_graph_reloads_in_a_new_process(tmp_path):
-    """The extern call carries its graph, so a wrapper inductor reloads from its disk cache in
-    another process runs (the process that compiled it is gone)."""
+@pytest.mark.parametrize("device", [_dev("ral:0"), _dev("ral:1")])
+def test_cached_wrapper_reloads_in_a_new_process(device, tmp_path):
+    """A wrapper inductor reloads from its disk cache in another process runs (the process that
+    compiled it is gone): ral:1's extern call carries its graph, and the wrapper imports the
+    operators it calls (ral:0's GEMMs are torch_fl::mm)."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path))
     hits = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", _RELOAD], env=env, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", _RELOAD, device], env=env, capture_output=True, text=True, timeout=600
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         hits.append(int(r.stdout.split("HITS")[1]))
     assert hits[0] == 0 and hits[1] >= 1, hits

@@ -108,12 +108,16 @@ def _graph_devices(gm: torch.fx.GraphModule) -> set:
 
 def rewrite_for_device(gm: torch.fx.GraphModule) -> bool:
     """The post-grad pass's work: a graph on a ral device that is not host-mappable becomes one
-    extern call through the ral backend's kernels. Returns whether it rewrote `gm`."""
+    extern call through the ral backend's kernels (returns True); on host-mappable devices its
+    GEMMs become calls of the vendor's kernels (`inductor_gemm`) and inductor generates the rest."""
     from torch_fl.jit import inductor_graph
 
     _note_modes()
     devs = _graph_devices(gm)
     if all(host_mappable(d) for d in devs):
+        from torch_fl.jit.inductor_gemm import to_vendor_gemms
+
+        to_vendor_gemms(gm)  # the vendor's GEMMs, not the cpu tier's out= forms
         return False
     inductor_graph.to_extern_call(gm)
     return True
@@ -186,8 +190,9 @@ def register() -> None:
             super().write_header()
             # After the header's own `reinterpret_tensor = ...`, which this one replaces.
             self.header.writeline("from torch_fl.jit.inductor_device import host_args as _ral_host, reinterpret_tensor")
-            # Defines torch_fl::ral_graph, which a wrapper loaded from inductor's cache may call.
-            self.header.writeline("import torch_fl.jit.inductor_graph")
+            # Define torch_fl::ral_graph and the GEMM operators, which a wrapper loaded from
+            # inductor's cache may call before any pass of this process has imported them.
+            self.header.writeline("import torch_fl.jit.inductor_graph, torch_fl.jit.inductor_gemm")
 
         def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, **kw):
             device = device or torch._inductor.virtualized.V.graph.get_current_device_or_throw()

@@ -75,15 +75,25 @@ class _Runner:
 
 
 def _partitioned(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
-    """A copy of `gm` with node metadata for these inputs, cut into fused regions."""
+    """A copy of `gm` with node metadata for these inputs, inductor's decompositions that would
+    take the cpu tier respelled (`inductor_lower`), cut into fused regions."""
     import copy
 
+    from torch_fl.jit.compile_backend import partition
+    from torch_fl.jit.inductor_lower import lower
+
+    g = copy.deepcopy(gm)
+    _propagate(g, args)
+    if lower(g):
+        _propagate(g, args)
+    return partition(g)
+
+
+def _propagate(g: torch.fx.GraphModule, args: list) -> None:
+    """Fake-tensor metadata (`meta["val"]`) on every node of `g` for these inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-    from torch_fl.jit.compile_backend import partition
-
-    g = copy.deepcopy(gm)
     # Constants (get_attr) are real ral tensors; converted by the fake mode itself they lose
     # their device index, so they get fakes of their own while metadata is computed.
     consts = {n.target: getattr(g, n.target) for n in g.graph.nodes if n.op == "get_attr" and "." not in n.target}
@@ -99,7 +109,6 @@ def _partitioned(gm: torch.fx.GraphModule, args: list) -> torch.fx.GraphModule:
     finally:
         for k, v in consts.items():
             setattr(g, k, v)
-    return partition(g)
 
 
 def _fake(t: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,135 @@
+"""Inductor's decompositions respelled as ops a device without host-mappable memory has kernels for.
+
+Inductor decomposes a graph for its own code generators; three of the ops it leaves behind have
+no device kernel on OpenCL and would take the cpu tier (a copy to the host and a wait each) in
+the extern call (`inductor_graph`). They are rewritten, per input geometry (the node metadata
+holds concrete shapes), into ops that do:
+
+- `var_mean.correction` (layer norm) -> `var.correction` and `mean.dim`;
+- `index.Tensor` with integer indices on leading dims (advanced indexing, the embedding
+  forward) -> a linear index (pointwise, negative indices wrapped as Python does) and
+  `index_select` on the tensor flattened over those dims;
+- `_unsafe_masked_index_put_accumulate` on dim 0 of a matrix (the embedding backward) ->
+  the masked values and the clamped, wrapped indices into `embedding_dense_backward`
+  (deterministic, no atomics), added to the destination unless it is a fill of zeros.
+
+A node whose geometry does not fit is left as it was (the router serves it, as before).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _var_mean(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    if not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
+        return False
+    x = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.kwargs.get("keepdim", False)
+    with g.inserting_before(node):
+        var = g.call_function(
+            aten.var.correction, (x, dims), {"correction": node.kwargs.get("correction"), "keepdim": keep}
+        )
+        mean = g.call_function(aten.mean.dim, (x, dims, keep))
+    for u in list(node.users):
+        u.replace_all_uses_with(var if u.args[1] == 0 else mean)
+        g.erase_node(u)
+    g.erase_node(node)
+    return True
+
+
+def _wrapped(g: torch.fx.Graph, idx: torch.fx.Node, dtype: torch.dtype, size: int) -> torch.fx.Node:
+    """`idx` (of `dtype`) as int64 with negative entries counted from the end (an index still out of range
+    stays out of range: the device kernel reports it)."""
+    if dtype != torch.int64:
+        idx = g.call_function(aten._to_copy.default, (idx,), {"dtype": torch.int64})
+    neg = g.call_function(aten.lt.Scalar, (idx, 0))
+    return g.call_function(aten.where.self, (neg, g.call_function(aten.add.Tensor, (idx, size)), idx))
+
+
+def _index(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    x, idxs = node.args
+    xv, ivs = _val(x), [_val(i) for i in idxs]
+    if not isinstance(xv, torch.Tensor) or not idxs or len(idxs) > xv.dim() or xv.numel() == 0:
+        return False
+    if any(not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32) for v in ivs):
+        return False
+    lead, rest = list(xv.shape[: len(idxs)]), list(xv.shape[len(idxs) :])
+    bshape = list(torch.broadcast_shapes(*(v.shape for v in ivs)))
+    with g.inserting_before(node):
+        lin, step = None, 1
+        for i in reversed(range(len(idxs))):
+            term = _wrapped(g, idxs[i], ivs[i].dtype, lead[i])
+            if step != 1:
+                term = g.call_function(aten.mul.Tensor, (term, step))
+            lin = term if lin is None else g.call_function(aten.add.Tensor, (lin, term))
+            step *= lead[i]
+        flat = g.call_function(aten.reshape.default, (lin, [-1]))
+        rows = g.call_function(aten.reshape.default, (x, [step, *rest]))
+        sel = g.call_function(aten.index_select.default, (rows, 0, flat))
+        out = g.call_function(aten.reshape.default, (sel, [*bshape, *rest]))
+    node.replace_all_uses_with(out)
+    g.erase_node(node)
+    return True
+
+
+def _is_zero_fill(node) -> bool:
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target in (aten.full.default, aten.zeros.default, aten.new_zeros.default)
+        and (node.target is not aten.full.default or node.args[1] == 0)
+    )
+
+
+def _masked_put(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    x, mask, idxs, values = node.args
+    xv, vv = _val(x), _val(values)
+    if len(idxs) != 1 or idxs[0] is None or not isinstance(xv, torch.Tensor) or xv.dim() != 2:
+        return False
+    iv = _val(idxs[0])
+    if not isinstance(iv, torch.Tensor) or iv.dtype not in (torch.int64, torch.int32):
+        return False
+    if xv.dtype != vv.dtype or not xv.dtype.is_floating_point or list(vv.shape) != [*iv.shape, xv.shape[1]]:
+        return False
+    n = xv.shape[0]
+    with g.inserting_before(node):
+        masked = g.call_function(aten.where.self, (mask, values, g.call_function(aten.zeros_like.default, (values,))))
+        idx = _wrapped(g, g.call_function(aten.clamp.default, (idxs[0], -n, n - 1)), iv.dtype, n)
+        grad = g.call_function(aten.embedding_dense_backward.default, (masked, idx, n, -1, False))
+        out = grad if _is_zero_fill(x) else g.call_function(aten.add.Tensor, (x, grad))
+    node.replace_all_uses_with(out)
+    g.erase_node(node)
+    return True
+
+
+_RULES = {
+    aten.var_mean.correction: _var_mean,
+    aten.index.Tensor: _index,
+    aten._unsafe_masked_index_put_accumulate.default: _masked_put,
+}
+
+
+def lower(gm: torch.fx.GraphModule) -> int:
+    """Rewrite `gm` in place (its nodes carry fake-tensor metadata); the number of nodes rewritten."""
+    done = 0
+    for node in list(gm.graph.nodes):
+        rule = _RULES.get(node.target) if node.op == "call_function" else None
+        if rule is not None and rule(gm.graph, node):
+            done += 1
+    if done:
+        for node in reversed(list(gm.graph.nodes)):  # fills only the rewritten ops used
+            if _is_zero_fill(node) and not node.users:
+                gm.graph.erase_node(node)
+        gm.graph.lint()
+        gm.recompile()
+    return done
