@@ -150,6 +150,11 @@ static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, co
     if (c->tensors[i].dtype != RAL_DTYPE_FLOAT32)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "matmul takes float32, tensor %d is %s", i,
                       ocl_dtype_name(c->tensors[i].dtype));
+  return ocl_gemm(c, out, a, b, bias, beta, alpha);
+}
+
+ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
+                    const ral_tensor* bias, double beta, double alpha) {
   int r = out->ndim;
   if (r < 2 || r > 3 || a->ndim != r || b->ndim != r)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "matmul expects rank-%d operands, got %d and %d", r, a->ndim, b->ndim);
