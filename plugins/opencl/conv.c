@@ -13,8 +13,9 @@
  * each over a chunk of samples [n0, n0 + nb) with J = nb * osp columns:
  *   A  Y  = W @ im2col(X)               T_Y[g] = W[g] @ col[g]            (+ conv_from_t)
  *   B  X  = col2im(W^T @ Y)             col[g] = W[g]^T @ T_Y[g]         (+ conv_col2im)
- *   C  dW = sum_n Y_n @ im2col(X_n)^T   dW[g] += T_Y[g] @ col[g]^T
- * where col is [G, K, J] and T_Y is Y's channels-first layout [Cy, J]; each GEMM is one
+ *   C  dW = sum_n Y_n @ im2col(X_n)^T   dW[g] += T_Y[g] @ colT[g]
+ * where col is [G, K, J] (C's colT is [G, J, K]: its rows pack as vectors) and T_Y is
+ * Y's channels-first layout [Cy, J]; each GEMM is one
  * launch batched over the G groups (depthwise included). A transposed convolution from x
  * to y is the regular one from y to x run backwards: forward = B, input gradient = A,
  * weight gradient = C with the roles swapped. Operands may have any strides and be float32,
@@ -255,9 +256,12 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
     int64_t J = g->nb * g->osp;
     mat3 ma, mb, mo;
     ocl_arg args[6];
-    if (prim == 'A' || prim == 'C') { /* im2col of X */
+    if (prim == 'A') { /* im2col of X */
       args[0] = ocl_mem(&col.v.t), args[1] = ocl_mem(j->x), args[2] = OCL_VAL(*g);
       st = ocl_enqueue_rows(c, OCL_K_conv_im2col, 3, args, g->G * g->K * g->nb, g->osp);
+    } else if (prim == 'C') { /* im2col of X, [G, J, K]: the GEMM's B operand packs as rows */
+      args[0] = ocl_mem(&col.v.t), args[1] = ocl_mem(j->x), args[2] = OCL_VAL(*g);
+      st = ocl_enqueue_rows(c, OCL_K_conv_im2col_t, 3, args, g->G * g->nb * g->O[0] * g->O[1], g->O[2] * g->K);
     }
     if (st == RAL_OK && (prim == 'B' || prim == 'C')) { /* Y into T_Y */
       args[0] = ocl_mem(&ty.v.t), args[1] = ocl_mem(j->y), args[2] = OCL_VAL(*g);
@@ -281,7 +285,7 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
     } else {
       const ral_tensor* dw = mat(&mo, j->dw, g->G, g->cyg, g->K, g->cyg * g->K, g->K, 1);
       st = ocl_gemm(c, dw, mat(&ma, &ty.v.t, g->G, g->cyg, J, g->cyg * J, J, 1),
-                    mat(&mb, &col.v.t, g->G, J, g->K, g->K * J, 1, J), n0 ? dw : NULL, n0 ? 1.0 : 0.0, 1);
+                    mat(&mb, &col.v.t, g->G, J, g->K, g->K * J, g->K, 1), n0 ? dw : NULL, n0 ? 1.0 : 0.0, 1);
     }
   }
   buf_free(&col);

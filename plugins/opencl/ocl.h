@@ -38,7 +38,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)                                                                       \
-  X(conv, conv_im2col) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
+  X(conv, conv_im2col) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
   X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,

@@ -25,16 +25,70 @@ __kernel void conv_im2col(__global float* col, gcbuf X, ocl_conv g, long chunk) 
         }
         long rb = xb + i0 * g.xs[0] + i1 * g.xs[1];
         long i2 = k2 * g.d[2] - g.p[2];
-        if (g.dt_x == DT_F32 && g.s[2] == 1 && i2 >= 0 && i2 + g.O[2] <= g.I[2]) {
+        /* o2 in [lo, hi) reads inside the row; the padding around it is zeros */
+        long lo = i2 >= 0 ? 0 : (-i2 + g.s[2] - 1) / g.s[2];
+        long hi = g.I[2] > i2 ? (g.I[2] - i2 + g.s[2] - 1) / g.s[2] : 0;
+        hi = clamp(hi, lo, g.O[2]);
+        for (long o2 = 0; o2 < lo; o2++) dr[o2] = 0.0f;
+        for (long o2 = hi; o2 < g.O[2]; o2++) dr[o2] = 0.0f;
+        long st = g.s[2] * g.xs[2];
+        if (g.dt_x == DT_F32) {
           __global const float* xr = (__global const float*)X + rb + i2 * g.xs[2];
-          for (long o2 = 0; o2 < g.O[2]; o2++) dr[o2] = xr[o2 * g.xs[2]];
-          continue;
+          if (st == 1)
+            for (long o2 = lo; o2 < hi; o2++) dr[o2] = xr[o2];
+          else
+            for (long o2 = lo; o2 < hi; o2++) dr[o2] = xr[o2 * st];
+        } else {
+          for (long o2 = lo; o2 < hi; o2++) dr[o2] = ld_f(X, rb + (i2 + o2 * g.s[2]) * g.xs[2], g.dt_x);
         }
-        for (long o2 = 0; o2 < g.O[2]; o2++, i2 += g.s[2])
-          dr[o2] = (i2 >= 0 && i2 < g.I[2]) ? ld_f(X, rb + i2 * g.xs[2], g.dt_x) : 0.0f;
       }
     }
   }
+}
+
+/* im2col for the weight gradient, column-major: colT[(grp * J + nl * osp + o) * K + kk] over
+ * rows r = ((grp * nb + nl) * O0 + o0) * O1 + o1, so the GEMM packs colT's rows as vectors. */
+__kernel void conv_im2col_t(__global float* colT, gcbuf X, ocl_conv g, long chunk) {
+  long rows = g.G * g.nb * g.O[0] * g.O[1], J = g.nb * g.osp;
+  long r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  __global const float* xf = (__global const float*)X;
+  int f32 = g.dt_x == DT_F32;
+  for (long r = r0; r < r1; r++) {
+    long o1 = r % g.O[1], t = r / g.O[1], o0 = t % g.O[0];
+    t /= g.O[0];
+    long nl = t % g.nb, grp = t / g.nb;
+    long xb = g.off_x + (g.n0 + nl) * g.xn + grp * g.cxg * g.xc;
+    __global float* dst = colT + (grp * J + nl * g.osp + (o0 * g.O[1] + o1) * g.O[2]) * g.K;
+    for (long o2 = 0; o2 < g.O[2]; o2++, dst += g.K) {
+      long kk = 0;
+      for (long ci = 0; ci < g.cxg; ci++)
+        for (long k0 = 0; k0 < g.k[0]; k0++) {
+          long i0 = o0 * g.s[0] - g.p[0] + k0 * g.d[0];
+          for (long k1 = 0; k1 < g.k[1]; k1++) {
+            long i1 = o1 * g.s[1] - g.p[1] + k1 * g.d[1];
+            int in01 = i0 >= 0 && i0 < g.I[0] && i1 >= 0 && i1 < g.I[1];
+            long rb = xb + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1];
+            for (long k2 = 0; k2 < g.k[2]; k2++, kk++) {
+              long i2 = o2 * g.s[2] - g.p[2] + k2 * g.d[2];
+              float v = 0.0f;
+              if (in01 && i2 >= 0 && i2 < g.I[2]) {
+                long e = rb + i2 * g.xs[2];
+                v = f32 ? xf[e] : ld_f(X, e, g.dt_x);
+              }
+              dst[kk] = v;
+            }
+          }
+        }
+    }
+  }
+}
+
+/* The output position whose window puts kernel tap at input offset t (= i + p - k * d), or
+ * -1 when none does; stride 1 (the common case) needs no division. */
+inline long conv_out_of(long t, long s, long O) {
+  if (s == 1) return t >= 0 && t < O ? t : -1;
+  if (t < 0 || t % s) return -1;
+  return t / s < O ? t / s : -1;
 }
 
 /* col2im over rows r = ((nl * Cx + c) * I0 + i0) * I1 + i1 of X: each element of the row
@@ -54,20 +108,14 @@ __kernel void conv_col2im(gbuf X, __global const float* col, gcbuf bias, ocl_con
     for (long i2 = 0; i2 < g.I[2]; i2++) {
       float acc = bv;
       for (long k0 = 0; k0 < g.k[0]; k0++) {
-        long t0 = i0 + g.p[0] - k0 * g.d[0];
-        if (t0 < 0 || t0 % g.s[0]) continue;
-        long o0 = t0 / g.s[0];
-        if (o0 >= g.O[0]) continue;
+        long o0 = conv_out_of(i0 + g.p[0] - k0 * g.d[0], g.s[0], g.O[0]);
+        if (o0 < 0) continue;
         for (long k1 = 0; k1 < g.k[1]; k1++) {
-          long t1 = i1 + g.p[1] - k1 * g.d[1];
-          if (t1 < 0 || t1 % g.s[1]) continue;
-          long o1 = t1 / g.s[1];
-          if (o1 >= g.O[1]) continue;
+          long o1 = conv_out_of(i1 + g.p[1] - k1 * g.d[1], g.s[1], g.O[1]);
+          if (o1 < 0) continue;
           for (long k2 = 0; k2 < g.k[2]; k2++) {
-            long t2 = i2 + g.p[2] - k2 * g.d[2];
-            if (t2 < 0 || t2 % g.s[2]) continue;
-            long o2 = t2 / g.s[2];
-            if (o2 >= g.O[2]) continue;
+            long o2 = conv_out_of(i2 + g.p[2] - k2 * g.d[2], g.s[2], g.O[2]);
+            if (o2 < 0) continue;
             long kp = (k0 * g.k[1] + k1) * g.k[2] + k2;
             acc += cb[kp * J + (o0 * g.O[1] + o1) * g.O[2] + o2];
           }
