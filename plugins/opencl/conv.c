@@ -22,6 +22,7 @@
  * float16 or bfloat16 (the kernels read and write through ld_f/st_f; the GEMM operands are
  * float32 scratch).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ocl.h"
@@ -245,7 +246,8 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
   int64_t nb = chunk_samples(g), Cy = g->G * g->cyg;
   if (g->N == 0) return RAL_OK;
   conv_buf col = {0}, ty = {0};
-  int64_t csz[1] = {g->G * g->K * nb * g->osp}, tsz[1] = {Cy * nb * g->osp};
+  /* room for B panels of up to 16 columns (conv_im2col_p) */
+  int64_t csz[1] = {g->G * g->K * ((nb * g->osp + 15) / 16 * 16)}, tsz[1] = {Cy * nb * g->osp};
   ral_status st = buf_new(c, &col, 1, csz);
   if (st == RAL_OK) st = buf_new(c, &ty, 1, tsz);
   ocl_arg bias_arg;
@@ -256,7 +258,14 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
     int64_t J = g->nb * g->osp;
     mat3 ma, mb, mo;
     ocl_arg args[6];
-    if (prim == 'A') { /* im2col of X */
+    const char* e = getenv("TORCH_FL_OPENCL_CONV_PANELS"); /* "0": im2col + the GEMM's own packing */
+    int vn = prim == 'A' && !(e && e[0] == '0') ? ocl_gemm_panel(c, g->cyg, J, g->K) : 0;
+    if (vn > 0 && vn <= 16) { /* im2col of X straight into the GEMM's B panels */
+      g->vn = vn;
+      args[0] = ocl_mem(&col.v.t), args[1] = ocl_mem(j->x), args[2] = OCL_VAL(*g);
+      st = ocl_enqueue_rows(c, OCL_K_conv_im2col_p, 3, args, g->G * ((J + vn - 1) / vn), g->K * vn);
+    } else if (prim == 'A') { /* im2col of X */
+      vn = 0;
       args[0] = ocl_mem(&col.v.t), args[1] = ocl_mem(j->x), args[2] = OCL_VAL(*g);
       st = ocl_enqueue_rows(c, OCL_K_conv_im2col, 3, args, g->G * g->K * g->nb, g->osp);
     } else if (prim == 'C') { /* im2col of X, [G, J, K]: the GEMM's B operand packs as rows */
@@ -269,9 +278,10 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
     }
     if (st != RAL_OK) break;
     if (prim == 'A') {
-      st = ocl_gemm(c, mat(&mo, &ty.v.t, g->G, g->cyg, J, g->cyg * J, J, 1),
-                    mat(&ma, &j->w, g->G, g->cyg, g->K, g->cyg * g->K, g->K, 1),
-                    mat(&mb, &col.v.t, g->G, g->K, J, g->K * J, J, 1), NULL, 0, 1);
+      const ral_tensor *to = mat(&mo, &ty.v.t, g->G, g->cyg, J, g->cyg * J, J, 1),
+                       *wa = mat(&ma, &j->w, g->G, g->cyg, g->K, g->cyg * g->K, g->K, 1);
+      st = vn ? ocl_gemm_packed_b(c, to, wa, col.mem, g->K)
+              : ocl_gemm(c, to, wa, mat(&mb, &col.v.t, g->G, g->K, J, g->K * J, J, 1), NULL, 0, 1);
       args[0] = ocl_mem(j->y), args[1] = ocl_mem(&ty.v.t), args[2] = bias_arg, args[3] = OCL_VAL(*g);
       if (st == RAL_OK) st = ocl_enqueue_rows(c, OCL_K_conv_from_t, 4, args, Cy * g->nb * g->O[0] * g->O[1], g->O[2]);
     } else if (prim == 'B') {

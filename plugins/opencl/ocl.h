@@ -38,7 +38,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)                                                                       \
-  X(conv, conv_im2col) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
+  X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
   X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
@@ -205,6 +205,15 @@ size_t ocl_local_size(ocl_device* d, int kid, size_t want);
  *  (bias broadcast to out, NULL for none): the plugin's GEMM (blas.c) for other ops. */
 ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
                     const ral_tensor* bias, double beta, double alpha);
+
+/*! Columns per B panel the register GEMM uses for an M x N x K product, or 0 when it would
+ *  not take packed panels (tiny products, TORCH_FL_OPENCL_GEMM=tiled): a caller that can
+ *  write B straight into panels (conv.c's im2col) then calls ocl_gemm_packed_b. */
+int ocl_gemm_panel(const ral_kernel_call* c, int64_t M, int64_t N, int64_t K);
+/*! out[b] = a[b] @ B[b] over rank-3 float32 out [batch, M, N] and a [batch, M, K], with B
+ *  given as gemm_pack's panels of ocl_gemm_panel(M, N, K) columns in `pb`. */
+ral_status ocl_gemm_packed_b(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, cl_mem pb,
+                             int64_t K);
 
 /* ---------------------------------------------------------------- call access */
 static inline const ral_tensor* ocl_out(const ral_kernel_call* c, int i) { return &c->tensors[i]; }

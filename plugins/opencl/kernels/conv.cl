@@ -46,6 +46,46 @@ __kernel void conv_im2col(__global float* col, gcbuf X, ocl_conv g, long chunk) 
   }
 }
 
+/* im2col straight into the GEMM's B panels (gemm_pack's layout for B = col[grp] [K, J]):
+ * P[((grp * NP + p) * K + kk) * vn + jj] = col[grp, kk, p * vn + jj], zero past J; one panel
+ * (grp, p) per unit, written in order, so the GEMM needs no packing pass of its own. */
+__kernel void conv_im2col_p(__global float* P, gcbuf X, ocl_conv g, long chunk) {
+  long J = g.nb * g.osp, NP = (J + g.vn - 1) / g.vn, units = g.G * NP;
+  long u0 = get_global_id(0) * chunk, u1 = min(u0 + chunk, units);
+  __global const float* xf = (__global const float*)X;
+  int f32 = g.dt_x == DT_F32;
+  for (long u = u0; u < u1; u++) {
+    long grp = u / NP, p = u % NP;
+    long base[16], q0[16], q1[16], q2[16];
+    for (int jj = 0; jj < g.vn; jj++) {
+      long j = p * g.vn + jj;
+      if (j >= J) {
+        base[jj] = -1;
+        continue;
+      }
+      long nl = j / g.osp, o = j % g.osp;
+      q2[jj] = (o % g.O[2]) * g.s[2] - g.p[2];
+      q1[jj] = ((o / g.O[2]) % g.O[1]) * g.s[1] - g.p[1];
+      q0[jj] = (o / (g.O[2] * g.O[1])) * g.s[0] - g.p[0];
+      base[jj] = g.off_x + (g.n0 + nl) * g.xn + grp * g.cxg * g.xc;
+    }
+    __global float* dst = P + u * g.K * g.vn;
+    for (long ci = 0; ci < g.cxg; ci++)
+      for (long k0 = 0; k0 < g.k[0]; k0++)
+        for (long k1 = 0; k1 < g.k[1]; k1++)
+          for (long k2 = 0; k2 < g.k[2]; k2++, dst += g.vn)
+            for (int jj = 0; jj < g.vn; jj++) {
+              long i0 = q0[jj] + k0 * g.d[0], i1 = q1[jj] + k1 * g.d[1], i2 = q2[jj] + k2 * g.d[2];
+              float v = 0.0f;
+              if (base[jj] >= 0 && i0 >= 0 && i0 < g.I[0] && i1 >= 0 && i1 < g.I[1] && i2 >= 0 && i2 < g.I[2]) {
+                long e = base[jj] + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1] + i2 * g.xs[2];
+                v = f32 ? xf[e] : ld_f(X, e, g.dt_x);
+              }
+              dst[jj] = v;
+            }
+  }
+}
+
 /* im2col for the weight gradient, column-major: colT[(grp * J + nl * osp + o) * K + kk] over
  * rows r = ((grp * nb + nl) * O0 + o0) * O1 + o1, so the GEMM packs colT's rows as vectors. */
 __kernel void conv_im2col_t(__global float* colT, gcbuf X, ocl_conv g, long chunk) {

@@ -94,6 +94,7 @@ typedef struct {
   g_i64 xn, xc, xs[3], yn, yc, ys[3];
   g_i64 off_x, off_y, off_b, sb;
   g_i32 dt_x, dt_y, dt_b, has_bias;
+  g_i32 vn, pad0; /* conv_im2col_p: columns per GEMM panel (<= 16) */
 } ocl_conv;
 
 /* Batch norm over contiguous [N, C, S]: buffers in BN_* order, absent ones flagged. */
