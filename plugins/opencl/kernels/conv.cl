@@ -56,6 +56,39 @@ __kernel void conv_im2col_p(__global float* P, gcbuf X, ocl_conv g, long chunk) 
   int f32 = g.dt_x == DT_F32;
   for (long u = u0; u < u1; u++) {
     long grp = u / NP, p = u % NP;
+    __global float* dst = P + u * g.K * g.vn;
+    long j0 = p * g.vn, oa = j0 % g.osp;
+    if (oa % g.O[2] + g.vn <= g.O[2]) {
+      /* the panel's columns are vn consecutive o2 of one output row: per kernel tap, one
+       * run of x (stride s2) with zeros where it reaches into the padding */
+      long nl = j0 / g.osp, o2a = oa % g.O[2], o1 = (oa / g.O[2]) % g.O[1], o0 = oa / (g.O[2] * g.O[1]);
+      long xb = g.off_x + (g.n0 + nl) * g.xn + grp * g.cxg * g.xc;
+      for (long ci = 0; ci < g.cxg; ci++)
+        for (long k0 = 0; k0 < g.k[0]; k0++) {
+          long i0 = o0 * g.s[0] - g.p[0] + k0 * g.d[0];
+          for (long k1 = 0; k1 < g.k[1]; k1++) {
+            long i1 = o1 * g.s[1] - g.p[1] + k1 * g.d[1];
+            int in01 = i0 >= 0 && i0 < g.I[0] && i1 >= 0 && i1 < g.I[1];
+            long rb = xb + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1];
+            for (long k2 = 0; k2 < g.k[2]; k2++, dst += g.vn) {
+              long i2 = o2a * g.s[2] - g.p[2] + k2 * g.d[2];
+              long lo = i2 >= 0 ? 0 : (-i2 + g.s[2] - 1) / g.s[2];
+              long hi = g.I[2] > i2 ? (g.I[2] - i2 + g.s[2] - 1) / g.s[2] : 0;
+              if (!in01) lo = hi = 0;
+              hi = clamp(hi, (long)0, (long)g.vn);
+              lo = min(lo, hi);
+              for (long jj = 0; jj < lo; jj++) dst[jj] = 0.0f;
+              for (long jj = hi; jj < g.vn; jj++) dst[jj] = 0.0f;
+              long st = g.s[2] * g.xs[2], e = rb + i2 * g.xs[2];
+              if (f32 && st == 1)
+                for (long jj = lo; jj < hi; jj++) dst[jj] = xf[e + jj];
+              else
+                for (long jj = lo; jj < hi; jj++) dst[jj] = ld_f(X, e + jj * st, g.dt_x);
+            }
+          }
+        }
+      continue;
+    }
     long base[16], q0[16], q1[16], q2[16];
     for (int jj = 0; jj < g.vn; jj++) {
       long j = p * g.vn + jj;
@@ -69,7 +102,6 @@ __kernel void conv_im2col_p(__global float* P, gcbuf X, ocl_conv g, long chunk) 
       q0[jj] = (o / (g.O[2] * g.O[1])) * g.s[0] - g.p[0];
       base[jj] = g.off_x + (g.n0 + nl) * g.xn + grp * g.cxg * g.xc;
     }
-    __global float* dst = P + u * g.K * g.vn;
     for (long ci = 0; ci < g.cxg; ci++)
       for (long k0 = 0; k0 < g.k[0]; k0++)
         for (long k1 = 0; k1 < g.k[1]; k1++)
