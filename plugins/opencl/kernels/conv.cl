@@ -4,6 +4,14 @@
  * and written through their strides and dtype (float32, float16, bfloat16); the buffers the
  * GEMM sees are float32. Every kernel walks `chunk` rows per work-item (one on a GPU). */
 
+/* The outputs o in [*lo, *hi) of a run of n, the tap of output o at input i0 + o * s, that
+ * read inside [0, I); the rest read padding. */
+inline void conv_in_bounds(long i0, long s, long I, long n, long* lo, long* hi) {
+  long l = i0 >= 0 ? 0 : (-i0 + s - 1) / s, h = I > i0 ? (I - i0 + s - 1) / s : 0;
+  *hi = clamp(h, (long)0, n);
+  *lo = min(l, *hi);
+}
+
 /* im2col over rows r = (grp * K + kk) * nb + nl: col row (grp, kk), columns of sample nl. */
 __kernel void conv_im2col(__global float* col, gcbuf X, ocl_conv g, long chunk) {
   long rows = g.G * g.K * g.nb, J = g.nb * g.osp;
@@ -26,9 +34,8 @@ __kernel void conv_im2col(__global float* col, gcbuf X, ocl_conv g, long chunk) 
         long rb = xb + i0 * g.xs[0] + i1 * g.xs[1];
         long i2 = k2 * g.d[2] - g.p[2];
         /* o2 in [lo, hi) reads inside the row; the padding around it is zeros */
-        long lo = i2 >= 0 ? 0 : (-i2 + g.s[2] - 1) / g.s[2];
-        long hi = g.I[2] > i2 ? (g.I[2] - i2 + g.s[2] - 1) / g.s[2] : 0;
-        hi = clamp(hi, lo, g.O[2]);
+        long lo, hi;
+        conv_in_bounds(i2, g.s[2], g.I[2], g.O[2], &lo, &hi);
         for (long o2 = 0; o2 < lo; o2++) dr[o2] = 0.0f;
         for (long o2 = hi; o2 < g.O[2]; o2++) dr[o2] = 0.0f;
         long st = g.s[2] * g.xs[2];
@@ -72,11 +79,8 @@ __kernel void conv_im2col_p(__global float* P, gcbuf X, ocl_conv g, long chunk) 
             long rb = xb + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1];
             for (long k2 = 0; k2 < g.k[2]; k2++, dst += g.vn) {
               long i2 = o2a * g.s[2] - g.p[2] + k2 * g.d[2];
-              long lo = i2 >= 0 ? 0 : (-i2 + g.s[2] - 1) / g.s[2];
-              long hi = g.I[2] > i2 ? (g.I[2] - i2 + g.s[2] - 1) / g.s[2] : 0;
-              if (!in01) lo = hi = 0;
-              hi = clamp(hi, (long)0, (long)g.vn);
-              lo = min(lo, hi);
+              long lo, hi;
+              conv_in_bounds(i2, g.s[2], g.I[2], in01 ? g.vn : 0, &lo, &hi);
               for (long jj = 0; jj < lo; jj++) dst[jj] = 0.0f;
               for (long jj = hi; jj < g.vn; jj++) dst[jj] = 0.0f;
               long st = g.s[2] * g.xs[2], e = rb + i2 * g.xs[2];
