@@ -135,27 +135,29 @@ __kernel void conv_im2col_t(__global float* colT, gcbuf X, ocl_conv g, long chun
     long nl = t % g.nb, grp = t / g.nb;
     long xb = g.off_x + (g.n0 + nl) * g.xn + grp * g.cxg * g.xc;
     __global float* dst = colT + (grp * J + nl * g.osp + (o0 * g.O[1] + o1) * g.O[2]) * g.K;
-    for (long o2 = 0; o2 < g.O[2]; o2++, dst += g.K) {
-      long kk = 0;
-      for (long ci = 0; ci < g.cxg; ci++)
-        for (long k0 = 0; k0 < g.k[0]; k0++) {
-          long i0 = o0 * g.s[0] - g.p[0] + k0 * g.d[0];
-          for (long k1 = 0; k1 < g.k[1]; k1++) {
-            long i1 = o1 * g.s[1] - g.p[1] + k1 * g.d[1];
-            int in01 = i0 >= 0 && i0 < g.I[0] && i1 >= 0 && i1 < g.I[1];
-            long rb = xb + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1];
-            for (long k2 = 0; k2 < g.k[2]; k2++, kk++) {
-              long i2 = o2 * g.s[2] - g.p[2] + k2 * g.d[2];
-              float v = 0.0f;
-              if (in01 && i2 >= 0 && i2 < g.I[2]) {
-                long e = rb + i2 * g.xs[2];
-                v = f32 ? xf[e] : ld_f(X, e, g.dt_x);
-              }
-              dst[kk] = v;
-            }
+    /* tap by tap: the row's outputs read one run of x (stride s2), written K apart */
+    long kk = 0;
+    for (long ci = 0; ci < g.cxg; ci++)
+      for (long k0 = 0; k0 < g.k[0]; k0++) {
+        long i0 = o0 * g.s[0] - g.p[0] + k0 * g.d[0];
+        for (long k1 = 0; k1 < g.k[1]; k1++) {
+          long i1 = o1 * g.s[1] - g.p[1] + k1 * g.d[1];
+          int in01 = i0 >= 0 && i0 < g.I[0] && i1 >= 0 && i1 < g.I[1];
+          long rb = xb + ci * g.xc + i0 * g.xs[0] + i1 * g.xs[1];
+          for (long k2 = 0; k2 < g.k[2]; k2++, kk++) {
+            long i2 = k2 * g.d[2] - g.p[2], lo, hi;
+            conv_in_bounds(i2, g.s[2], g.I[2], in01 ? g.O[2] : 0, &lo, &hi);
+            __global float* d = dst + kk;
+            for (long o2 = 0; o2 < lo; o2++) d[o2 * g.K] = 0.0f;
+            for (long o2 = hi; o2 < g.O[2]; o2++) d[o2 * g.K] = 0.0f;
+            long st = g.s[2] * g.xs[2], e = rb + i2 * g.xs[2];
+            if (f32)
+              for (long o2 = lo; o2 < hi; o2++) d[o2 * g.K] = xf[e + o2 * st];
+            else
+              for (long o2 = lo; o2 < hi; o2++) d[o2 * g.K] = ld_f(X, e + o2 * st, g.dt_x);
           }
         }
-    }
+      }
   }
 }
 
