@@ -91,7 +91,7 @@ def _train_side(make, batch: int, size: int):
                 with torch_fl.ral_mode(DEV):
                     loss_fn(model(x), y).backward()
                 opt.step()  # CPU parameters: the optimizer runs where they live
-                torch.ral.synchronize()
+                torch.ral.synchronize(DEV)
 
             return fn_mode, 1
 
@@ -100,7 +100,7 @@ def _train_side(make, batch: int, size: int):
             loss_fn(model(x), y).backward()
             opt.step()
             if style == "to":
-                torch.ral.synchronize()
+                torch.ral.synchronize(DEV)
 
         return fn, 1
 
@@ -129,7 +129,7 @@ def _forward_side(make, batch: int, size: int):
                     with ctx(DEV):
                         model(x)
             if style != "cpu":
-                torch.ral.synchronize()
+                torch.ral.synchronize(DEV)
 
         return fn, 1
 

@@ -1,11 +1,13 @@
-"""native_batch_norm and its backward as host vendor kernels (plugins/host/bn.c), against CPU.
+"""native_batch_norm and its backward as vendor kernels (plugins/host/bn.c, plugins/opencl/bn.c),
+against CPU.
 
 BatchNorm1d/2d/3d in training (batch statistics, running statistics updated in place with
 momentum) and eval (running statistics), with and without affine parameters, forward values,
-all gradients and the running statistics, on ral:0 and ral:1, in both styles. On ral:0 the
-calls must run in the vendor tier, float16 and bfloat16 included (test_half_types: for half
-inputs CPU returns save_mean/save_invstd in the input dtype unless a float32 parameter makes
-the call mixed, where the meta kernel always says float32; the vendor tier follows CPU).
+all gradients and the running statistics, on ral:0 and ral:1, in both styles. On both
+devices the calls must run in the vendor tier (ral:1 in float32: PoCL's dtype_mask has no half
+types), float16 and bfloat16 included on ral:0 (test_half_types: for half inputs CPU returns
+save_mean/save_invstd in the input dtype unless a float32 parameter makes the call mixed,
+where the meta kernel always says float32; the vendor tier follows CPU).
 Calls missing the statistics PyTorch's CPU kernel dereferences raise instead of crashing, and
 certify's synthesized batch-norm calls are ones CPU accepts (both in child processes).
 Tolerances: float32 rtol/atol 1e-4 (per-channel sums in double, then float); float16 /
@@ -73,9 +75,8 @@ def test_batch_norm_matches_cpu(nd, training, affine, which, style):
                 got = _step(mod, x, grad)
     for k, (a, e) in enumerate(zip(got, want)):
         torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4, msg=f"result {k}")
-    if which == "host":
-        ran = cov.ops_in_tier("vendor")
-        assert "aten::native_batch_norm" in ran and "aten::native_batch_norm_backward" in ran, cov.counts
+    ran = cov.ops_in_tier("vendor")
+    assert "aten::native_batch_norm" in ran and "aten::native_batch_norm_backward" in ran, cov.counts
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -187,16 +188,17 @@ print("DEVICE OK")
     assert proc.stdout.split() == ["RAISED", "DEVICE", "OK"], proc.stdout + proc.stderr[-2000:]
 
 
+@pytest.mark.parametrize("which", ["host", "opencl"])
 @pytest.mark.parametrize("op", ["aten::native_batch_norm", "aten::native_batch_norm_backward"])
-def test_certify_entry_inputs_are_ones_cpu_accepts(op):
+def test_certify_entry_inputs_are_ones_cpu_accepts(op, which):
     """certify fed native_batch_norm eval mode without running statistics, and PyTorch's CPU
     reference crashed certify's child (exit -11); its synthesized calls now carry real
-    per-channel statistics, and the host entry passes against CPU (in a child process)."""
-    plugin_device("host")
+    per-channel statistics, and each plugin's entry passes against CPU (in a child process)."""
+    plugin_device(which)
     code = f"""
 from torch_fl.tools.certify_child import run_entry
 import torch_fl
-pd = next(st.record.dir for st in torch_fl.plugins() if st.record.name == "host")
+pd = next(st.record.dir for st in torch_fl.plugins() if st.record.name == {which!r})
 for rank in (2, 4):
     for variant in ("contiguous", "offset"):
         r = run_entry(str(pd), {op!r}, "float32", rank, variant)

@@ -120,12 +120,13 @@ static ral_status pack(const ral_kernel_call* c, cl_mem* dst, const ral_tensor* 
   return ocl_enqueue(c, OCL_K_gemm_pack, 3, args, 1, &global, &local);
 }
 
+/* pre_b: B already packed by the caller (panels of v->vn columns), else packed here. */
 static ral_status gemm_reg_run(const ral_kernel_call* c, ocl_mmgeom* g, const ral_tensor* out,
-                               const ral_tensor* a, const ral_tensor* b, const ral_tensor* in) {
+                               const ral_tensor* a, const ral_tensor* b, const ral_tensor* in, cl_mem pre_b) {
   const gemm_variant* v = pick_variant(c, g);
-  cl_mem pa = NULL, pb = NULL;
+  cl_mem pa = NULL, pb = pre_b;
   ral_status st = pack(c, &pa, a, g->batch, g->M, g->K, g->sa_b, g->sa_m, g->sa_k, v->tm);
-  if (st == RAL_OK) st = pack(c, &pb, b, g->batch, g->N, g->K, g->sb_b, g->sb_n, g->sb_k, v->vn);
+  if (st == RAL_OK && !pre_b) st = pack(c, &pb, b, g->batch, g->N, g->K, g->sb_b, g->sb_n, g->sb_k, v->vn);
   if (st == RAL_OK) {
     size_t items_n = (size_t)((g->N + v->vn - 1) / v->vn), items_m = (size_t)((g->M + v->tm - 1) / v->tm);
     size_t lx = 4, ly = 4;
@@ -140,8 +141,30 @@ static ral_status gemm_reg_run(const ral_kernel_call* c, ocl_mmgeom* g, const ra
   }
   /* Queued kernels keep released buffers alive until they finish. */
   if (pa) CL.clReleaseMemObject(pa);
-  if (pb) CL.clReleaseMemObject(pb);
+  if (pb && !pre_b) CL.clReleaseMemObject(pb);
   return st;
+}
+
+int ocl_gemm_panel(const ral_kernel_call* c, int64_t M, int64_t N, int64_t K) {
+  if (K <= 0 || M * N < 64 || !ocl_gemm_reg_ok(c)) return 0;
+  ocl_mmgeom g;
+  memset(&g, 0, sizeof g);
+  g.M = M, g.N = N, g.K = K;
+  return pick_variant(c, &g)->vn;
+}
+
+ral_status ocl_gemm_packed_b(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, cl_mem pb,
+                             int64_t K) {
+  ocl_mmgeom g;
+  memset(&g, 0, sizeof g);
+  g.batch = out->sizes[0], g.M = out->sizes[1], g.N = out->sizes[2], g.K = K;
+  mat_strides(a, &g.sa_b, &g.sa_m, &g.sa_k);
+  mat_strides(out, &g.sc_b, &g.sc_m, &g.sc_n);
+  g.off_a = ocl_elem_off(a);
+  g.off_c = ocl_elem_off(out);
+  g.alpha = 1.0f;
+  if (g.M == 0 || g.N == 0 || g.batch == 0) return RAL_OK;
+  return gemm_reg_run(c, &g, out, a, a, out, pb);
 }
 
 static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
@@ -150,6 +173,11 @@ static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, co
     if (c->tensors[i].dtype != RAL_DTYPE_FLOAT32)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "matmul takes float32, tensor %d is %s", i,
                       ocl_dtype_name(c->tensors[i].dtype));
+  return ocl_gemm(c, out, a, b, bias, beta, alpha);
+}
+
+ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
+                    const ral_tensor* bias, double beta, double alpha) {
   int r = out->ndim;
   if (r < 2 || r > 3 || a->ndim != r || b->ndim != r)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "matmul expects rank-%d operands, got %d and %d", r, a->ndim, b->ndim);
@@ -178,7 +206,7 @@ static ral_status matmul_run(const ral_kernel_call* c, const ral_tensor* out, co
   }
   if (g.M == 0 || g.N == 0 || g.batch == 0) return RAL_OK;
   /* Tiny products (dot, 1xN) would mostly compute padding in a register tile. */
-  if (g.K > 0 && g.M * g.N >= 64 && ocl_gemm_reg_ok(c)) return gemm_reg_run(c, &g, out, a, b, g.has_in ? bias : out);
+  if (g.K > 0 && g.M * g.N >= 64 && ocl_gemm_reg_ok(c)) return gemm_reg_run(c, &g, out, a, b, g.has_in ? bias : out, NULL);
   size_t global[3] = {(size_t)((g.N + BLK - 1) / BLK) * TS, (size_t)((g.M + BLK - 1) / BLK) * TS, (size_t)g.batch};
   size_t local[3] = {TS, TS, 1};
   ocl_arg args[5] = {ocl_mem(out), ocl_mem(a), ocl_mem(b), ocl_mem(g.has_in ? bias : out), OCL_VAL(g)};

@@ -20,7 +20,7 @@
 #define OCL_MAX_DEVICES 16
 
 /* Built-in programs: one per kernels/<family>.cl, each built on first use per device. */
-#define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random)
+#define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random) X(conv) X(bn) X(pool)
 #define OCL_FAMILY_ENUM(name) OCL_FAM_##name,
 enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 #undef OCL_FAMILY_ENUM
@@ -37,7 +37,10 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(blas, matmul_tiled) X(blas, gemm_pack) X(blas, gemm_packc) X(blas, gemm_r8x8) X(blas, gemm_r4x16) X(blas, gemm_r6x16) X(blas, gemm_r4x8) X(blas, gemm_r8x16) X(blas, gemm_r12x16) X(blas, gemm_r16x16)                                                                 \
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
-  X(random, random_k)
+  X(random, random_k)                                                                       \
+  X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
+  X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
+  X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
 #undef OCL_KERNEL_ENUM
@@ -187,11 +190,30 @@ void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk
  *  fails with RAL_ERROR_INVALID_ARGUMENT before anything is queued. */
 ral_status ocl_enqueue_chunked(const ral_kernel_call* c, int kid, int nargs, ocl_arg* args, int64_t n,
                                int64_t min_chunk);
+/*! A row kernel over `rows` rows of about `row_len` elements: CPU-shaped chunks of rows
+ *  (>= ~4096 elements each) on a CPU device, else one row per work-item; args[nargs] (room
+ *  for it is the caller's) becomes the rows per work-item (conv.c). */
+ral_status ocl_enqueue_rows(const ral_kernel_call* c, int kid, int nargs, ocl_arg* args, int64_t rows,
+                            int64_t row_len);
 /*! Work-group size of a one-element-per-work-item launch: 64, or on a CPU runtime up to
  *  1024 (each work-group is a scheduling step there; its work-items become one loop). */
 size_t ocl_flat_local(const ral_kernel_call* c, int kid);
 /*! Largest power-of-two work-group <= want that a kernel accepts on the device. */
 size_t ocl_local_size(ocl_device* d, int kid, size_t want);
+
+/*! out = beta * bias + alpha * a @ b over float32 rank-2/3 descriptors of any strides
+ *  (bias broadcast to out, NULL for none): the plugin's GEMM (blas.c) for other ops. */
+ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
+                    const ral_tensor* bias, double beta, double alpha);
+
+/*! Columns per B panel the register GEMM uses for an M x N x K product, or 0 when it would
+ *  not take packed panels (tiny products, TORCH_FL_OPENCL_GEMM=tiled): a caller that can
+ *  write B straight into panels (conv.c's im2col) then calls ocl_gemm_packed_b. */
+int ocl_gemm_panel(const ral_kernel_call* c, int64_t M, int64_t N, int64_t K);
+/*! out[b] = a[b] @ B[b] over rank-3 float32 out [batch, M, N] and a [batch, M, K], with B
+ *  given as gemm_pack's panels of ocl_gemm_panel(M, N, K) columns in `pb`. */
+ral_status ocl_gemm_packed_b(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, cl_mem pb,
+                             int64_t K);
 
 /* ---------------------------------------------------------------- call access */
 static inline const ral_tensor* ocl_out(const ral_kernel_call* c, int i) { return &c->tensors[i]; }

@@ -83,6 +83,38 @@ typedef struct {
   g_i32 V, pad0;
 } ocl_pack;
 
+/* Convolution (conv.c, conv.cl) over one regular geometry, a convolution from X to Y:
+ * X [N, Cx, I0, I1, I2], Y [N, Cy, O0, O1, O2], weight [Cy, Cx/G, k0, k1, k2] (missing
+ * leading spatial dims have size 1). Columns of the im2col buffer are j = nl * osp + o over
+ * the samples [n0, n0 + nb) of one chunk: col[(grp * K + kk) * (nb * osp) + j]. The
+ * "transposed" layout T of Y is [Cy, nb * osp]. Strides and offsets in elements. */
+typedef struct {
+  g_i64 N, G, cxg, cyg, K, ksp, isp, osp, n0, nb;
+  g_i64 I[3], O[3], k[3], s[3], p[3], d[3];
+  g_i64 xn, xc, xs[3], yn, yc, ys[3];
+  g_i64 off_x, off_y, off_b, sb;
+  g_i32 dt_x, dt_y, dt_b, has_bias;
+  g_i32 vn, pad0; /* conv_im2col_p: columns per GEMM panel (<= 16) */
+} ocl_conv;
+
+/* Batch norm over contiguous [N, C, S]: buffers in BN_* order, absent ones flagged. */
+enum { BN_X, BN_Y /* out, or grad_input */, BN_G /* grad_output */, BN_W, BN_B, BN_RM, BN_RV, BN_SM, BN_SI, BN_GW, BN_GB, BN_N };
+typedef struct {
+  g_i64 N, C, S;
+  g_i64 off[BN_N];
+  g_i32 dt[BN_N];
+  g_i32 has; /* bit i: buffer i present */
+  g_i32 training;
+  float momentum, eps;
+} ocl_bn;
+
+/* 2-d pooling over [B, H, W] planes (B = N * C), input and output contiguous. */
+typedef struct {
+  g_i64 B, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
+  g_i64 off_x, off_y, off_i;
+  g_i32 dt, pad0;
+} ocl_pool;
+
 /* Fault sites of the bounds-checked index kernels: the code they record in their
  * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,
  * dim, size lo/hi. OCL_SITE_SCATTER + 1 is scatter_add. */

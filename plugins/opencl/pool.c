@@ -1,0 +1,86 @@
+/*
+ * pool.c -- max_pool2d_with_indices and its backward over contiguous [C, H, W] or
+ * [N, C, H, W] float32 (the manifest asks for contiguous operands); kernels/pool.cl.
+ * The output size comes from the output tensor, so ceil_mode needs no code here.
+ */
+#include <string.h>
+
+#include "ocl.h"
+
+/* An int[2] scalar; a one-entry list is repeated, an empty one gives `dflt`. */
+static int pair(const ral_kernel_call* c, int at, const int64_t* dflt, int64_t out[2]) {
+  int n;
+  const int64_t* v = ocl_scalar_list(c, at, &n);
+  if (!v || n == 0) {
+    out[0] = dflt[0], out[1] = dflt[1];
+    return 1;
+  }
+  if (n != 1 && n != 2) return 0;
+  out[0] = v[0], out[1] = v[n - 1];
+  return 1;
+}
+
+/* Geometry from input x, output y (sizes) and the scalars at 0..3. */
+static ral_status geom(const ral_kernel_call* c, const ral_tensor* x, const ral_tensor* y, ocl_pool* g) {
+  memset(g, 0, sizeof *g);
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (ocl_absent(t)) continue;
+    if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_INT64)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "max pooling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
+    if (!ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
+  }
+  if ((x->ndim != 3 && x->ndim != 4) || y->ndim != x->ndim)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d input, got %d-d", x->ndim);
+  int r = x->ndim;
+  int64_t k[2], s[2], p[2], d[2], zero[2] = {0, 0}, one[2] = {1, 1};
+  if (!pair(c, 0, one, k) || !pair(c, 1, k, s) || !pair(c, 2, zero, p) || !pair(c, 3, one, d))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "kernel_size/stride/padding/dilation must have 1 or 2 entries");
+  if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0 ||
+      2 * p[0] > k[0] || 2 * p[1] > k[1])
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "invalid kernel_size/stride/padding/dilation");
+  g->H = x->sizes[r - 2], g->W = x->sizes[r - 1], g->OH = y->sizes[r - 2], g->OW = y->sizes[r - 1];
+  g->B = 1;
+  for (int i = 0; i < r - 2; i++) {
+    if (x->sizes[i] != y->sizes[i]) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input and output batch/channels differ");
+    g->B *= x->sizes[i];
+  }
+  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = d[0], g->dw = d[1];
+  g->dt = x->dtype;
+  g->off_x = ocl_elem_off(x);
+  g->off_y = ocl_elem_off(y);
+  return RAL_OK;
+}
+
+/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
+ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 2, 1, 4);
+  if (st != RAL_OK) return st;
+  const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
+  ocl_pool g;
+  if ((st = geom(c, x, y, &g)) != RAL_OK) return st;
+  if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(y))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
+  if (ocl_numel(y) == 0) return RAL_OK;
+  if (g.H == 0 || g.W == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input plane");
+  g.off_i = ocl_elem_off(idx);
+  ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
+  return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * g.kh * g.kw);
+}
+
+/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+ * dilation, ceil_mode, indices) -> grad_input */
+ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 3, 4);
+  if (st != RAL_OK) return st;
+  const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
+  ocl_pool g;
+  if ((st = geom(c, x, go, &g)) != RAL_OK) return st;
+  if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(go) || ocl_numel(gi) != ocl_numel(x))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices/grad_input do not match the pooling");
+  if (ocl_numel(gi) == 0) return RAL_OK;
+  g.off_x = ocl_elem_off(gi);
+  g.off_i = ocl_elem_off(idx);
+  ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
+  return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W);
+}
