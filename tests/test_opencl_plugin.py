@@ -358,11 +358,10 @@ def test_every_manifest_kernel_is_exported_and_exercised():
     for k in {e["kernel"] for e in MANIFEST["kernels"]}:
         assert lib.rt_kernel_lookup(_P.devices[0], k.encode(), handle) == 0, k
     assert _P.record.status == "LOADED"
-    # No entry is disabled; half types are only noted where the device lacks them (float16
-    # without cl_khr_fp16, see tests/test_opencl_fp16.py; bfloat16, which the convolution
-    # entries list for devices that have it), which leaves the plugin LOADED.
+    # No entry is disabled; float16 is only noted where the device lacks cl_khr_fp16 (see
+    # tests/test_opencl_fp16.py), which leaves the plugin LOADED.
     assert _P.disabled == [] and _P.status == "LOADED", (_P.status, _P.reason)
-    assert set(_P.notes) <= {f"{t}: not supported by this device" for t in ("float16", "bfloat16")}, _P.notes
+    assert set(_P.notes) <= {"float16: not supported by this device"}, _P.notes
 
 
 def test_random_ops_follow_the_host_philox_convention():
