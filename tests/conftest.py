@@ -43,6 +43,17 @@ def plugin_device(which: str) -> str:
     return d
 
 
+@pytest.fixture(autouse=True)
+def _current_device_back_to_0():
+    """Each test ends on ral:0, where a fresh process starts: the current device is process
+    state (per thread), and xdist runs many test files in one worker."""
+    yield
+    from torch_fl.core import runtime
+
+    if runtime.is_initialized() and torch.ral.current_device() != 0:
+        torch.ral.set_device(0)
+
+
 @pytest.fixture(scope="session")
 def dev() -> str:
     """The ral device string under test; skips everything if no ral device exists."""

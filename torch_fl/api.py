@@ -41,6 +41,7 @@ from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode
 from torch_fl.observe.coverage import Coverage, coverage
+from torch_fl.tensor import dlpack as _dlpack
 from torch_fl.tensor import dlpack_import as _dlpack_import
 from torch_fl.tensor import factories as _factories
 from torch_fl.tensor import ipc as _ipc
@@ -54,7 +55,7 @@ _REGISTRY.op_check = resolve_op
 _backend.register()
 _amp.register()
 _factories.register()
-_dlpack_import.register()
+_dlpack.BEFORE_FIRST_EXPORT.append(_dlpack_import.register)
 _sdpa_entry.register()
 _shortcuts.register()
 _lazy_params.register()

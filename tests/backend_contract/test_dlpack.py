@@ -8,6 +8,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from conftest import run_python
 from torch.utils.dlpack import DLDeviceType
 
 import torch_fl
@@ -26,6 +27,32 @@ def _view(device):
     """A CPU reference and the same view (offset and strides) of a ral tensor."""
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.5 - 3
     return base[1:, ::2], base.to(device)[1:, ::2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fallback_removed_afterwards():
+    """Device-capsule exports register a PrivateUse1 fallback for the process (see
+    tensor/dlpack.py BEFORE_FIRST_EXPORT); later test files in this worker get a process
+    without it, as a program that never exports one."""
+    yield
+    from torch_fl.tensor import dlpack_import
+
+    dlpack_import.unregister()
+
+
+def test_fallback_is_registered_by_the_first_export_only():
+    res = run_python(
+        """
+        import torch, torch_fl
+        from torch_fl.tensor import dlpack_import
+        x = torch.arange(4.0, device="ral:0") * 2
+        before = dlpack_import._lib is None
+        y = torch.from_dlpack(x)
+        print(before, dlpack_import._lib is not None, (y + 1).cpu().tolist())
+        """
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "True True [1.0, 3.0, 5.0, 7.0]", res.stdout
 
 
 @pytest.mark.parametrize("device", DEVICES)

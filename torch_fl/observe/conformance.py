@@ -162,6 +162,11 @@ TOLERANCE_OVERRIDES = {
     ("nn.functional.conv_transpose2d", torch.float16): (1e-2, 0.25),
     ("nn.functional.conv_transpose2d", torch.bfloat16): (2e-2, 0.5),
     ("nn.functional.conv_transpose3d", torch.bfloat16): (2e-2, 1.0),
+    # The host plugin's batch norm computes half types in float32 and rounds once; CPU's
+    # bfloat16 kernel rounds on the way. instance_norm's sample 4 (eps 0.5, outputs up to
+    # ~19) differs by 1 ulp there (0.125), and the device is closer to the float32 result
+    # (max error 0.049 against CPU's 0.094).
+    ("nn.functional.instance_norm", torch.bfloat16): (2e-2, 0.125),
 }
 
 

@@ -69,10 +69,18 @@ _set_storage = torch.ops.aten.set_.source_Storage_storage_offset
 # Buffers exported in device capsules (weakly): how an imported tensor finds its Buffer again
 # (tensor/dlpack_import.py). The capsule holds the exported wrapper, which holds the Buffer.
 EXPORTED: weakref.WeakSet = weakref.WeakSet()
+# Run once, before the first device capsule leaves: the PrivateUse1 fallback that runs ops on
+# imports (dlpack_import.register, added by api.py). Registered then, not at import: a global
+# fallback changes how PyTorch treats every PrivateUse1 op without a kernel (fake tensors of
+# nn.GRUCell under torch.compile fail an internal assert with it), and a process that never
+# exports a device capsule can never hold an import.
+BEFORE_FIRST_EXPORT: list = []
 
 
 def _device_capsule(t, max_version):
     """A kDLExtDev capsule over t's device memory (after t's stream's queued work)."""
+    while BEFORE_FIRST_EXPORT:
+        BEFORE_FIRST_EXPORT.pop()()
     dev = t._dev
     synchronize_stream(dev, current(dev), "DLPack export")  # the consumer may use any stream
     alias = t.detach()  # a wrapper of t's own geometry, whose TensorImpl gets the real storage

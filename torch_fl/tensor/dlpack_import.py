@@ -65,8 +65,21 @@ def _rebase_storage_offset(op, plain, args, kwargs):
 
 
 def register() -> None:
-    """Register the PrivateUse1 fallback once per process."""
+    """Register the PrivateUse1 fallback once per process (at the first device-capsule export,
+    tensor/dlpack.py: only then can a plain ral tensor exist)."""
     global _lib
     if _lib is None:
         _lib = torch.library.Library("_", "IMPL")
         _lib.fallback(_with_python_key(plain_fallback), "PrivateUse1")
+
+
+def unregister() -> None:
+    """Remove the fallback again, to be registered anew before the next export (for a process,
+    such as a test run, that is done with imports and goes on to compile models)."""
+    global _lib
+    if _lib is not None:
+        _lib._destroy()
+        _lib = None
+        from torch_fl.tensor import dlpack
+
+        dlpack.BEFORE_FIRST_EXPORT.append(register)

@@ -3,8 +3,8 @@
 safetensors' Rust loader accepts only the device names it knows ("cpu", "cuda:N", ...) and
 rejects "ral:0". For a ral device name, `safetensors.torch.load_file` here reads the file
 on CPU (memory-mapped) and uploads each tensor; every other device goes to the original
-function unchanged. Saving needs no help: RalTensor.storage() answers safetensors' shared
-memory check and safetensors moves each tensor to CPU itself.
+function unchanged. Saving needs no help: a ral tensor's storage answers safetensors' shared
+memory check as a CPU tensor's does, and safetensors moves each tensor to CPU itself.
 
 safetensors is patched when it is imported (now, if it already was), so importing
 torch_fl neither imports safetensors nor changes what a script without ral devices does.
