@@ -36,6 +36,9 @@ def _env(**extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FL_", "RAL_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["TORCH_FL_SYSTEM_PLUGIN_DIR"] = "/nonexistent/torch_fl/plugins"
+    # rich sizes tables to the terminal, 80 columns without one (an xdist worker): a fixed
+    # width keeps each status word on one line whatever runs the tests
+    env["COLUMNS"] = "200"
     env.update(extra)
     return env
 
