@@ -28,7 +28,10 @@ def locate(x: torch.Tensor):
     storage = x.untyped_storage()
     if owns_block(storage):
         return buffer_of(storage), 0
-    start = storage.data_ptr() if storage.nbytes() else 0
+    try:
+        start = storage.data_ptr() if storage.nbytes() else 0
+    except RuntimeError:  # PyTorch refuses a null data pointer (a legacy to_dlpack capsule's)
+        start = 0
     end = start + storage.nbytes()
     for buf in list(EXPORTED):
         if buf.device == dev and start and buf.ptr <= start and end <= buf.ptr + buf.nbytes:
