@@ -87,13 +87,7 @@ class StorageBuffer(Buffer):
     @property
     def ptr(self) -> int:
         """The storage's current block address."""
-        p = self.storage.data_ptr()
-        if not p and _NBYTES.__get__(self):
-            raise RuntimeError(
-                f"torch_fl: the ral:{self.device} storage under this tensor was resized to 0 bytes "
-                "(untyped_storage().resize_(0)); resize it back before using the tensor"
-            )
-        return p
+        return self.storage.data_ptr()  # 0 once resized to 0 bytes: the runtime refuses it
 
     @ptr.setter
     def ptr(self, value: int) -> None:
