@@ -164,6 +164,8 @@ def test_device_capsule_refusals_and_copies(device):
         torch.ones(2, device=device, requires_grad=True).__dlpack__()
     with pytest.raises(BufferError, match="needs a device copy"):
         t.__dlpack__(dl_device=(DLDeviceType.kDLExtDev, index + 1))
+    with pytest.raises(RuntimeError, match="not resizable"):  # an import's storage, as on CUDA
+        torch.from_dlpack(t).untyped_storage().resize_(1024)
     copied = torch.from_dlpack(t.__dlpack__(dl_device=t.__dlpack_device__(), copy=True))
     assert copied.data_ptr() != t.data_ptr()
     torch.testing.assert_close(copied.cpu(), ref, rtol=0, atol=0)
