@@ -259,6 +259,8 @@ def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_si
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_storages_under_ral_mode(device):
+    import pickle
+
     import torch_fl
 
     cpu = torch.arange(6, dtype=torch.float32) - 2.5
@@ -270,6 +272,7 @@ def test_storages_under_ral_mode(device):
         assert rs.is_ral and rs.device == torch.device(device) and rs.tolist() == cpu.tolist()
         u = torch.empty(0, device=device).set_(rs, 2, (3,))
         u.mul_(2.0)
+        assert type(rs) is torch.TypedStorage and pickle.loads(pickle.dumps(rs)).device == rs.device
     expected = cpu.clone()
     expected[2:5] *= 2.0
     torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)

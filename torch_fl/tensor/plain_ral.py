@@ -21,9 +21,10 @@ def locate(x: torch.Tensor):
     """(Buffer, element offset of x's storage start in it) for plain ral tensor x.
 
     x's storage must be one torch_fl made (`t.untyped_storage()`, `torch.UntypedStorage(n,
-    device="ral:N")`, set_ onto a plain tensor), or x's memory must lie in a buffer torch_fl
-    exported in a DLPack capsule (the capsule's consumer holds that buffer alive) or in another
-    live pool block (a storage PyTorch wrapped around it); anything else raises RuntimeError."""
+    device="ral:N")`), or x's memory must lie in a buffer torch_fl exported in a DLPack capsule
+    (the capsule's consumer holds that buffer alive) or in another live pool block (a storage
+    PyTorch's C++ wrapped around it, as its storage pickler does); anything else raises
+    RuntimeError."""
     dev = x.device.index
     storage = x.untyped_storage()
     if owns_block(storage):
