@@ -46,12 +46,23 @@ def test_fallback_is_registered_by_the_first_export_only():
         import torch, torch_fl
         from torch_fl.tensor import dlpack_import
         x = torch.arange(4.0, device="ral:0") * 2
+        # before any export: a legacy to_dlpack import errors on use, with no fallback either
+        for d in ["ral:0", "ral:1"][: torch.ral.device_count()]:
+            for src in (x.to(d), x.to(d)[1:]):
+                bad = torch.from_dlpack(torch.utils.dlpack.to_dlpack(src))
+                for use in (bad.cpu, lambda: bad + 1, lambda: repr(bad), lambda: bad.sum()):
+                    try:
+                        use()
+                        print("no error", d)
+                    except (RuntimeError, NotImplementedError):
+                        pass
         before = dlpack_import._lib is None
         y = torch.from_dlpack(x)
         print(before, dlpack_import._lib is not None, (y + 1).cpu().tolist())
         """
     )
     assert res.returncode == 0, res.stderr
+    assert "no error" not in res.stdout, res.stdout
     assert res.stdout.strip().splitlines()[-1] == "True True [1.0, 3.0, 5.0, 7.0]", res.stdout
 
 
@@ -153,6 +164,8 @@ def test_device_capsule_refusals_and_copies(device):
         torch.ones(2, device=device, requires_grad=True).__dlpack__()
     with pytest.raises(BufferError, match="needs a device copy"):
         t.__dlpack__(dl_device=(DLDeviceType.kDLExtDev, index + 1))
+    with pytest.raises(RuntimeError, match="not resizable"):  # an import's storage, as on CUDA
+        torch.from_dlpack(t).untyped_storage().resize_(1024)
     copied = torch.from_dlpack(t.__dlpack__(dl_device=t.__dlpack_device__(), copy=True))
     assert copied.data_ptr() != t.data_ptr()
     torch.testing.assert_close(copied.cpu(), ref, rtol=0, atol=0)
@@ -176,12 +189,16 @@ def test_legacy_to_dlpack_import_fails_clearly_on_copy(device):
     # torch.utils.dlpack.to_dlpack is torch's C function (it never asks __dlpack__): its capsule
     # of a wrapper tensor carries no data, and the imported tensor must say so, not return values
     ref, t = _view(device)
-    x = torch.from_dlpack(torch.utils.dlpack.to_dlpack(t))
-    with pytest.raises(RuntimeError, match="holds no torch_fl device buffer"):
-        x.cpu()
-    with pytest.raises(RuntimeError):
-        x + 1
+    whole = t.contiguous()  # offset 0: the capsule's data pointer is null
+    torch.from_dlpack(whole)  # an export registers the fallback (before it: test above)
+    for src in (t, whole):
+        x = torch.from_dlpack(torch.utils.dlpack.to_dlpack(src))
+        assert x.device == t.device and x.shape == src.shape
+        for use in (torch.Tensor.cpu, lambda y: y + 1, torch.Tensor.sum, repr):
+            with pytest.raises(RuntimeError, match="holds no torch_fl device buffer"):
+                use(x)
     torch.testing.assert_close(t.cpu(), ref, rtol=0, atol=0)
+    torch.testing.assert_close((whole * 2).cpu(), ref * 2, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -106,3 +106,33 @@ def test_save_under_skip_data(device):
     buf.seek(0)
     t = torch.load(buf, weights_only=True)["t"]
     assert t.device == torch.device(device) and t.shape == (4,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_checkpoints_under_ral_mode(device):
+    """The mode style: map_location forms place a CPU checkpoint on ral; a checkpoint saved
+    under the mode loads on the CPU with map_location="cpu" (weights_only) and back on ral with
+    its views sharing one buffer; skip_data too."""
+    import torch_fl
+
+    cpu = {"w": torch.arange(6.0).reshape(2, 3), "p": torch.nn.Parameter(torch.ones(2))}
+    with torch_fl.ral_mode(device):
+        for ml in (device, torch.device(device), {"cpu": device}):
+            got = torch.load(_save(cpu), map_location=ml, weights_only=True)
+            assert got["w"].device == got["p"].device == torch.device(device)
+            assert isinstance(got["p"], torch.nn.Parameter) and got["p"].requires_grad
+            torch.testing.assert_close(got["w"].cpu(), cpu["w"], rtol=0, atol=0)
+        ck = _ral_checkpoint(device)
+        on_cpu = torch.load(_save(ck), map_location="cpu", weights_only=True)
+        back = torch.load(_save(ck), weights_only=True)
+        back["view"].add_(100)
+        strided = back["strided"].cpu()
+        buf = io.BytesIO()
+        with torch.serialization.skip_data():
+            torch.save({"t": torch.arange(4.0, device=device)}, buf)
+    assert on_cpu["view"].device.type == "cpu"
+    torch.testing.assert_close(on_cpu["view"], torch.arange(2.0, 8.0).view(2, 3), rtol=0, atol=0)
+    assert back["view"].device == torch.device(device)
+    torch.testing.assert_close(strided, torch.tensor([0.0, 103.0, 106.0, 9.0]), rtol=0, atol=0)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["t"].shape == (4,)

@@ -37,8 +37,13 @@ def test_named_factories_behave_as_cpu(device):
         with pytest.raises(TypeError) as ral_error:
             torch.empty(2, 3, device=device, names=("N", "C"))
         assert str(ral_error.value) == str(cpu_error)
+        with torch_fl.ral_mode(device), pytest.raises(TypeError) as mode_error:  # the mode style
+            torch.empty(2, 3, names=("N", "C"))
+        assert str(mode_error.value) == str(cpu_error)
         return
     assert torch.empty(2, 3, device=device, names=("N", "C")).names == want
+    with torch_fl.ral_mode(device):
+        assert torch.empty(2, 3, names=("N", "C")).names == want
 
 
 def _declares(device, dtype, op):
@@ -72,6 +77,10 @@ def test_fused_sdp_choice_is_the_overrideable_backend_when_declared(device, dtyp
     want = SDPBackend.OVERRIDEABLE if declared else SDPBackend.MATH
     assert SDPBackend(torch._fused_sdp_choice(q, q, q)) == want
     assert SDPBackend(torch._fused_sdp_choice(q, q, q, dropout_p=0.5)) == SDPBackend.MATH
+    c = q.cpu()
+    with torch_fl.ral_mode(device):  # the mode style: CPU tensors, the device's answer
+        assert SDPBackend(torch._fused_sdp_choice(c, c, c)) == want
+        assert SDPBackend(torch._fused_sdp_choice(c, c, c, dropout_p=0.5)) == SDPBackend.MATH
 
 
 def _sdpa_grads(device, dtype, q, k, v, m, mask_grad, causal, gout):

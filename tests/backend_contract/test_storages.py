@@ -125,10 +125,90 @@ def test_storage_resize_moves_the_untyped_storage_too(device):
     t.storage().resize_(8)
     assert s.nbytes() == 32 and s.data_ptr() == t.data_ptr()
     assert torch.empty(0, device=device).set_(s, 0, (4,), (1,)).cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
-    # untyped_storage().resize_ asks PyTorch's PrivateUse1 hooks, which torch_fl does not serve yet
-    with pytest.raises(NotImplementedError, match="resizePrivateUse1Bytes"):
-        s.resize_(64)
-    assert t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]  # and nothing changed
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("new_bytes", [64, 12, 32])
+def test_untyped_storage_resize_as_on_cpu(device, new_bytes):
+    cpu = torch.arange(8, dtype=torch.float32) * 0.5
+    t = cpu.to(device)
+    view = t[1:3]
+    rs, cs = t.untyped_storage(), cpu.untyped_storage()
+    assert rs.resize_(new_bytes) is rs
+    cs.resize_(new_bytes)
+    assert rs.nbytes() == cs.nbytes() == new_bytes
+    assert t.untyped_storage()._cdata == rs._cdata and rs.data_ptr() == t.data_ptr() != 0
+    kept = min(32, new_bytes)  # the first min(old, new) bytes survive, as on CPU and CUDA
+    assert rs.cpu().tolist()[:kept] == cs.tolist()[:kept]
+    # every tensor on the storage reads the new block where it lies inside it
+    torch.testing.assert_close(t[: kept // 4].cpu(), cpu[: kept // 4], rtol=0, atol=0)
+    torch.testing.assert_close(view.cpu(), cpu[1:3], rtol=0, atol=0)
+    if new_bytes < 32:  # a tensor reaching past the shrunk block: CPU reads garbage, ral raises
+        with pytest.raises(RuntimeError, match="exceeds buffer"):
+            t.cpu()
+    whole = torch.empty(0, device=device).set_(rs, 0, (new_bytes // 4,), (1,))
+    whole.fill_(-2.0)  # writes through the resized storage reach the tensor's view of it
+    assert view.cpu().tolist() == [-2.0, -2.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_untyped_storage_resize_to_zero_frees_and_back(device):
+    idx = torch.device(device).index
+    t = torch.arange(4096, dtype=torch.float32).to(device)
+    view = t[10:12]
+    s = t.untyped_storage()
+    allocated = torch.ral.memory_allocated(idx)
+    s.resize_(0)
+    assert s.nbytes() == 0 and s.data_ptr() == 0
+    assert torch.ral.memory_allocated(idx) <= allocated - 4096 * 4  # the block went back to the pool
+    with pytest.raises(RuntimeError, match="0x0 not mapped"):  # not a crash: CPU segfaults here
+        view + 1
+    view.record_stream(torch.ral.current_stream(idx))  # a no-op on a freed storage, as on CUDA
+    s.resize_(4096 * 4)  # the FSDP pattern: free, then re-grow and refill before use
+    t.copy_(torch.arange(4096, dtype=torch.float32) * 2)
+    assert view.cpu().tolist() == [20.0, 22.0] and (t + 1)[4095].item() == 8191.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_impossible_storage_resize_raises_out_of_memory_and_keeps_the_data(device):
+    t = torch.arange(6, dtype=torch.float32).to(device)
+    s = t.untyped_storage()
+    with pytest.raises(torch.OutOfMemoryError, match=rf"{device} is out of memory resizing a storage"):
+        s.resize_(1 << 60)
+    with pytest.raises(torch.OutOfMemoryError, match=rf"{device} is out of memory allocating a storage"):
+        torch.UntypedStorage(1 << 60, device=device)
+    assert s.nbytes() == 24 and t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert (t * 2).cpu().tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_storage_resizes_and_host_views_follow(device):
+    # a host-mappable device serves reads from a cached host mapping: it must follow the move
+    s = torch.UntypedStorage(8, device=device)
+    t = torch.empty(0, device=device).set_(s, 0, (2,), (1,))
+    t.copy_(torch.tensor([1.5, 2.5]))
+    assert torch.cumsum(t, 0).cpu().tolist() == [1.5, 4.0]  # cpu tier: reads a host view on ral:0
+    s.resize_(4096)
+    torch.empty(0, device=device).set_(s, 0, (1024,), (1,)).fill_(7.0)
+    assert torch.cumsum(t, 0).cpu().tolist() == [7.0, 14.0]
+    assert t.cpu().tolist() == [7.0, 7.0] and t.numpy().tolist() == [7.0, 7.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_resize_under_ral_mode(device):
+    import torch_fl
+
+    cpu = torch.arange(4, dtype=torch.float32)
+    t = cpu.to(device)
+    with torch_fl.ral_mode(device):
+        s = t.untyped_storage()
+        s.resize_(32)
+        w = torch.empty(0, device=device).set_(s, 0, (8,), (1,))
+        w[4:] = 9.0
+        out = (w * 2).cpu()
+        cpu.untyped_storage().resize_(32)  # a CPU tensor's storage stays a CPU one
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0, 18.0, 18.0, 18.0, 18.0]
+    assert cpu.untyped_storage().device.type == "cpu" and cpu.tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -166,8 +246,7 @@ def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_si
     t = cpu.to(device)
     view = t[1:]
     r_storage, c_storage = t.storage(), cpu.storage()
-    assert r_storage.resize_(new_size) is r_storage
-    c_storage.resize_(new_size)
+    assert r_storage.resize_(new_size) is c_storage.resize_(new_size) is None  # TypedStorage's answer
     assert (r_storage.size(), r_storage.nbytes()) == (c_storage.size(), c_storage.nbytes())
     assert view.storage().nbytes() == c_storage.nbytes()  # views see the resized buffer
     kept = min(6, new_size)
@@ -180,6 +259,8 @@ def test_storage_resize_keeps_the_prefix_for_every_view_as_on_cpu(device, new_si
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_storages_under_ral_mode(device):
+    import pickle
+
     import torch_fl
 
     cpu = torch.arange(6, dtype=torch.float32) - 2.5
@@ -191,6 +272,7 @@ def test_storages_under_ral_mode(device):
         assert rs.is_ral and rs.device == torch.device(device) and rs.tolist() == cpu.tolist()
         u = torch.empty(0, device=device).set_(rs, 2, (3,))
         u.mul_(2.0)
+        assert type(rs) is torch.TypedStorage and pickle.loads(pickle.dumps(rs)).device == rs.device
     expected = cpu.clone()
     expected[2:5] *= 2.0
     torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
@@ -216,3 +298,40 @@ def test_untyped_storages_under_ral_mode(device):
     expected = cpu.clone()
     expected[1:5] += 10.0
     torch.testing.assert_close(t.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_storage_is_a_torch_typed_storage(device):
+    cpu = torch.arange(6, dtype=torch.float64) * 0.5
+    t = cpu.to(device)
+    rs, cs = t[2:].storage(), cpu[2:].storage()
+    assert type(rs) is type(cs) is torch.TypedStorage
+    assert rs.dtype == torch.float64 and rs.device == torch.device(device) and rs.is_ral
+    assert rs._untyped_storage._cdata == t.untyped_storage()._cdata and rs.data_ptr() == t.data_ptr()
+    assert (rs.size(), rs.nbytes(), rs[5]) == (cs.size(), cs.nbytes(), cs[5])
+    rs[0] = 9.0  # item writes reach the tensor, as on CPU
+    cs[0] = 9.0
+    torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)
+    r = torch.tensor([], dtype=torch.float64, device=device).set_(rs, 1, (2, 2))
+    c = torch.tensor([], dtype=torch.float64).set_(cs, 1, (2, 2))
+    torch.testing.assert_close(r.cpu(), c, rtol=0, atol=0)
+    assert rs.float().dtype == torch.float32 and rs.float().tolist() == cs.float().tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_typed_storage_pickles_and_saves_as_on_cpu(device):
+    import io
+    import pickle
+
+    cpu = torch.arange(5, dtype=torch.float32) - 1.5
+    rs = cpu.to(device).storage()
+    back = pickle.loads(pickle.dumps(rs))
+    assert type(back) is torch.TypedStorage and back.device == torch.device(device)
+    assert back.dtype == torch.float32 and back.tolist() == cpu.tolist() and back.data_ptr() != rs.data_ptr()
+    f = io.BytesIO()
+    torch.save({"s": rs}, f)
+    for kwargs, where in [({}, device), ({"map_location": "cpu", "weights_only": True}, "cpu")]:
+        f.seek(0)
+        loaded = torch.load(f, **kwargs)["s"]
+        assert type(loaded) is torch.TypedStorage and loaded.device == torch.device(where)
+        assert loaded.tolist() == cpu.tolist()

@@ -73,6 +73,36 @@ class Buffer:
         return f"Buffer(ral:{self.device}, 0x{self.ptr:x}, {self.nbytes} bytes)"
 
 
+_PTR, _NBYTES = Buffer.ptr, Buffer.nbytes  # the slots, under StorageBuffer's properties
+
+
+class StorageBuffer(Buffer):
+    """A Buffer whose block a torch storage owns (`storage_of`): its address and size are the
+    storage's, read live, so `untyped_storage().resize_(n)` (done in C++, ral_allocator.cpp)
+    moves every view of the buffer to the new block, as on CUDA. Only buffers whose storage
+    was asked for pay the read."""
+
+    __slots__ = ()
+
+    @property
+    def ptr(self) -> int:
+        """The storage's current block address."""
+        return self.storage.data_ptr()  # 0 once resized to 0 bytes: the runtime refuses it
+
+    @ptr.setter
+    def ptr(self, value: int) -> None:
+        _PTR.__set__(self, value)
+
+    @property
+    def nbytes(self) -> int:
+        """The storage's current size in bytes."""
+        return self.storage.nbytes()
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        _NBYTES.__set__(self, value)
+
+
 _tls = threading.local()
 
 # StorageImpl address -> the Buffer over that storage's block (while the Buffer lives; it
@@ -92,6 +122,7 @@ def storage_of(buf: Buffer):
                 "not be built against this torch (see torch_fl/device/guard/README.md)"
             )
         buf.storage = s
+        buf.__class__ = StorageBuffer
         _BY_STORAGE[s._cdata] = buf
     return s
 
@@ -106,7 +137,7 @@ def buffer_of(storage) -> Buffer:
                 "(a storage slice, or a DLPack import's memory): set_ the ral tensor to the whole "
                 "storage it came from, with a storage offset"
             )
-        buf = Buffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
+        buf = StorageBuffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
         _BY_STORAGE[storage._cdata] = buf
     return buf
 

@@ -15,7 +15,9 @@ from torch_fl.device.stream_state import current
 from torch_fl.device.sync import copy_to_host_and_wait, synchronize_stream
 from torch_fl.tensor.layout import byte_range, is_dense
 
-# Buffer (held weakly, by identity) -> uint8 CPU tensor over its host mapping.
+# Buffer (held weakly, by identity) -> (device address, uint8 CPU tensor over its host mapping).
+# The address is checked on use: `untyped_storage().resize_` moves a storage-owned buffer to a
+# new block behind Python's back (ral_allocator.cpp).
 _HOST_BASES = WeakIdKeyDictionary()
 _MAPPABLE: dict[int, bool] = {}
 
@@ -44,8 +46,8 @@ def host_view(t) -> torch.Tensor | None:
 
 def _host_base(buf) -> torch.Tensor | None:
     hit = _HOST_BASES.get(buf)
-    if hit is not None:
-        return hit
+    if hit is not None and (buf.storage is None or (hit[0] == buf.ptr and hit[1].numel() == buf.nbytes)):
+        return hit[1]
     if not host_mappable(buf.device):
         return None
     if buf.nbytes == 0:
@@ -54,7 +56,7 @@ def _host_base(buf) -> torch.Tensor | None:
         out = ffi.new("uint64_t*")
         check(lib.rt_host_address(buf.device, buf.ptr, 0, buf.nbytes, out))
         base = torch.frombuffer(ffi.buffer(ffi.cast("char*", out[0]), buf.nbytes), dtype=torch.uint8)
-    _HOST_BASES[buf] = base
+    _HOST_BASES[buf] = (buf.ptr, base)
     return base
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl._native import lib
+from torch_fl.device.guard import owns_block
+from torch_fl.device.memory import StorageBuffer, buffer_of
 from torch_fl.tensor.dlpack import EXPORTED
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 
@@ -17,16 +20,28 @@ def is_plain_ral(x) -> bool:
 def locate(x: torch.Tensor):
     """(Buffer, element offset of x's storage start in it) for plain ral tensor x.
 
-    x's memory must lie in a buffer torch_fl exported in a DLPack capsule (the capsule's
-    consumer holds that buffer alive); anything else raises RuntimeError."""
+    x's storage must be one torch_fl made (`t.untyped_storage()`, `torch.UntypedStorage(n,
+    device="ral:N")`), or x's memory must lie in a buffer torch_fl exported in a DLPack capsule
+    (the capsule's consumer holds that buffer alive) or in another live pool block (a storage
+    PyTorch's C++ wrapped around it, as its storage pickler does); anything else raises
+    RuntimeError."""
     dev = x.device.index
     storage = x.untyped_storage()
-    start = storage.data_ptr() if storage.nbytes() else 0
+    if owns_block(storage):
+        return buffer_of(storage), 0
+    try:
+        start = storage.data_ptr() if storage.nbytes() else 0
+    except RuntimeError:  # PyTorch refuses a null data pointer (a legacy to_dlpack capsule's)
+        start = 0
     end = start + storage.nbytes()
     for buf in list(EXPORTED):
         if buf.device == dev and start and buf.ptr <= start and end <= buf.ptr + buf.nbytes:
             if (start - buf.ptr) % x.dtype.itemsize == 0:
                 return buf, (start - buf.ptr) // x.dtype.itemsize
+    if start and lib.rt_check_pointer(dev, start, 0, end - start) == 0:
+        # memory inside a live pool block, wrapped without ownership (PyTorch's storage
+        # pickler at::from_blob's a storage to copy it): valid while its owner lives, as on CUDA
+        return StorageBuffer(dev, start, end - start, storage), 0
     raise RuntimeError(
         f"torch_fl: this {x.device} tensor holds no torch_fl device buffer: it is a "
         "storage-backed PrivateUse1 tensor whose memory torch_fl did not export (as "

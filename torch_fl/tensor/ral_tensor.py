@@ -9,10 +9,9 @@ import torch
 
 from torch_fl.device.compat import run_untraced
 from torch_fl.device.memory import Buffer, buffer_of, storage_of
-from torch_fl.device.stream_state import current
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
-from torch_fl.tensor.host_copy import buffer_to_host, forget_host_view, to_cpu
+from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.layout import contiguous_strides
 from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
 
@@ -239,12 +238,11 @@ class RalTensor(torch.Tensor):
         `.device` is ral:N, `data_ptr()` the buffer's device address, `nbytes()` its size."""
         return storage_of(self._buf)
 
-    def storage(self):
-        """A stand-in for the (deprecated) typed storage: the device buffer's identity and size.
-
-        Libraries use `tensor.storage().data_ptr()` to find tensors sharing memory (safetensors);
-        a wrapper tensor's own storage has no data pointer to give."""
-        return DeviceStorage(self._buf, self.dtype)
+    def storage(self) -> torch.TypedStorage:
+        """The (deprecated) typed storage, a real torch.TypedStorage over `untyped_storage()`
+        in the tensor's dtype, as torch.Tensor.storage() builds it (and warns, as it does)."""
+        torch.storage._warn_typed_storage_removal(stacklevel=2)
+        return torch.TypedStorage(wrap_storage=self.untyped_storage(), dtype=self.dtype, _internal=True)
 
     def __dlpack_device__(self):
         """(kDLExtDev, index): PyTorch's DLPack device type for PrivateUse1 (dlpack.py)."""
@@ -257,8 +255,8 @@ class RalTensor(torch.Tensor):
         return dlpack_export(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
 
     def set_(self, *args, **kwargs):
-        """Tensor.set_; a `t.storage()` source re-points this tensor at that device buffer
-        (torch's own set_ takes only torch storages, which ral buffers are not)."""
+        """Tensor.set_; a ral storage source (`t.untyped_storage()`, `t.storage()`) re-points
+        this tensor at that device buffer (the wrapper's own storage is not the buffer's)."""
         source = args[0] if args else kwargs.get("source")
         buf = _device_buffer_of(source)
         if buf is not None:
@@ -276,10 +274,8 @@ run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device
 
 
 def _device_buffer_of(source) -> Buffer | None:
-    """The device Buffer a set_ source names: a `t.storage()` stand-in, or a torch storage on a
-    ral device (untyped or typed; not a checkpoint's staged host bytes); else None."""
-    if isinstance(source, DeviceStorage):
-        return source._buf
+    """The device Buffer a set_ source names: a torch storage on a ral device (untyped or typed;
+    not a checkpoint's staged host bytes); else None."""
     if isinstance(source, torch.TypedStorage):
         source = source._untyped_storage
     if (
@@ -302,78 +298,6 @@ def _set_to_buffer(t, buf, device, storage_offset=0, size=None, stride=None):
     stride = tuple(stride) if stride else contiguous_strides(tuple(size))
     src = RalTensor(buf, tuple(size), stride, int(storage_offset), t.dtype)
     return torch.Tensor.set_(t, src)
-
-
-class DeviceStorage:
-    """What `RalTensor.storage()` returns: the buffer's device address, size and dtype."""
-
-    __slots__ = ("_buf", "dtype")
-
-    def __init__(self, buf: Buffer, dtype: torch.dtype):
-        self._buf = buf
-        self.dtype = dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The ral device holding the buffer."""
-        return torch_device(self._buf.device)
-
-    def data_ptr(self) -> int:
-        """The buffer's device address (equal for tensors that share memory)."""
-        return int(self._buf.ptr)
-
-    def nbytes(self) -> int:
-        """Size of the buffer in bytes."""
-        return self._buf.nbytes
-
-    def untyped(self) -> torch.UntypedStorage:
-        """The buffer's torch.UntypedStorage (as TypedStorage.untyped())."""
-        return storage_of(self._buf)
-
-    def element_size(self) -> int:
-        """Bytes per element of the tensor's dtype."""
-        return self.dtype.itemsize
-
-    def size(self) -> int:
-        """Number of whole elements of the tensor's dtype the buffer holds."""
-        return self._buf.nbytes // self.dtype.itemsize
-
-    __len__ = size
-
-    def resize_(self, size: int) -> DeviceStorage:
-        """In place, as TypedStorage.resize_ (size in elements): every tensor on the buffer sees
-        the new block, which keeps the first min(old, new) bytes; the pool's errors propagate."""
-        buf = self._buf
-        nbytes = int(size) * self.dtype.itemsize
-        if nbytes < 0:
-            raise RuntimeError(f"Trying to resize storage to a negative size ({size})")
-        keep = min(buf.nbytes, nbytes)
-        if nbytes != buf.nbytes:
-            saved = RalTensor(buf, (keep,), (1,), 0, torch.uint8).clone() if keep else None
-            buf.reallocate(nbytes, current(buf.device))  # the old block is freed stream-ordered
-            forget_host_view(buf)
-            if saved is not None:
-                RalTensor(buf, (keep,), (1,), 0, torch.uint8).copy_(saved)
-        return self
-
-    is_ral = True  # as torch.UntypedStorage.is_ral (device/backend.py registers it)
-    is_cuda = False
-    is_sparse = False
-
-    def type(self) -> str:
-        """What a PrivateUse1 TypedStorage's type() answers (torch has no legacy ral classes)."""
-        return "torch.storage.TypedStorage"
-
-    def cpu(self) -> torch.TypedStorage:
-        """A CPU TypedStorage copy of the whole buffer, in the tensor's dtype."""
-        host = buffer_to_host(self._buf)
-        return torch.TypedStorage(wrap_storage=host, dtype=self.dtype, _internal=True)
-
-    @outside_modes  # the CPU tensor below must stay CPU inside a ral_mode block
-    def tolist(self) -> list:
-        """The buffer's elements as Python numbers (through a CPU copy)."""
-        n = self.size()
-        return torch.empty(0, dtype=self.dtype).set_(buffer_to_host(self._buf), 0, (n,), (1,)).tolist()
 
 
 _STRIDED = torch.strided

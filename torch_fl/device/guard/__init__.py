@@ -173,24 +173,26 @@ def register_hooks(device_count: int) -> bool:
     return _loaded.ral_guard_register_hooks(device_count) == 0
 
 
+# ral_allocator.cpp's StatsCalls, field by field: the runtime's entry points it calls, then
+# RAL_ERROR_OUT_OF_MEMORY.
+_STATS_CALLS = (
+    "rt_memory_stats_get",
+    "rt_reset_peak_stats",
+    "rt_empty_cache",
+    "rt_device_count",
+    "rt_last_error",
+    "rt_device_get",
+    "rt_malloc",
+    "rt_free",
+    "rt_record_stream",
+    "rt_current_stream",
+    "rt_current_device",
+    "rt_copy_d2d",
+)
+
+
 class _StatsCalls(ctypes.Structure):
-    # ral_allocator.cpp's StatsCalls, field by field
-    _fields_ = [
-        (name, ctypes.c_void_p)
-        for name in (
-            "rt_memory_stats_get",
-            "rt_reset_peak_stats",
-            "rt_empty_cache",
-            "rt_device_count",
-            "rt_last_error",
-            "rt_device_get",
-            "rt_malloc",
-            "rt_free",
-            "rt_record_stream",
-            "rt_current_stream",
-            "rt_current_device",
-        )
-    ]
+    _fields_ = [(name, ctypes.c_void_p) for name in _STATS_CALLS] + [("out_of_memory", ctypes.c_int)]
 
 
 def load_allocator() -> bool:
@@ -217,7 +219,7 @@ def load_allocator() -> bool:
         except OSError:
             pass  # an unwritable cache: the next process tries again
         return False
-    calls = _StatsCalls(*_addresses(name for name, _ in _StatsCalls._fields_))
+    calls = _StatsCalls(*_addresses(_STATS_CALLS), lib.RAL_ERROR_OUT_OF_MEMORY)
     shim.ral_allocator_install.argtypes = [ctypes.POINTER(_StatsCalls)]
     shim.ral_allocator_install.restype = ctypes.c_int
     # copied by the shim; 2: installed, but another extension holds PrivateUse1's metadata hooks
@@ -231,6 +233,11 @@ def load_allocator() -> bool:
     shim.ral_storage_reset.restype = ctypes.c_int
     shim.ral_storage_owns_block.argtypes = [ctypes.c_void_p]
     shim.ral_storage_owns_block.restype = ctypes.c_int
+    if _loaded is not None:  # UntypedStorage.resize_ reaches the allocator through the guard's hooks
+        shim.ral_allocator_resize_fn.restype = ctypes.c_void_p
+        _loaded.ral_guard_set_resize.argtypes = [ctypes.c_void_p]
+        _loaded.ral_guard_set_resize.restype = None
+        _loaded.ral_guard_set_resize(shim.ral_allocator_resize_fn())
     global BACKEND_META_USED
     BACKEND_META_USED = ctypes.c_int.in_dll(shim, "ral_backend_meta_used")
     _allocator = shim

@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -46,6 +47,8 @@ struct StatsCalls {
   int (*record_stream)(int32_t, uint64_t, int32_t);
   int32_t (*current_stream)(int32_t);
   int32_t (*current_device)(void);
+  int (*copy_d2d)(int32_t, uint64_t, uint64_t, int32_t, uint64_t, uint64_t, uint64_t, int32_t);
+  int out_of_memory;  // RAL_ERROR_OUT_OF_MEMORY
 };
 
 StatsCalls calls;
@@ -87,15 +90,24 @@ c10::DataPtr owning(int32_t d, uint64_t ptr) {
   return {reinterpret_cast<void*>(ptr), new Block{d, ptr}, &free_block, ral(d)};
 }
 
+// A pool block of nbytes on ral:d for its current stream; a full pool or device raises
+// torch.OutOfMemoryError (c10::OutOfMemoryError), as a CUDA allocation does.
+uint64_t pool_malloc(int32_t d, uint64_t nbytes, const char* what) {
+  uint64_t ptr = 0;
+  int status = calls.malloc(d, nbytes, calls.current_stream(d), &ptr);
+  TORCH_CHECK_WITH(OutOfMemoryError, status != calls.out_of_memory, "torch_fl: ral:", static_cast<int>(d),
+                   " is out of memory ", what, " (", nbytes, " bytes): ", calls.last_error());
+  check(status, what, d);
+  return ptr;
+}
+
 class RalDeviceAllocator final : public c10::DeviceAllocator {
  public:
   // A block from the current device's MemoryPool, for use on its current stream.
   c10::DataPtr allocate(size_t nbytes) override {
     int32_t d = calls.current_device();
     if (nbytes == 0) return {nullptr, ral(d)};
-    uint64_t ptr = 0;
-    check(calls.malloc(d, nbytes, calls.current_stream(d), &ptr), "allocating a storage", d);
-    return owning(d, ptr);
+    return owning(d, pool_malloc(d, nbytes, "allocating a storage"));
   }
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -224,8 +236,35 @@ extern "C" int ral_storage_reset(void* impl, uint64_t ptr, uint64_t nbytes, int3
   }
 }
 
+// UntypedStorage.resize_ of a ral storage (PrivateUse1HooksInterface::resizePrivateUse1Bytes,
+// forwarded by ral_guard.cpp): a fresh pool block on the storage's device, the first
+// min(old, new) bytes copied over on the current stream, the old block freed stream-ordered,
+// as CUDA's resize_bytes_cuda does. 0 bytes frees the block. An allocation that fails raises
+// before anything changes.
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  auto* s = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(s->resizable(), "Trying to resize storage that is not resizable");
+  int32_t d = s->device().index();
+  TORCH_CHECK(s->data_ptr().get_deleter() == &free_block || !s->data_ptr().get(),
+              "torch_fl: this ral:", static_cast<int>(d), " storage holds memory torch_fl did not allocate (a DLPack "
+              "import): it cannot be resized");
+  if (nbytes == s->nbytes()) return;
+  uint64_t fresh = nbytes ? pool_malloc(d, nbytes, "resizing a storage") : 0;
+  c10::DataPtr owner = owning(d, fresh);  // freed again if the copy below raises
+  uint64_t keep = std::min<uint64_t>(nbytes, s->nbytes());
+  if (keep && s->data_ptr().get()) {
+    uint64_t old = reinterpret_cast<uint64_t>(s->data_ptr().get());
+    check(calls.copy_d2d(d, fresh, 0, d, old, 0, keep, calls.current_stream(d)), "copying a resized storage", d);
+  }
+  s->set_data_ptr_noswap(std::move(owner));  // the old block goes back to the pool
+  s->set_nbytes(nbytes);
+}
 
 // Register the allocator for PrivateUse1 once; 0 on success.
+// The address of resize_storage_bytes, which ral_guard.cpp's hooks call (guard/__init__.py
+// hands it over: the two libraries do not link each other).
+extern "C" void* ral_allocator_resize_fn() { return reinterpret_cast<void*>(&resize_storage_bytes); }
+
 extern "C" int ral_allocator_install(const StatsCalls* rt) {
   if (installed.exchange(true)) return 0;
   calls = *rt;

@@ -397,6 +397,9 @@ const at::Generator& default_generator(c10::DeviceIndex d) {
 }
 std::atomic<int> real_devices{0};
 
+// ral_allocator.cpp's resize_storage_bytes once that shim is loaded (null without it).
+std::atomic<void (*)(const c10::Storage&, size_t)> resize_bytes{nullptr};
+
 struct RalHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return real_devices.load() > 0; }
@@ -416,6 +419,13 @@ struct RalHooks final : public at::PrivateUse1HooksInterface {
     --it;
     return p < it->first + (it->second ? it->second : 1);
   }
+  // UntypedStorage.resize_ of a ral storage.
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    auto fn = resize_bytes.load();
+    TORCH_CHECK_NOT_IMPLEMENTED(fn, "torch_fl: resizing a ral storage needs the C++ allocator shim, which could "
+                                    "not be built against this torch (see torch_fl/device/guard/README.md)");
+    fn(storage, nbytes);
+  }
 };
 
 }  // namespace
@@ -431,6 +441,11 @@ extern "C" __attribute__((visibility("default"))) int ral_guard_register_hooks(i
     return 1;
   }
   return 0;
+}
+
+// Called by torch_fl once ral_allocator.cpp is loaded, with its ral_allocator_resize_fn().
+extern "C" __attribute__((visibility("default"))) void ral_guard_set_resize(void* fn) {
+  resize_bytes.store(reinterpret_cast<void (*)(const c10::Storage&, size_t)>(fn));
 }
 
 // Called once by torch_fl after device discovery, before any backward pass.
