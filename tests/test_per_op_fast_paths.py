@@ -120,6 +120,59 @@ def test_views_keep_cpu_strides_including_size_one_dims(dev):
             assert_close(got, want, rtol=0, atol=0)
 
 
+def _fast_calls_named(name):
+    return [hit[1] for hit in entry._FAST.values() if getattr(hit[1], "__name__", "") == name]
+
+
+def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
+    # Batch-1 decoding: every activation has size-1 dims, whose strides the routing
+    # signature does not hold. The cached view call (entry._stride_checked_view_call) must
+    # give each base CPU's geometry and values, also for a base with the same shape but
+    # other strides in its size-1 dims, and for views with several results.
+    entry._FAST.clear()
+    base = torch.arange(2304.0)
+    cases = [
+        lambda t: t.view(-1, 768),
+        lambda t: t.view(1, 1, 3, 768).transpose(1, 2),
+        lambda t: t.split(768, dim=2),
+        lambda t: t.unbind(0),
+        lambda t: t.chunk(4, dim=-1),
+    ]
+    for fn in cases:
+        for st in (2304, 1, 5, 2304):  # the first stride twice: the cached call is hit again
+            c = base.as_strided((1, 1, 2304), (st, st, 1))
+            d = base.to(dev).as_strided((1, 1, 2304), (st, st, 1))
+            assert d.is_contiguous()
+            want = fn(c)
+            for got in _twice(lambda d=d, fn=fn: fn(d)):
+                for g, w in zip(got, want) if isinstance(want, (list, tuple)) else ((got, want),):
+                    assert g.shape == w.shape and g.stride() == w.stride()
+                    assert g.storage_offset() == w.storage_offset()
+                    assert_close(g, w, rtol=0, atol=0)
+    # the fast path is the one taken (not the general view cache)
+    assert _fast_calls_named("stride_checked_view") and _fast_calls_named("stride_checked_views")
+    # an offset base (a slice) keeps its offset on the cached path
+    x = torch.randn(4, 1, 3072)
+    xd = x.to(dev)
+    for i in range(4):
+        want = x[i : i + 1].split(768, dim=2)
+        for got in _twice(lambda i=i: xd[i : i + 1].split(768, dim=2)):
+            for g, w in zip(got, want):
+                assert g.storage_offset() == w.storage_offset() and g.stride() == w.stride()
+                assert_close(g, w, rtol=0, atol=0)
+    # ral_mode: activations are device tensors, their views take the same cached calls
+    h = torch.randn(1, 1, 2304)
+    want_q = h.split(768, dim=2)[0].view(1, 1, 12, 64).transpose(1, 2)
+    want_v = h.split(768, dim=2)[2]
+    with torch_fl.ral_mode(dev):
+        for _ in range(2):
+            q, k, v = (h * 1.0).split(768, dim=2)
+            qh = q.view(1, 1, 12, 64).transpose(1, 2)
+            assert qh.device.type == "ral" and qh.stride() == want_q.stride()
+            assert_close(qh, want_q, rtol=0, atol=0)
+            assert_close(v, want_v, rtol=0, atol=0)
+
+
 def test_item_of_every_c_dtype_and_the_fallbacks(dev):
     cases = [
         torch.tensor(1.25, dtype=torch.float32),

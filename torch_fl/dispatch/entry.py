@@ -15,6 +15,10 @@ from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
 from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
 
+_make = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+_AS_STRIDED = torch.ops.aten.as_strided.default
+
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
 # id(func) -> (func, special handler or None, schema or None). OpOverload.__hash__ is a
@@ -192,6 +196,52 @@ def _view_call(func):
     return call
 
 
+def _stride_checked_view_call(func, base, specs):
+    """A cached view call for the bases exact_view_call refuses: a contiguous base with a
+    size-1 dim (its stride is free, and the routing signature says only `contiguous`) and
+    views with several results (split, unbind). Valid while the base's strides equal
+    `base`'s, which it checks per call (the general path serves the others); None for
+    as_strided (absolute offset) and dtype-changing views.
+
+    Batch-1 decoding is all size-1 dims: every view of a step took the general path."""
+    items, is_seq = specs
+    itemsize = base.dtype.itemsize
+    if func is _AS_STRIDED or any(it[3].itemsize != itemsize for it in items):
+        return None
+    stride0 = base.stride()
+    dev = base._dev
+    device = base.device
+
+    if not is_seq:
+        shape, stride, off, dtype = items[0]
+
+        def stride_checked_view(args, kwargs, full):
+            b = args[0]
+            if b.stride() != stride0:
+                return view_op(func, args, kwargs)
+            t = _make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
+            t._buf = b._buf
+            t._dev = dev
+            return t
+
+        return stride_checked_view
+
+    def stride_checked_views(args, kwargs, full):
+        b = args[0]
+        if b.stride() != stride0:
+            return view_op(func, args, kwargs)
+        off0, buf = b.storage_offset(), b._buf
+        made = []
+        for shape, stride, off, dtype in items:
+            t = _make(RalTensor, shape, stride, off + off0, None, dtype, _STRIDED, device)
+            t._buf = buf
+            t._dev = dev
+            made.append(t)
+        return made
+
+    return stride_checked_views
+
+
 def _route(func, sch, args, kwargs, fkey=None):
     if sch.is_view:
         if sch.composite_implicit:
@@ -200,7 +250,11 @@ def _route(func, sch, args, kwargs, fkey=None):
         if fkey is not None:
             # Within one argument signature the result geometry is fixed when the base's
             # strides are (exact_view_call says when); otherwise the view cache decides.
-            call = exact_view_call(func, args[0], specs) or _view_call(func)
+            call = (
+                exact_view_call(func, args[0], specs)
+                or _stride_checked_view_call(func, args[0], specs)
+                or _view_call(func)
+            )
             _fast_put(fkey, (func, call, ()))
         return make_views(args[0], specs)
     full = sch.normalize(args, kwargs)
