@@ -134,6 +134,8 @@ def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
     cases = [
         lambda t: t.view(-1, 768),
         lambda t: t.view(1, 1, 3, 768).transpose(1, 2),
+        lambda t: t.view(1, 1, 3, 768).transpose(2, 3),  # not contiguous
+        lambda t: t.view(1, 1, 3, 768).permute(3, 0, 2, 1).unbind(0),
         lambda t: t.split(768, dim=2),
         lambda t: t.unbind(0),
         lambda t: t.chunk(4, dim=-1),
@@ -149,6 +151,9 @@ def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
                     assert g.shape == w.shape and g.stride() == w.stride()
                     assert g.storage_offset() == w.storage_offset()
                     assert_close(g, w, rtol=0, atol=0)
+                    if g._sig is not None:  # a routing signature set ahead must be the computed one
+                        sig, g._sig = g._sig, None
+                        assert entry.tensor_sig(g) == sig
     # the fast path is the one taken (not the general view cache)
     assert _fast_calls_named("stride_checked_view") and _fast_calls_named("stride_checked_views")
     # an offset base (a slice) keeps its offset on the cached path

@@ -196,6 +196,11 @@ def _view_call(func):
     return call
 
 
+def _contiguous(shape, stride) -> bool:
+    """torch's is_contiguous for a geometry (size-1 and empty dims ignored, as torch does)."""
+    return torch.empty_strided(shape, stride, device="meta").is_contiguous()
+
+
 def _stride_checked_view_call(func, base, specs):
     """A cached view call for the bases exact_view_call refuses: a contiguous base with a
     size-1 dim (its stride is free, and the routing signature says only `contiguous`) and
@@ -212,8 +217,11 @@ def _stride_checked_view_call(func, base, specs):
     dev = base._dev
     device = base.device
 
+    # Each result's routing signature, as tensor_sig would compute it at its first use.
+    sigs = [(dev, shape, dtype, True if _contiguous(shape, stride) else stride) for shape, stride, _, dtype in items]
     if not is_seq:
         shape, stride, off, dtype = items[0]
+        sig = sigs[0]
 
         def stride_checked_view(args, kwargs, full):
             b = args[0]
@@ -222,6 +230,7 @@ def _stride_checked_view_call(func, base, specs):
             t = _make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
             t._buf = b._buf
             t._dev = dev
+            t._sig = sig
             return t
 
         return stride_checked_view
@@ -232,10 +241,11 @@ def _stride_checked_view_call(func, base, specs):
             return view_op(func, args, kwargs)
         off0, buf = b.storage_offset(), b._buf
         made = []
-        for shape, stride, off, dtype in items:
+        for (shape, stride, off, dtype), sig in zip(items, sigs):
             t = _make(RalTensor, shape, stride, off + off0, None, dtype, _STRIDED, device)
             t._buf = buf
             t._dev = dev
+            t._sig = sig
             made.append(t)
         return made
 
