@@ -178,6 +178,48 @@ def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
             assert_close(v, want_v, rtol=0, atol=0)
 
 
+def test_tensor_lists_on_the_fast_path_match_cpu(dev):
+    # cat/stack of RalTensors are keyed by each element's signature (entry._fast_key): a
+    # growing KV cache, strided and offset elements, a third element, mixed dtypes, and a
+    # list with a CPU scalar (not keyed) must each get CPU's result on every call.
+    entry._FAST.clear()
+    k = torch.randn(1, 12, 5, 64)
+    kd = k.to(dev)
+    for _ in range(4):  # the KV cache pattern: the same call shape grows by one row
+        new = torch.randn(1, 12, 1, 64)
+        want = torch.cat([k, new], dim=-2)
+        got = torch.cat([kd, new.to(dev)], dim=-2)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert_close(got, want, rtol=0, atol=0)
+        k, kd = want, got
+    assert any(len(key) > 2 and key[1] is entry.RalTensor for key in entry._FAST)  # keyed, not refused
+    a, b = torch.randn(6, 4), torch.randn(6, 4)
+    ad, bd = a.to(dev), b.to(dev)
+    cases = [
+        lambda x, y: torch.cat([x, y]),
+        lambda x, y: torch.cat([x, y], 1),
+        lambda x, y: torch.cat([x.t(), y.t()], 1),  # strided elements
+        lambda x, y: torch.cat([x[2:], y[1:3], x[:1]]),  # offsets, three elements
+        lambda x, y: torch.cat([x, y.double()]),  # promotion across the list
+        lambda x, y: torch.cat([x.to(torch.int32), y.to(torch.int32)]),
+        lambda x, y: torch.stack([x, y, x], dim=1),
+    ]
+    for fn in cases:
+        want = fn(a, b)
+        for got in _twice(lambda fn=fn: fn(ad, bd)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(RuntimeError):  # a shape mismatch still raises CPU's error type on a cached signature
+        for _ in range(2):
+            torch.cat([ad, torch.randn(6, 5).to(dev)])
+    want = torch.cat([a, b], dim=-1)
+    with torch_fl.ral_mode(dev):  # ral_mode: device activations in a list take the same key
+        for _ in range(2):
+            got = torch.cat([a * 1.0, b * 1.0], dim=-1)
+            assert got.device.type == "ral"
+            assert_close(got, want, rtol=0, atol=0)
+
+
 def test_item_of_every_c_dtype_and_the_fallbacks(dev):
     cases = [
         torch.tensor(1.25, dtype=torch.float32),

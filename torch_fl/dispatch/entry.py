@@ -121,7 +121,8 @@ def _info(func):
 
 def _fast_key(func, args):
     """The positional fast-cache key of a call, or None when some argument has no cheap key
-    (a CPU tensor, a tensor list, a nested value, an unlisted type)."""
+    (a CPU tensor, a tensor list with anything but RalTensors, a nested value, an unlisted
+    type)."""
     key = [id(func)]
     seen = False
     for a in args:
@@ -135,6 +136,18 @@ def _fast_key(func, args):
         elif a is None:
             key.append(None)
         elif ta is list:
+            if a and type(a[0]) is RalTensor:
+                # a tensor list (cat, stack): every element a RalTensor, keyed by its
+                # signature as the router's key does (length included)
+                sigs = []
+                for x in a:
+                    if type(x) is not RalTensor:
+                        return None
+                    sigs.append(x._sig or tensor_sig(x))
+                key.append(RalTensor)
+                key.append(tuple(sigs))
+                seen = True
+                continue
             for x in a:
                 if type(x) is not int:
                     return None
