@@ -120,6 +120,106 @@ def test_views_keep_cpu_strides_including_size_one_dims(dev):
             assert_close(got, want, rtol=0, atol=0)
 
 
+def _fast_calls_named(name):
+    return [hit[1] for hit in entry._FAST.values() if getattr(hit[1], "__name__", "") == name]
+
+
+def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
+    # Batch-1 decoding: every activation has size-1 dims, whose strides the routing
+    # signature does not hold. The cached view call (entry._stride_checked_view_call) must
+    # give each base CPU's geometry and values, also for a base with the same shape but
+    # other strides in its size-1 dims, and for views with several results.
+    entry._FAST.clear()
+    base = torch.arange(2304.0)
+    cases = [
+        lambda t: t.view(-1, 768),
+        lambda t: t.view(1, 1, 3, 768).transpose(1, 2),
+        lambda t: t.view(1, 1, 3, 768).transpose(2, 3),  # not contiguous
+        lambda t: t.view(1, 1, 3, 768).permute(3, 0, 2, 1).unbind(0),
+        lambda t: t.split(768, dim=2),
+        lambda t: t.unbind(0),
+        lambda t: t.chunk(4, dim=-1),
+    ]
+    for fn in cases:
+        for st in (2304, 1, 5, 2304):  # the first stride twice: the cached call is hit again
+            c = base.as_strided((1, 1, 2304), (st, st, 1))
+            d = base.to(dev).as_strided((1, 1, 2304), (st, st, 1))
+            assert d.is_contiguous()
+            want = fn(c)
+            for got in _twice(lambda d=d, fn=fn: fn(d)):
+                for g, w in zip(got, want) if isinstance(want, (list, tuple)) else ((got, want),):
+                    assert g.shape == w.shape and g.stride() == w.stride()
+                    assert g.storage_offset() == w.storage_offset()
+                    assert_close(g, w, rtol=0, atol=0)
+                    if g._sig is not None:  # a routing signature set ahead must be the computed one
+                        sig, g._sig = g._sig, None
+                        assert entry.tensor_sig(g) == sig
+    # the fast path is the one taken (not the general view cache)
+    assert _fast_calls_named("stride_checked_view") and _fast_calls_named("stride_checked_views")
+    # an offset base (a slice) keeps its offset on the cached path
+    x = torch.randn(4, 1, 3072)
+    xd = x.to(dev)
+    for i in range(4):
+        want = x[i : i + 1].split(768, dim=2)
+        for got in _twice(lambda i=i: xd[i : i + 1].split(768, dim=2)):
+            for g, w in zip(got, want):
+                assert g.storage_offset() == w.storage_offset() and g.stride() == w.stride()
+                assert_close(g, w, rtol=0, atol=0)
+    # ral_mode: activations are device tensors, their views take the same cached calls
+    h = torch.randn(1, 1, 2304)
+    want_q = h.split(768, dim=2)[0].view(1, 1, 12, 64).transpose(1, 2)
+    want_v = h.split(768, dim=2)[2]
+    with torch_fl.ral_mode(dev):
+        for _ in range(2):
+            q, k, v = (h * 1.0).split(768, dim=2)
+            qh = q.view(1, 1, 12, 64).transpose(1, 2)
+            assert qh.device.type == "ral" and qh.stride() == want_q.stride()
+            assert_close(qh, want_q, rtol=0, atol=0)
+            assert_close(v, want_v, rtol=0, atol=0)
+
+
+def test_tensor_lists_on_the_fast_path_match_cpu(dev):
+    # cat/stack of RalTensors are keyed by each element's signature (entry._fast_key): a
+    # growing KV cache, strided and offset elements, a third element, mixed dtypes, and a
+    # list with a CPU scalar (not keyed) must each get CPU's result on every call.
+    entry._FAST.clear()
+    k = torch.randn(1, 12, 5, 64)
+    kd = k.to(dev)
+    for _ in range(4):  # the KV cache pattern: the same call shape grows by one row
+        new = torch.randn(1, 12, 1, 64)
+        want = torch.cat([k, new], dim=-2)
+        got = torch.cat([kd, new.to(dev)], dim=-2)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        assert_close(got, want, rtol=0, atol=0)
+        k, kd = want, got
+    assert any(len(key) > 2 and key[1] is entry.RalTensor for key in entry._FAST)  # keyed, not refused
+    a, b = torch.randn(6, 4), torch.randn(6, 4)
+    ad, bd = a.to(dev), b.to(dev)
+    cases = [
+        lambda x, y: torch.cat([x, y]),
+        lambda x, y: torch.cat([x, y], 1),
+        lambda x, y: torch.cat([x.t(), y.t()], 1),  # strided elements
+        lambda x, y: torch.cat([x[2:], y[1:3], x[:1]]),  # offsets, three elements
+        lambda x, y: torch.cat([x, y.double()]),  # promotion across the list
+        lambda x, y: torch.cat([x.to(torch.int32), y.to(torch.int32)]),
+        lambda x, y: torch.stack([x, y, x], dim=1),
+    ]
+    for fn in cases:
+        want = fn(a, b)
+        for got in _twice(lambda fn=fn: fn(ad, bd)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(RuntimeError):  # a shape mismatch still raises CPU's error type on a cached signature
+        for _ in range(2):
+            torch.cat([ad, torch.randn(6, 5).to(dev)])
+    want = torch.cat([a, b], dim=-1)
+    with torch_fl.ral_mode(dev):  # ral_mode: device activations in a list take the same key
+        for _ in range(2):
+            got = torch.cat([a * 1.0, b * 1.0], dim=-1)
+            assert got.device.type == "ral"
+            assert_close(got, want, rtol=0, atol=0)
+
+
 def test_item_of_every_c_dtype_and_the_fallbacks(dev):
     cases = [
         torch.tensor(1.25, dtype=torch.float32),

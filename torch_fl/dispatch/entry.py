@@ -15,6 +15,10 @@ from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
 from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
 
+_make = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+_AS_STRIDED = torch.ops.aten.as_strided.default
+
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
 # id(func) -> (func, special handler or None, schema or None). OpOverload.__hash__ is a
@@ -117,7 +121,8 @@ def _info(func):
 
 def _fast_key(func, args):
     """The positional fast-cache key of a call, or None when some argument has no cheap key
-    (a CPU tensor, a tensor list, a nested value, an unlisted type)."""
+    (a CPU tensor, a tensor list with anything but RalTensors, a nested value, an unlisted
+    type)."""
     key = [id(func)]
     seen = False
     for a in args:
@@ -131,6 +136,18 @@ def _fast_key(func, args):
         elif a is None:
             key.append(None)
         elif ta is list:
+            if a and type(a[0]) is RalTensor:
+                # a tensor list (cat, stack): every element a RalTensor, keyed by its
+                # signature as the router's key does (length included)
+                sigs = []
+                for x in a:
+                    if type(x) is not RalTensor:
+                        return None
+                    sigs.append(x._sig or tensor_sig(x))
+                key.append(RalTensor)
+                key.append(tuple(sigs))
+                seen = True
+                continue
             for x in a:
                 if type(x) is not int:
                     return None
@@ -192,6 +209,62 @@ def _view_call(func):
     return call
 
 
+def _contiguous(shape, stride) -> bool:
+    """torch's is_contiguous for a geometry (size-1 and empty dims ignored, as torch does)."""
+    return torch.empty_strided(shape, stride, device="meta").is_contiguous()
+
+
+def _stride_checked_view_call(func, base, specs):
+    """A cached view call for the bases exact_view_call refuses: a contiguous base with a
+    size-1 dim (its stride is free, and the routing signature says only `contiguous`) and
+    views with several results (split, unbind). Valid while the base's strides equal
+    `base`'s, which it checks per call (the general path serves the others); None for
+    as_strided (absolute offset) and dtype-changing views.
+
+    Batch-1 decoding is all size-1 dims: every view of a step took the general path."""
+    items, is_seq = specs
+    itemsize = base.dtype.itemsize
+    if func is _AS_STRIDED or any(it[3].itemsize != itemsize for it in items):
+        return None
+    stride0 = base.stride()
+    dev = base._dev
+    device = base.device
+
+    # Each result's routing signature, as tensor_sig would compute it at its first use.
+    sigs = [(dev, shape, dtype, True if _contiguous(shape, stride) else stride) for shape, stride, _, dtype in items]
+    if not is_seq:
+        shape, stride, off, dtype = items[0]
+        sig = sigs[0]
+
+        def stride_checked_view(args, kwargs, full):
+            b = args[0]
+            if b.stride() != stride0:
+                return view_op(func, args, kwargs)
+            t = _make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
+            t._buf = b._buf
+            t._dev = dev
+            t._sig = sig
+            return t
+
+        return stride_checked_view
+
+    def stride_checked_views(args, kwargs, full):
+        b = args[0]
+        if b.stride() != stride0:
+            return view_op(func, args, kwargs)
+        off0, buf = b.storage_offset(), b._buf
+        made = []
+        for (shape, stride, off, dtype), sig in zip(items, sigs):
+            t = _make(RalTensor, shape, stride, off + off0, None, dtype, _STRIDED, device)
+            t._buf = buf
+            t._dev = dev
+            t._sig = sig
+            made.append(t)
+        return made
+
+    return stride_checked_views
+
+
 def _route(func, sch, args, kwargs, fkey=None):
     if sch.is_view:
         if sch.composite_implicit:
@@ -200,7 +273,11 @@ def _route(func, sch, args, kwargs, fkey=None):
         if fkey is not None:
             # Within one argument signature the result geometry is fixed when the base's
             # strides are (exact_view_call says when); otherwise the view cache decides.
-            call = exact_view_call(func, args[0], specs) or _view_call(func)
+            call = (
+                exact_view_call(func, args[0], specs)
+                or _stride_checked_view_call(func, args[0], specs)
+                or _view_call(func)
+            )
             _fast_put(fkey, (func, call, ()))
         return make_views(args[0], specs)
     full = sch.normalize(args, kwargs)
