@@ -63,7 +63,6 @@ DNNL_FUNCS(DNNL_PTR)
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_ready;
 static dnnl_engine_t g_engine;
-static _Atomic long g_calls; /* calls oneDNN ran (host_dnnl_calls) */
 
 static void load(void) {
   const char* env = getenv("TORCH_FL_HOST_DNNL");
@@ -82,8 +81,6 @@ int host_dnnl_available(void) {
   pthread_once(&g_once, load);
   return g_ready;
 }
-
-long host_dnnl_calls(void) { return g_calls; }
 
 /* One primitive and the memories it touches, with the reorders around it. */
 #define MAX_ARGS 4
@@ -281,14 +278,12 @@ int host_dnnl_conv(host_dnnl_kind kind, const host_dnnl_geom* g, const ral_tenso
   if (pd) p_dnnl_primitive_desc_destroy(pd);
   if (hint) p_dnnl_primitive_desc_destroy(hint);
   if (team != saved) omp_set_num_threads(saved);
-  if (result == HOST_DNNL_DONE) g_calls++;
   return result;
 }
 
 #else /* no oneDNN at build time: conv.c always runs its own kernels */
 
 int host_dnnl_available(void) { return 0; }
-long host_dnnl_calls(void) { return 0; }
 int host_dnnl_conv(host_dnnl_kind kind, const host_dnnl_geom* g, const ral_tensor* x, const ral_tensor* w,
                    const ral_tensor* bias, const ral_tensor* y) {
   return HOST_DNNL_DECLINED;

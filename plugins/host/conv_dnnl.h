@@ -29,7 +29,4 @@ int host_dnnl_conv(host_dnnl_kind kind, const host_dnnl_geom* g, const ral_tenso
 /*! Whether libdnnl was found at build time and loads now (TORCH_FL_HOST_DNNL=0: never). */
 int host_dnnl_available(void);
 
-/*! Calls oneDNN has run in this process. */
-long host_dnnl_calls(void);
-
 #endif /* HOST_CONV_DNNL_H */
