@@ -2,10 +2,10 @@
  * conv.c -- convolution (1d/2d/3d, stride, padding, dilation, groups, transposed) and its
  * backward, as im2col/col2im over the plugin's OpenBLAS GEMM on the pool.
  *
- * Why im2col rather than oneDNN for now: Debian bookworm has oneDNN 2.6.3 (libdnnl-dev, a C
- * API, built on libgomp), but its OpenMP runtime would run on the plugin's threads, which
- * pin OpenMP to one thread so no second team fights PyTorch's (pool.h); the GEMMs here run
- * on the plugin's own pool and budget. docs/convolution.md says what a oneDNN port needs.
+ * Float32 regular (not transposed) convolutions are first offered to oneDNN (conv_dnnl.c,
+ * when the build found libdnnl-dev and the library loads); it declines before writing
+ * anything, and everything it does not take (float16/bfloat16, transposed, builds or machines
+ * without libdnnl, TORCH_FL_HOST_DNNL=0) runs the im2col kernels below.
  *
  * Every kernel works on one "regular" geometry (a convolution from X to Y):
  *   X [N, Cx, I...]   Y [N, Cy, O...]   W [Cy, Cx/G, k...]
