@@ -48,6 +48,7 @@
   X(dnnl_dilated_convolution_backward_weights_desc_init) \
   X(dnnl_reorder_primitive_desc_create)              \
   X(dnnl_primitive_desc_create)                      \
+  X(dnnl_primitive_desc_query)                       \
   X(dnnl_primitive_desc_query_md)                    \
   X(dnnl_primitive_desc_destroy)                     \
   X(dnnl_primitive_create)                           \
@@ -229,6 +230,12 @@ int host_dnnl_conv(host_dnnl_kind kind, const host_dnnl_geom* g, const ral_tenso
                                                                  dil, pl, pr);
     if (st == dnnl_success) st = p_dnnl_primitive_desc_create(&pd, &cd, NULL, g_engine, hint);
   }
+  /* oneDNN's reference implementations ("ref:any", "gemm:ref") are slower than im2col over
+   * OpenBLAS: on a CPU without a jit kernel for the call, decline */
+  const char* impl = NULL;
+  if (st == dnnl_success && p_dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+      impl && strstr(impl, "ref"))
+    st = dnnl_unimplemented;
   if (st == dnnl_success) st = p_dnnl_primitive_create(&prim, pd);
   run_ctx r = {.st = st};
   if (r.st == dnnl_success) r.st = p_dnnl_stream_create(&r.stream, g_engine, dnnl_stream_default_flags);
