@@ -31,13 +31,72 @@ static void st(const ral_tensor* t, int64_t i, double v) {
   if (t && host_numel(t) > i) host_store_value(host_ptr(t) + i * host_dtype_size(t->dtype), t->dtype, v, 0);
 }
 
-/* Row (n, c) of a contiguous [N, C, S] tensor, as float. */
-static void row_in(const ral_tensor* t, int64_t n, int64_t c, int64_t C, int64_t S, float* dst) {
-  host_load_float(dst, host_ptr(t) + (n * C + c) * S * host_dtype_size(t->dtype), t->dtype, S);
+/* Row (n, c) of a contiguous [N, C, S] tensor as float: the tensor's own memory when it is
+ * float32 (no copy), else widened into buf. */
+static const float* row_in(const ral_tensor* t, int64_t n, int64_t c, int64_t C, int64_t S, float* buf) {
+  const char* src = host_ptr(t) + (n * C + c) * S * host_dtype_size(t->dtype);
+  if (t->dtype == RAL_DTYPE_FLOAT32) return (const float*)src;
+  host_load_float(buf, src, t->dtype, S);
+  return buf;
+}
+
+/* Where row (n, c) of an output is computed: in place for float32, else in buf. */
+static float* row_dst(const ral_tensor* t, int64_t n, int64_t c, int64_t C, int64_t S, float* buf) {
+  char* dst = host_ptr(t) + (n * C + c) * S * host_dtype_size(t->dtype);
+  return t->dtype == RAL_DTYPE_FLOAT32 ? (float*)dst : buf;
 }
 
 static void row_out(const ral_tensor* t, int64_t n, int64_t c, int64_t C, int64_t S, const float* src) {
+  if (t->dtype == RAL_DTYPE_FLOAT32) return; /* computed in place */
   host_store_float(host_ptr(t) + (n * C + c) * S * host_dtype_size(t->dtype), t->dtype, src, S);
+}
+
+/* Row sums in BN_LANES float lanes (vectorizable, one fixed order), each block of
+ * BN_BLOCK elements flushed into double, so long rows keep double's accuracy. */
+#define BN_LANES 16
+#define BN_BLOCK 512
+
+/* 16 float lanes, unaligned: GCC's vector extension, AVX-512/AVX2/SSE per clone. */
+typedef float bn_vec __attribute__((vector_size(BN_LANES * sizeof(float)), aligned(4)));
+
+/* With b NULL: sum of a[i] - m and of (a[i] - m)^2; else: sum of b[i] and of b[i] * (a[i] - m). */
+HOST_SIMD_CLONES static void row_sums(const float* a, const float* b, int64_t n, float m, double* s1, double* s2) {
+  double d1 = 0, d2 = 0;
+  bn_vec mv = (bn_vec){0} + m;
+  for (int64_t b0 = 0; b0 < n; b0 += BN_BLOCK) {
+    int64_t e = b0 + BN_BLOCK < n ? b0 + BN_BLOCK : n, i = b0;
+    bn_vec l1 = {0}, l2 = {0};
+    for (; i + BN_LANES <= e; i += BN_LANES) {
+      bn_vec d = *(const bn_vec*)(a + i) - mv, v = b ? *(const bn_vec*)(b + i) : d;
+      l1 += v;
+      l2 += v * d;
+    }
+    float t1 = 0, t2 = 0;
+    for (int k = 0; k < BN_LANES; k++) {
+      t1 += l1[k];
+      t2 += l2[k];
+    }
+    for (; i < e; i++) {
+      float d = a[i] - m, v = b ? b[i] : d;
+      t1 += v;
+      t2 += v * d;
+    }
+    d1 += t1;
+    d2 += t2;
+  }
+  *s1 = d1;
+  *s2 = d2;
+}
+
+/* y = x * s + b over a row. */
+HOST_SIMD_CLONES static void row_affine(float* y, const float* x, int64_t n, float s, float b) {
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] * s + b;
+}
+
+/* gi = a * g - bx * (x - m) - am over a row (gi may be x's buffer: elementwise). */
+HOST_SIMD_CLONES static void row_grad(float* gi, const float* g, const float* x, int64_t n, float a, float bx,
+                                      float m, float am) {
+  for (int64_t i = 0; i < n; i++) gi[i] = a * g[i] - bx * (x[i] - m) - am;
 }
 
 /* The channel's mean and 1/sqrt(var + eps): batch statistics (training) or running ones. */
@@ -48,16 +107,20 @@ static void channel_stats(const bn_job* j, int64_t c, float* row, double* mean, 
     *invstd = 1.0 / sqrt(*var + j->eps);
     return;
   }
-  double s = 0, ss = 0;
+  /* a shift near the mean (the first element) keeps the float lane sums small; the second
+   * pass around the mean itself gives the variance without E[x^2] - E[x]^2 cancellation */
+  double s = 0, ss = 0, d1, d2;
+  float shift = 0;
+  if (j->N * j->S > 0) shift = row_in(j->x, 0, c, j->C, j->S, row)[0];
   for (int64_t n = 0; n < j->N; n++) {
-    row_in(j->x, n, c, j->C, j->S, row);
-    for (int64_t i = 0; i < j->S; i++) s += row[i];
+    row_sums(row_in(j->x, n, c, j->C, j->S, row), NULL, j->S, shift, &d1, &d2);
+    s += d1;
   }
   double cnt = (double)(j->N * j->S);
-  *mean = cnt > 0 ? s / cnt : 0.0;
-  for (int64_t n = 0; n < j->N; n++) { /* two passes: no cancellation in E[x^2] - E[x]^2 */
-    row_in(j->x, n, c, j->C, j->S, row);
-    for (int64_t i = 0; i < j->S; i++) ss += (row[i] - *mean) * (row[i] - *mean);
+  *mean = cnt > 0 ? shift + s / cnt : 0.0;
+  for (int64_t n = 0; n < j->N; n++) {
+    row_sums(row_in(j->x, n, c, j->C, j->S, row), NULL, j->S, (float)*mean, &d1, &d2);
+    ss += d2;
   }
   *var = cnt > 0 ? ss / cnt : 0.0;
   *invstd = 1.0 / sqrt(*var + j->eps);
@@ -74,10 +137,12 @@ static void forward_channels(int64_t c0, int64_t c1, void* arg) {
     double mean, invstd, var;
     channel_stats(j, c, row, &mean, &invstd, &var);
     double scale = (j->w ? ld(j->w, c) : 1.0) * invstd, shift = (j->b ? ld(j->b, c) : 0.0) - mean * scale;
+    float fs = (float)scale, fb = (float)shift;
     for (int64_t n = 0; n < j->N; n++) {
-      row_in(j->x, n, c, j->C, j->S, row);
-      for (int64_t i = 0; i < j->S; i++) row[i] = (float)(row[i] * scale + shift);
-      row_out(j->out, n, c, j->C, j->S, row);
+      const float* x = row_in(j->x, n, c, j->C, j->S, row);
+      float* y = row_dst(j->out, n, c, j->C, j->S, row);
+      row_affine(y, x, j->S, fs, fb);
+      row_out(j->out, n, c, j->C, j->S, y);
     }
     if (j->training) {
       st(j->o_mean, c, mean);
@@ -152,28 +217,28 @@ static void backward_channels(int64_t c0, int64_t c1, void* arg) {
         mean = j->rm ? ld(j->rm, c) : 0.0;
         invstd = 1.0 / sqrt((j->rv ? ld(j->rv, c) : 1.0) + j->eps);
       }
-      double sg = 0, sgx = 0; /* sum of g, sum of g * xhat */
+      double sg = 0, sgd = 0, d1, d2; /* sum of g, sum of g * (x - mean) */
       for (int64_t n = 0; n < j->N; n++) {
-        row_in(j->x, n, c, j->C, j->S, xr);
-        row_in(j->g, n, c, j->C, j->S, gr);
-        for (int64_t i = 0; i < j->S; i++) {
-          sg += gr[i];
-          sgx += gr[i] * (xr[i] - mean) * invstd;
-        }
+        row_sums(row_in(j->x, n, c, j->C, j->S, xr), row_in(j->g, n, c, j->C, j->S, gr), j->S, (float)mean, &d1,
+                 &d2);
+        sg += d1;
+        sgd += d2;
       }
+      double sgx = sgd * invstd; /* sum of g * xhat */
       st(j->gw, c, sgx);
       st(j->gb, c, sg);
       if (!j->gi) continue;
       double w = j->w ? ld(j->w, c) : 1.0, cnt = (double)(j->N * j->S);
       double mg = j->training && cnt > 0 ? sg / cnt : 0.0, mgx = j->training && cnt > 0 ? sgx / cnt : 0.0;
+      /* gi = w * invstd * (g - mg - xhat * mgx) = a * g - b * (x - mean) - a * mg */
+      float a = (float)(w * invstd), bx = (float)(w * invstd * invstd * mgx), am = (float)(w * invstd * mg);
+      float fm = (float)mean;
       for (int64_t n = 0; n < j->N; n++) {
-        row_in(j->x, n, c, j->C, j->S, xr);
-        row_in(j->g, n, c, j->C, j->S, gr);
-        for (int64_t i = 0; i < j->S; i++) {
-          double xhat = (xr[i] - mean) * invstd;
-          xr[i] = (float)(w * invstd * (gr[i] - mg - xhat * mgx));
-        }
-        row_out(j->gi, n, c, j->C, j->S, xr);
+        const float* x = row_in(j->x, n, c, j->C, j->S, xr);
+        const float* g = row_in(j->g, n, c, j->C, j->S, gr);
+        float* gi = row_dst(j->gi, n, c, j->C, j->S, xr); /* xr: x is read before it is overwritten */
+        row_grad(gi, g, x, j->S, a, bx, fm, am);
+        row_out(j->gi, n, c, j->C, j->S, gi);
       }
     }
   }

@@ -2,10 +2,10 @@
  * conv.c -- convolution (1d/2d/3d, stride, padding, dilation, groups, transposed) and its
  * backward, as im2col/col2im over the plugin's OpenBLAS GEMM on the pool.
  *
- * Why im2col rather than oneDNN for now: Debian bookworm has oneDNN 2.6.3 (libdnnl-dev, a C
- * API, built on libgomp), but its OpenMP runtime would run on the plugin's threads, which
- * pin OpenMP to one thread so no second team fights PyTorch's (pool.h); the GEMMs here run
- * on the plugin's own pool and budget. docs/convolution.md says what a oneDNN port needs.
+ * Float32 regular (not transposed) convolutions are first offered to oneDNN (conv_dnnl.c,
+ * when the build found libdnnl-dev and the library loads); it declines before writing
+ * anything, and everything it does not take (float16/bfloat16, transposed, builds or machines
+ * without libdnnl, TORCH_FL_HOST_DNNL=0) runs the im2col kernels below.
  *
  * Every kernel works on one "regular" geometry (a convolution from X to Y):
  *   X [N, Cx, I...]   Y [N, Cy, O...]   W [Cy, Cx/G, k...]
@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv_dnnl.h"
 #include "host.h"
 #include "pool.h"
 
@@ -430,6 +431,17 @@ static void bias_grad(const conv_operand* go, const ral_tensor* gb) {
   free(row);
 }
 
+/* oneDNN's view of a regular (not transposed) call's parameters. */
+static host_dnnl_geom dnnl_geom_of(const conv_params* p, int ns) {
+  host_dnnl_geom d = {.groups = p->groups};
+  for (int i = 0; i < ns; i++) {
+    d.stride[i] = p->stride[CONV_MAX_SPATIAL - ns + i];
+    d.padding[i] = p->pad[CONV_MAX_SPATIAL - ns + i];
+    d.dilation[i] = p->dil[CONV_MAX_SPATIAL - ns + i];
+  }
+  return d;
+}
+
 /* convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
  * groups) -> out */
 ral_status host_convolution(const ral_kernel_call* c) {
@@ -450,6 +462,12 @@ ral_status host_convolution(const ral_kernel_call* c) {
   if (has_bias && host_numel(b) != out->sizes[1])
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bias has %lld elements, expected %lld",
                      (long long)host_numel(b), (long long)out->sizes[1]);
+  if (!p.transposed) { /* float32: oneDNN when the build has it (conv_dnnl.c) */
+    host_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
+    int r = host_dnnl_conv(HOST_DNNL_FORWARD, &dg, in, w, has_bias ? b : NULL, out);
+    if (r == HOST_DNNL_DONE) return RAL_OK;
+    if (r == HOST_DNNL_FAILED) return host_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution failed");
+  }
   float* wf = weight_floats(w, g.K);
   float* bf = has_bias ? vector_floats(b) : NULL;
   if (!wf || (has_bias && !bf)) st = RAL_ERROR_OUT_OF_MEMORY;
@@ -490,6 +508,16 @@ ral_status host_convolution_backward(const ral_kernel_call* c) {
   /* regular: X = input, Y = grad_output; transposed: X = grad_output, Y = input */
   st = p.transposed ? make_geom(c, &p, &og, &oi, w, &g) : make_geom(c, &p, &oi, &og, w, &g);
   if (st != RAL_OK) return st;
+  if (!p.transposed) { /* float32: oneDNN when the build has it (conv_dnnl.c) */
+    host_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
+    int r0 = o[0] ? host_dnnl_conv(HOST_DNNL_BACKWARD_DATA, &dg, o[0], w, NULL, go) : HOST_DNNL_DONE;
+    if (r0 == HOST_DNNL_FAILED) return host_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution backward failed");
+    if (r0 == HOST_DNNL_DONE) o[0] = NULL;
+    /* the weight gradient with the bias gradient in the same pass when both are asked for */
+    int r1 = o[1] ? host_dnnl_conv(HOST_DNNL_BACKWARD_WEIGHTS, &dg, in, o[1], o[2], go) : HOST_DNNL_DECLINED;
+    if (r1 == HOST_DNNL_FAILED) return host_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution backward failed");
+    if (r1 == HOST_DNNL_DONE) o[1] = o[2] = NULL;
+  }
   float* wf = o[0] ? weight_floats(w, g.K) : NULL;
   if (o[0] && !wf) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "out of memory for convolution scratch");
   if (o[0]) {

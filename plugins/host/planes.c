@@ -66,6 +66,18 @@ static void plane_move(const plane_operand* p, int64_t n, int64_t c0, int64_t cb
     }
     return;
   }
+  if (dt == f32 && p->sw == 1) { /* float32 rows: plain copies (the whole block when dense) */
+    int dense = p->sh == W && p->sc == HW;
+    for (int64_t c = 0; c < (dense ? 1 : cb); c++)
+      for (int64_t h = 0; h < (dense ? 1 : H); h++) {
+        float* row = (float*)at(p, n, c0 + c, h);
+        float* b = buf + (c * H + h) * W;
+        size_t bytes = (size_t)(dense ? cb * HW : W) * sizeof(float);
+        if (store) memcpy(row, b, bytes);
+        else memcpy(b, row, bytes);
+      }
+    return;
+  }
   for (int64_t c = 0; c < cb; c++)
     for (int64_t h = 0; h < H; h++) {
       if (store) host_store_row(at(p, n, c0 + c, h), p->sw * es, dt, buf + (c * H + h) * W, f32, W);

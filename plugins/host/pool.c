@@ -87,6 +87,8 @@ void host_pool_note_caller(void) {
     atomic_store_explicit(&g_budget, n, memory_order_relaxed);
 }
 
+int host_pool_team_size(void) { return tl_serial ? 1 : host_threads(); }
+
 void host_pool_own_thread(void) {
   tl_serial = 0;
   omp_set_num_threads(1); /* OpenBLAS (OpenMP build) follows this: one thread per call */

@@ -27,6 +27,10 @@ int host_threads(void);
 /*! Called from launch on the API caller's thread: follow torch.set_num_threads. */
 void host_pool_note_caller(void);
 
+/*! Threads an OpenMP library call may use here: the budget on a stream worker (the pool
+ *  idles while it runs), one thread inline on the caller or on a pool helper. */
+int host_pool_team_size(void);
+
 /*! Marks the current thread as one the plugin owns: OpenMP/OpenBLAS run single-threaded. */
 void host_pool_own_thread(void);
 
