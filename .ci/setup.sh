@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One-shot, idempotent set-up on a fresh Debian machine with Python 3.11:
-# system packages (compiler, OpenBLAS, PoCL OpenCL runtime),
+# system packages (compiler, OpenBLAS, oneDNN, PoCL OpenCL runtime),
 # a venv in .venv with a CPU-only torch pinned to 2.13.0, and torch_fl built in place.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PKGS="build-essential libopenblas-openmp-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers chromium"
+APT_PKGS="build-essential libopenblas-openmp-dev libdnnl-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers chromium"
 missing=""
 for p in $APT_PKGS; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
