@@ -123,7 +123,7 @@ def _stepper(fn, inputs, opt, between=None, amp=None):
         if between is not None:
             between()
         opt.step()
-        torch.ral.synchronize()
+        torch.ral.synchronize(loss.device)  # the step's device (a bare call syncs the current one)
         return loss
 
     return step
