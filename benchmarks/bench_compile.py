@@ -123,7 +123,7 @@ def _stepper(fn, inputs, opt, between=None, amp=None):
         if between is not None:
             between()
         opt.step()
-        torch.ral.synchronize()
+        torch.ral.synchronize(loss.device)  # the step's device (a bare call syncs the current one)
         return loss
 
     return step
@@ -159,6 +159,8 @@ def _kind(name: str, phase: str) -> str:
         return "GEMM"
     if name == "torch_fl.fused":
         return "fused"
+    if name == "torch_fl::inductor_cpp":  # inductor's C++ kernels launched in stream order (ral:0)
+        return "inductor C++"
     op = name.split("::")[-1].split(".")[0]
     return "reduction/norm" if any(r in op for r in _REDUCTIONS) else "pointwise/other"
 

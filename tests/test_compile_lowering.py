@@ -97,3 +97,33 @@ def test_compiled_embedding_layer_norm_step_on_ral1_uses_no_cpu_tier():
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL, msg=name)
     assert cov.ops_in_tier("cpu") == []
+
+
+def _layer_norm_graph(x, w):
+    v, m = aten.var_mean.correction(x, [-1], correction=0, keepdim=True)  # layer norm's decomposition
+    out = aten.mul.Tensor(aten.mul.Tensor(aten.sub.Tensor(x, m), aten.rsqrt.default(aten.add.Tensor(v, 1e-5))), w)
+    v2, m2 = aten.var_mean.correction(x, [-1], correction=0, keepdim=True)  # variance used as is
+    return out, m, v2 * 2, m2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_statistics_take_the_layer_norm_kernel(device):
+    """var_mean whose variance only meets `+ eps` (layer norm) runs as native_layer_norm's mean
+    and rstd; one whose variance is used as is stays var + mean. Constant rows (variance 0)
+    included."""
+    from torch_fl.jit.inductor_graph import _partitioned
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 16, generator=g) * 3 + 1
+    x[1, 2] = 0.25
+    w = torch.randn(16, generator=g)
+    want = _layer_norm_graph(x, w)
+    args = [x.to(device), w.to(device)]
+    part = _partitioned(torch.fx.symbolic_trace(_layer_norm_graph), args)
+    with torch_fl.coverage() as cov:
+        got = part(*args)
+    for o, ref in zip(got, want):
+        torch.testing.assert_close(o.cpu(), ref, **TOL)
+    ran = set(cov.ops_in_tier("vendor")) | set(cov.ops_in_tier("jit")) | set(cov.ops_in_tier("decomp"))
+    assert "aten::native_layer_norm" in ran
+    assert cov.ops_in_tier("cpu") == []

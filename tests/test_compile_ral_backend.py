@@ -514,3 +514,31 @@ def test_autocast_graph_views_a_cpu_tier_result(dev, backend):
         assert got.dtype == expected.dtype
         # bfloat16 tolerance: values up to 3, one bf16 ulp there is 1.6e-2
         torch.testing.assert_close(got.cpu().float(), expected.float(), rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("dev", ["ral:0", "ral:1"])
+def test_opencl_keeps_math_calls_out_of_fused_regions(dev, graphs):
+    """On OpenCL (PoCL computes a generated kernel's tanh/exp one scalar call per work-item) the
+    math ops take the plugin's vectorised kernels and the chains around them still fuse; on the
+    host they stay inside the fused kernel. Forward and backward against CPU."""
+    need_device(dev)
+
+    def fn(x, w):
+        h = x * w
+        return 0.5 * h * (1 + torch.tanh(0.79788456 * (h + 0.044715 * h * h * h))) + torch.exp(-h * h) * 0.25
+
+    x, w = torch.randn(64, 32), torch.randn(32, requires_grad=True)
+    want = fn(x, w)
+    want.sum().backward()
+    wd = w.detach().to(dev).requires_grad_()
+    f = torch.compile(fn, backend="ral")
+    f(x.to(dev), wd)  # compile
+    wd.grad = None
+    with torch_fl.coverage() as cov:
+        got = f(x.to(dev), wd)
+        got.sum().backward()
+    torch.testing.assert_close(got.cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(wd.grad.cpu(), w.grad, rtol=1e-4, atol=1e-5)
+    single = set(cov.ops_in_tier("vendor")) & {"aten::tanh", "aten::exp"}
+    assert single == ({"aten::tanh", "aten::exp"} if dev == "ral:1" else set())
+    assert any(n.op == "call_module" and n.target.startswith("fused_") for g in graphs for n in g.graph.nodes)

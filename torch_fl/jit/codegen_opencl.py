@@ -65,13 +65,19 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
     params += [f"long sz{d}" for d in range(RMAX)]
     params += [f"long st{k}_{d}" for k in range(nt) for d in range(RMAX)]
     params.append("long n")
-    walk = []
-    for d in reversed(range(RMAX)):
-        walk.append(
-            f"{{ const long id = rem % sz{d}; rem /= sz{d}; "
+
+    # Per element, the index walk divides by each dim's size. Padding dims (size 1) are
+    # skipped, and below 2^32 elements the divisions are 32-bit: a 64-bit division per padded
+    # dim made a broadcast kernel of 131k floats (layer norm's tail) cost ~2 ms on PoCL.
+    def walk_of(ty):
+        return [
+            f"if (sz{d} != 1) {{ const {ty} id = rem % ({ty})sz{d}; rem /= ({ty})sz{d}; "
             + " ".join(f"x{k} += id * st{k}_{d};" for k in range(nt))
             + " }"
-        )
+            for d in reversed(range(RMAX))
+        ]
+
+    walk32, walk64 = walk_of("uint"), walk_of("long")
     head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if uses_double(spec.dtypes) else ""
     body = body_lines(spec, ctype, lambda k: f"x{k}", NAMES)
     head += SIGMOID + TANH + (half_source() if uses_half(body) else "")
@@ -84,9 +90,12 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
   {" ".join(f"long x{k} = off{k};" for k in range(nt))}
   if (dense) {{
     {" ".join(f"x{k} += i;" for k in range(nt))}
+  }} else if (n <= 4294967295L) {{
+    uint rem = (uint)i;
+    {nl.join(walk32)}
   }} else {{
     long rem = i;
-    {nl.join(walk)}
+    {nl.join(walk64)}
   }}
   {nl.join(body).replace(nl, chr(10) + "  ")}
 }}

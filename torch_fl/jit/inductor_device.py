@@ -5,7 +5,7 @@ registered for the "ral" device (`register_backend_for_device`, `register_device
 Dynamo's device interface is the device layer's, device/dynamo_interface.py), so the kernels it generates are ordinary host C++.
 The one thing they cannot do is read a RalTensor's memory (a wrapper tensor has no storage;
 its `data_ptr()` is a device address), so the wrapper code passes each kernel zero-copy CPU views of its ral
-buffers (`host_args`); buffers are allocated with `torch.empty_strided(device="ral:N")` and
+buffers (`inductor_async`); buffers are allocated with `torch.empty_strided(device="ral:N")` and
 views with `as_strided`, so every tensor the compiled graph hands out is a RalTensor.
 
 A device that is not host-mappable (ral:1, OpenCL) cannot run host C++ on its memory. For a
@@ -20,33 +20,13 @@ from __future__ import annotations
 import torch
 
 from torch_fl.core.errors import UnsupportedError
-from torch_fl.device.sync import synchronize
-from torch_fl.tensor.host_copy import host_mappable, host_view
+from torch_fl.jit.inductor_async import not_mappable
+from torch_fl.tensor.host_copy import host_mappable
 from torch_fl.tensor.ral_tensor import RalTensor, wrap
 
 _torch_reinterpret = torch._C._dynamo.guards._reinterpret_tensor
 
 _REGISTERED = False
-
-
-def host_args(*args):
-    """Kernel arguments with RalTensors replaced by zero-copy CPU views of their buffers.
-
-    The device's stream is drained first: vendor kernels (extern calls such as mm) may
-    still be writing the inputs on the host plugin's worker thread."""
-    out = list(args)
-    synced = set()
-    for i, a in enumerate(out):
-        if type(a) is RalTensor:
-            dev = a._dev
-            if dev not in synced:
-                synchronize(dev, "inductor kernel")
-                synced.add(dev)
-            view = host_view(a)
-            if view is None:
-                raise UnsupportedError(_not_mappable(dev))
-            out[i] = view
-    return out
 
 
 def reinterpret_tensor(t, size, stride, offset_increment=0):
@@ -58,14 +38,6 @@ def reinterpret_tensor(t, size, stride, offset_increment=0):
     if type(t) is not RalTensor:
         return _torch_reinterpret(t, size, stride, offset_increment)
     return wrap(t._buf, tuple(size), tuple(stride), t.storage_offset() + offset_increment, t.dtype)
-
-
-def _not_mappable(dev: int) -> str:
-    return (
-        f"RAL_ERROR_UNSUPPORTED: inductor was asked for a host C++ kernel on ral:{dev}, whose memory "
-        "is not host-mappable (torch_fl's post-grad pass for ral did not run: was the 'ral' device "
-        "pass replaced?); use torch.compile(model, backend='ral') on this device"
-    )
 
 
 _MODE_NOTES = {
@@ -141,7 +113,7 @@ def _config_message(wrong: dict) -> str:
 
 def _check_device(device: torch.device | None) -> None:
     if device is not None and device.type == "ral" and not host_mappable(device.index or 0):
-        raise UnsupportedError(_not_mappable(device.index or 0))
+        raise UnsupportedError(not_mappable(device.index or 0))
 
 
 def register() -> None:
@@ -161,6 +133,8 @@ def register() -> None:
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
+    from torch_fl.jit import inductor_async
+
     if get_wrapper_codegen_for_device("ral") is not None:  # someone registered one: keep it
         return
 
@@ -175,7 +149,11 @@ def register() -> None:
             wrong = {k: v for k, v in HOST_CONFIG.items() if getattr(iconfig, k) != v}
             if wrong:
                 raise UnsupportedError(_config_message(wrong))
-            return super().define_kernel(src_code, nodes, kernel_args)
+            name = super().define_kernel(src_code, nodes, kernel_args)
+            direct = getattr(V.graph.wrapper_code, "ral_direct", None)
+            if direct is not None and inductor_async.may_raise(src_code):
+                direct.add(name)
+            return name
 
     class RalWrapper(PythonWrapperCodegen):
         """Python wrapper whose host C++ kernels get CPU views of ral buffers."""
@@ -186,10 +164,16 @@ def register() -> None:
                 return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return RalWrapper()
 
+        def __init__(self):
+            super().__init__()
+            self.ral_direct = set()  # kernels called directly on the host (inductor_async.may_raise)
+            self.ral_async = inductor_async.enabled()
+
         def write_header(self) -> None:
             super().write_header()
             # After the header's own `reinterpret_tensor = ...`, which this one replaces.
-            self.header.writeline("from torch_fl.jit.inductor_device import host_args as _ral_host, reinterpret_tensor")
+            self.header.writeline("from torch_fl.jit.inductor_device import reinterpret_tensor")
+            self.header.writeline("from torch_fl.jit.inductor_async import call as _ral_async, direct as _ral_direct")
             # Define torch_fl::ral_graph and the GEMM operators, which a wrapper loaded from
             # inductor's cache may call before any pass of this process has imported them.
             self.header.writeline("import torch_fl.jit.inductor_graph, torch_fl.jit.inductor_gemm")
@@ -199,7 +183,11 @@ def register() -> None:
             if triton or device.type != "ral":
                 return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kw)
             _check_device(device)
-            self.writeline(f"{kernel_name}(*_ral_host({', '.join(call_args)})){self.ending}")
+            if self.ral_async and kernel_name not in self.ral_direct:
+                # in stream order on the device (inductor_async), no wait for queued GEMMs
+                self.writeline(f"_ral_async({', '.join([kernel_name, *call_args])}){self.ending}")
+            else:
+                self.writeline(f"_ral_direct({', '.join([kernel_name, *call_args])}){self.ending}")
 
         def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None, is_pinned=False):
             _check_device(device)

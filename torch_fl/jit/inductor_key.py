@@ -10,7 +10,8 @@ registers a pass for "ral" whose `uuid()` is `digest()`. Its components:
   templates and generators) and the native headers generated C includes;
 - each visible device: its plugin's name, version and ABI, the device's name, driver version,
   dtype mask and whether its memory is host-mappable (the device kind: host C++ or the extern
-  graph call).
+  graph call);
+- `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream).
 """
 
 from __future__ import annotations
@@ -63,7 +64,14 @@ def devices() -> tuple:
 
 def components() -> dict:
     """Every input of the key, by name (what `digest()` hashes)."""
-    return {"codegen_version": CODEGEN_VERSION, "sources": source_digest(), "devices": devices()}
+    from torch_fl.jit.inductor_async import enabled
+
+    return {
+        "codegen_version": CODEGEN_VERSION,
+        "sources": source_digest(),
+        "devices": devices(),
+        "inductor_async": enabled(),  # TORCH_FL_INDUCTOR_ASYNC changes the wrapper's kernel calls
+    }
 
 
 def digest() -> str:
