@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,30 @@ def test_queued_fault_still_surfaces_when_later_ops_run_inline():
     with pytest.raises(IndexError, match=r"index 12 is out of bounds"):
         (w + 1).sum().item()
     torch.testing.assert_close((w + 1).sum().cpu(), (w.cpu() + 1).sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_threads_on_one_stream_inline_and_queued_mixed():
+    """Four threads share the default stream, each mixing inline-able ops with a queued one
+    (exp) and reading back: no deadlock, every value is the thread's own CPU value."""
+    failures: list[str] = []
+    go = threading.Barrier(4)
+
+    def work(seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        host = torch.randn(8, 8, generator=g)
+        dev = host.to(DEV)
+        go.wait(timeout=60)
+        for i in range(25):
+            q = (dev @ dev + i).sum().item() if i % 3 else (dev.exp() * i).sum().item()
+            want = (host @ host + i).sum().item() if i % 3 else (host.exp() * i).sum().item()
+            if abs(q - want) > 1e-3 * max(1.0, abs(want)):
+                failures.append(f"thread {seed} step {i}: {q} != {want}")
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    (_, c) = delta(lambda: ([t.start() for t in pool], [t.join(timeout=300) for t in pool]))
+    assert not any(t.is_alive() for t in pool), "a thread hung"
+    assert not failures, failures[:5]
+    assert c["inline_ops"] > 0 and c["kernels"] > 0, c
 
 
 def test_transfers_inline_on_an_idle_stream():
