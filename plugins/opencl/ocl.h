@@ -72,8 +72,9 @@ extern int g_ndev;
  * record of the index kernels queued on it (see queue.c); `armed` says one may have run
  * since the last synchronization, so only then does a sync pay for reading it.
  * `enqueued` counts commands queued (bumped after each enqueue returns); `tail` is the
- * last marker queued by event_record/query when `tail_n` commands had been counted, so
- * query can answer from it exactly while nothing was queued since (queue.c).
+ * last marker queued by event_record/query, the last host read, or (inline streams) the
+ * last queued command, with `tail_n` the commands counted up to it, so query can answer
+ * from it exactly while nothing was queued since (queue.c).
  * `gate` (CPU runtimes, queue.c): a user event that the commands queued since it was made
  * wait behind, so that a run of small commands reaches the runtime's worker threads as one
  * batch (one wake-up) instead of one wake-up per command; `held` counts them. Opened
