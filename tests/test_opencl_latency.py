@@ -1,6 +1,7 @@
 """Capability: a synchronizing loop on an OpenCL CPU runtime (PoCL) queues its small commands in
 batches, one hand-off to the runtime's worker threads per `.item()`, with unchanged results and
-stream semantics.
+stream semantics. These tests run with inline execution switched off (`ral_opencl_inline(0)`),
+so every command takes the queued path they check; tests/test_opencl_inline.py covers inline.
 
 The plugin counts the OpenCL calls it makes (`ral_opencl_counters`, exported beside the plugin
 entry point); these tests assert the counts per loop step, never a time. Values are compared
@@ -34,6 +35,17 @@ _SO = ctypes.CDLL(_P.record.library)
 _SO.ral_opencl_counter_name.restype = ctypes.c_char_p
 _N = _SO.ral_opencl_counters(None, 0)
 _NAMES = [_SO.ral_opencl_counter_name(i).decode() for i in range(_N)]
+
+
+@pytest.fixture(autouse=True)
+def _queued_only():
+    """Every command of these tests is queued (inline execution off, restored after)."""
+    _SO.ral_opencl_inline.restype = ctypes.c_int
+    before = _SO.ral_opencl_inline(0)
+    torch.ral.synchronize(DEV)
+    yield
+    if before == 1:
+        _SO.ral_opencl_inline(1)
 
 
 def counters() -> dict[str, int]:
@@ -137,7 +149,7 @@ assert abs(got - want) <= 1e-4 * max(1.0, abs(want)), (got, want)
 print('OK')
 """
     )
-    r = run_python(code, env={"TORCH_FL_OPENCL_BATCH": "0"})
+    r = run_python(code, env={"TORCH_FL_OPENCL_BATCH": "0", "TORCH_FL_OPENCL_INLINE": "0"})
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
 
 

@@ -205,6 +205,7 @@ ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_t
     g.has_in = 1;
   }
   if (g.M == 0 || g.N == 0 || g.batch == 0) return RAL_OK;
+  if (ocl_inline_gemm(c, &g, out, a, b, g.has_in ? bias : NULL)) return RAL_OK;
   /* Tiny products (dot, 1xN) would mostly compute padding in a register tile. */
   if (g.K > 0 && g.M * g.N >= 64 && ocl_gemm_reg_ok(c)) return gemm_reg_run(c, &g, out, a, b, g.has_in ? bias : out, NULL);
   size_t global[3] = {(size_t)((g.N + BLK - 1) / BLK) * TS, (size_t)((g.M + BLK - 1) / BLK) * TS, (size_t)g.batch};

@@ -27,6 +27,9 @@
   X(cl_int, clFlush, (cl_command_queue))                                                        \
   X(cl_mem, clCreateBuffer, (cl_context, cl_mem_flags, size_t, void*, cl_int*))                \
   X(cl_int, clReleaseMemObject, (cl_mem))                                                       \
+  X(cl_int, clGetMemObjectInfo, (cl_mem, cl_mem_info, size_t, void*, size_t*))                 \
+  X(cl_int, clSetMemObjectDestructorCallback,                                                   \
+    (cl_mem, void(CL_CALLBACK*)(cl_mem, void*), void*))                                         \
   X(cl_int, clEnqueueReadBuffer,                                                                \
     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void*, cl_uint, const cl_event*,         \
      cl_event*))                                                                                \

@@ -81,6 +81,7 @@ ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const*
     g.lf[i] = f ? (float)f[i] : 0.0f;
     g.li[i] = li ? li[i] : 0;
   }
+  if (cfl && ocl_inline_ew(c, &g, use, nt)) return RAL_OK;
   ocl_arg args[6];
   for (int k = 0; k < 4; k++) args[k] = ocl_mem(use[k < nt ? k : 0]);
   args[4] = OCL_VAL(g);
@@ -112,17 +113,30 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   int64_t n = ocl_numel(dst), es = ocl_dtype_size(dst->dtype);
   if (n == 0) return RAL_OK;
   if (ocl_is_contiguous(dst) && ocl_is_contiguous(src) && dst->data != src->data) {
+    uint64_t nb = (uint64_t)(n * es);
+    unsigned char* hd = c->stream->inl && n <= OCL_INLINE_WORK ? ocl_host_span(dst->data, dst->byte_offset, nb) : NULL;
+    unsigned char* hs = hd ? ocl_host_span(src->data, src->byte_offset, nb) : NULL;
+    if (hs && ocl_inline_begin(c->stream)) { /* idle stream: copy on this thread (inline.c) */
+      memcpy(hd, hs, nb);
+      ocl_inline_end(c->stream);
+      ocl_count(OCL_CNT_inline_copies);
+      return RAL_OK;
+    }
     ocl_stream_hold(c->stream);
     ocl_count(OCL_CNT_copies);
+    cl_event ev = NULL;
     cl_int err = CL.clEnqueueCopyBuffer(c->stream->q, (cl_mem)src->data, (cl_mem)dst->data, src->byte_offset,
-                                        dst->byte_offset, (size_t)(n * es), 0, NULL, NULL);
-    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0);
+                                        dst->byte_offset, (size_t)(n * es), 0, NULL, OCL_TAIL_EV(c->stream, &ev));
+    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0, ev);
+    else ocl_stream_unqueued(c->stream);
+    if (ev) CL.clReleaseEvent(ev);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueCopyBuffer"), "%s", ocl_last_error());
   }
   const ral_tensor* ts[2] = {dst, src};
   ocl_geom g;
   ocl_geom_init(&g, ts, 2);
   g.flags = (int32_t)es;
+  if (ocl_inline_copy(c, &g, ts)) return RAL_OK;
   return copy_launch(c, OCL_K_copy_bytes, OCL_K_copy_bytesc, dst, src, &g);
 }
 
@@ -200,11 +214,22 @@ static ral_status fill_value(const ral_kernel_call* c, const ral_tensor* t, doub
     default: ok = 0;
   }
   if (ok && ocl_is_contiguous(t)) {
+    uint64_t nb = (uint64_t)(n * es);
+    unsigned char* hd = c->stream->inl && n <= OCL_INLINE_WORK ? ocl_host_span(t->data, t->byte_offset, nb) : NULL;
+    if (hd && ocl_inline_begin(c->stream)) { /* idle stream: fill on this thread (inline.c) */
+      for (uint64_t k = 0; k < nb; k += (uint64_t)es) memcpy(hd + k, &pat, (size_t)es);
+      ocl_inline_end(c->stream);
+      ocl_count(OCL_CNT_inline_copies);
+      return RAL_OK;
+    }
     ocl_stream_hold(c->stream);
     ocl_count(OCL_CNT_fills);
+    cl_event ev = NULL;
     cl_int err = CL.clEnqueueFillBuffer(c->stream->q, (cl_mem)t->data, &pat, (size_t)es, t->byte_offset,
-                                        (size_t)(n * es), 0, NULL, NULL);
-    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0);
+                                        (size_t)(n * es), 0, NULL, OCL_TAIL_EV(c->stream, &ev));
+    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0, ev);
+    else ocl_stream_unqueued(c->stream);
+    if (ev) CL.clReleaseEvent(ev);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueFillBuffer"), "%s", ocl_last_error());
   }
   double fs[3] = {f, 0, 0};

@@ -136,6 +136,7 @@ ral_status ocl_index_select(const ral_kernel_call* c) {
   g.st[2][0] = index->ndim ? index->strides[0] : 0;
   g.li[0] = dim;
   g.li[1] = self->sizes[dim];
+  if (ocl_inline_index_select(c, &g, ts, &st)) return st;
   return launch_geom_ex(c, OCL_K_index_select_k, ts, 3, &g, 1);
 }
 

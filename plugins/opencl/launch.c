@@ -91,15 +91,19 @@ ral_status ocl_enqueue_kernel(const ral_kernel_call* c, ocl_device* d, cl_kernel
   cl_int err = CL_SUCCESS;
   for (int i = 0; i < nargs && err == CL_SUCCESS; i++) err = CL.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
   cl_event ev = NULL;
-  int prof = ocl_profile_on();
+  int prof = ocl_profile_on(); /* never with inline streams (inline.c): one owner of ev */
   if (err == CL_SUCCESS) ocl_count(OCL_CNT_kernels);
-  if (err == CL_SUCCESS) err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL, prof ? &ev : NULL);
-  if (ev) ocl_profile_add(ev, k, dims, g, local);
+  if (err == CL_SUCCESS)
+    err = CL.clEnqueueNDRangeKernel(c->stream->q, k, dims, NULL, g, local, 0, NULL,
+                                    prof ? &ev : OCL_TAIL_EV(c->stream, &ev));
+  if (ev && prof) ocl_profile_add(ev, k, dims, g, local);
   pthread_mutex_unlock(lock);
   if (err == CL_SUCCESS) {
-    ocl_stream_queued(c->stream, items >= OCL_START_WORK);
+    ocl_stream_queued(c->stream, items >= OCL_START_WORK, prof ? NULL : ev);
+    if (ev && !prof) CL.clReleaseEvent(ev);
     return RAL_OK;
   }
+  ocl_stream_unqueued(c->stream);
   ocl_cl_fail(err, "clEnqueueNDRangeKernel");
   return ocl_fail(c, err == CL_OUT_OF_RESOURCES || err == CL_INVALID_WORK_GROUP_SIZE ||
                              err == CL_INVALID_GLOBAL_WORK_SIZE || err == CL_INVALID_WORK_ITEM_SIZE

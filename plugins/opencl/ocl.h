@@ -51,6 +51,10 @@ typedef struct {
   cl_context ctx;
   char name[128], vendor[64], driver[64], platform_name[128], type[32];
   int fp16, fp64, cpu;
+  /* Buffers are host memory the plugin allocated (CL_MEM_USE_HOST_PTR), proven shared with
+   * the runtime at init (inline.c): small commands may run on the calling thread. */
+  int host_mem;
+  size_t host_align;
   cl_ulong max_alloc, global_mem;
   size_t max_wg;
   cl_uint addr_bits, vec_f32;
@@ -68,8 +72,9 @@ extern int g_ndev;
  * record of the index kernels queued on it (see queue.c); `armed` says one may have run
  * since the last synchronization, so only then does a sync pay for reading it.
  * `enqueued` counts commands queued (bumped after each enqueue returns); `tail` is the
- * last marker queued by event_record/query when `tail_n` commands had been counted, so
- * query can answer from it exactly while nothing was queued since (queue.c).
+ * last marker queued by event_record/query, the last host read, or (inline streams) the
+ * last queued command, with `tail_n` the commands counted up to it, so query can answer
+ * from it exactly while nothing was queued since (queue.c).
  * `gate` (CPU runtimes, queue.c): a user event that the commands queued since it was made
  * wait behind, so that a run of small commands reaches the runtime's worker threads as one
  * batch (one wake-up) instead of one wake-up per command; `held` counts them. Opened
@@ -88,6 +93,15 @@ struct ral_stream_s {
   pthread_mutex_t gate_mu;
   cl_event gate;
   int held;
+  /* Inline execution (inline.c): `inl` says this stream may run small commands on the
+   * calling thread. Every command is announced and queued under `inl_mu` (held from
+   * ocl_stream_hold to ocl_stream_queued/unqueued; an inline command holds it while it
+   * runs); `done_n` counts the announced commands known complete (a synchronize, or the
+   * tail event of the last one). The stream is idle -- an inline command may run -- iff
+   * done_n == announced. */
+  int inl;
+  pthread_mutex_t inl_mu;
+  uint64_t announced, done_n;
 };
 
 /* Commands one gate holds back at most before it opens by itself. */
@@ -98,7 +112,7 @@ struct ral_stream_s {
  * change in how many waits, launches or flushes an op costs shows without timing it. */
 #define OCL_COUNTERS(X)                                                                       \
   X(kernels) X(reads) X(writes) X(copies) X(fills) X(markers) X(barriers) X(flushes)          \
-  X(finishes) X(waits) X(buffers) X(gates) X(gate_opens)
+  X(finishes) X(waits) X(buffers) X(gates) X(gate_opens) X(inline_ops) X(inline_copies)
 #define OCL_COUNTER_ENUM(name) OCL_CNT_##name,
 enum { OCL_COUNTERS(OCL_COUNTER_ENUM) OCL_N_COUNTERS };
 #undef OCL_COUNTER_ENUM
@@ -110,7 +124,13 @@ static inline void ocl_count(int i) { atomic_fetch_add_explicit(&ocl_counters[i]
 void ocl_stream_hold(struct ral_stream_s* s);
 /*! After a command was queued on `s`: count it (query's tail), and open the gate once it
  *  holds OCL_GATE_MAX commands or when `start` (work big enough to begin at once). */
-void ocl_stream_queued(struct ral_stream_s* s, int start);
+void ocl_stream_queued(struct ral_stream_s* s, int start, cl_event ev);
+/* The event out-argument of an enqueue on `s`: one for the stream's tail where it runs
+ * inline (its completion says the stream is idle), else none. `ev` (of the caller, NULL
+ * initialised) is passed to ocl_stream_queued, which keeps its own reference. */
+#define OCL_TAIL_EV(s, ev) ((s)->inl ? (ev) : NULL)
+/*! A command that ocl_stream_hold announced failed to queue (releases what hold took). */
+void ocl_stream_unqueued(struct ral_stream_s* s);
 /*! Let everything queued on `s` run now (a host wait or read follows). */
 void ocl_stream_start(struct ral_stream_s* s);
 /*! Around a blocking call on `s`: open the gate and keep a new one from closing in front
@@ -122,12 +142,46 @@ void ocl_stream_block_end(struct ral_stream_s* s);
  *  newest; stream_query trusts it only while no command was counted after it. */
 void ocl_stream_set_tail(struct ral_stream_s* s, cl_event ev, uint64_t n);
 
+/*! A switch read once from the environment into *cache (-1 = unread): on unless "0". */
+int ocl_env_switch(const char* name, _Atomic int* cache);
+
+/* ---------------------------------------------------------------- inline (inline.c) */
+/*! At init: whether `d`'s buffers can be host memory shared with the runtime (a CPU device
+ *  with unified memory, checked with a fill and a read; TORCH_FL_OPENCL_INLINE=0: never). */
+int ocl_inline_probe(ocl_device* d);
+/*! Whether streams of `d` run small commands inline (host_mem, and no kernel profiling). */
+int ocl_inline_stream_ok(const ocl_device* d);
+/*! The host address of a buffer the plugin allocated over host memory, else NULL. */
+void* ocl_host_ptr(const void* mem);
+/*! Host address of bytes [offset, offset + nbytes) of such a buffer; NULL if it has none
+ *  or the range leaves it (the queued path then reports the error). */
+void* ocl_host_span(const void* mem, uint64_t offset, uint64_t nbytes);
+/*! If `s` runs inline and is idle, lock it (inl_mu) and return 1: the caller runs its
+ *  command on this thread and calls ocl_inline_end. Else 0: queue the command. */
+int ocl_inline_begin(struct ral_stream_s* s);
+void ocl_inline_end(struct ral_stream_s* s);
+/*! Largest work (elements, or multiply-adds of a GEMM) a command may do inline. */
+#define OCL_INLINE_WORK ((int64_t)1 << 18)
+/*! The op run inline (1) on the calling thread, or 0: queue it (inline_ops.c). */
+int ocl_inline_gemm(const ral_kernel_call* c, const ocl_mmgeom* g, const ral_tensor* out, const ral_tensor* a,
+                    const ral_tensor* b, const ral_tensor* in);
+int ocl_inline_reduce(const ral_kernel_call* c, const ocl_rgeom* g, const ral_tensor* out, const ral_tensor* in);
+int ocl_inline_ew(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts, int nt);
+/*! Same-dtype copy of any strides (g->flags: element size; ts: dst, src). */
+int ocl_inline_copy(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts);
+/*! index_select over index.c's geometry (ts: out, self, index): 1 when run inline, with
+ *  *st its status (an index out of range: nothing written, the queued path's error). */
+int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts, ral_status* st);
+
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */
 ral_status ocl_error(ral_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 /*! Kernel-side failure prefixed with the op name. */
 ral_status ocl_fail(const ral_kernel_call* c, ral_status status, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/*! An index fault of `site` (OCL_SITE_*) as PyTorch's CPU words (IndexError in Python);
+ *  `queued`: found by a queued kernel at a synchronization, else by an inline command. */
+ral_status ocl_index_error(int site, long long index, int dim, long long size, int queued);
 /*! Failure of an OpenCL call: names the call and the CL error. */
 ral_status ocl_cl_fail(cl_int err, const char* what);
 /*! This thread's last-error text. */

@@ -63,6 +63,7 @@ static int probe_device(ocl_device* d) {
   d->ctx = compiler ? CL.clCreateContext(NULL, 1, &d->id, NULL, NULL, &err) : NULL;
   if (!d->ctx) return 0;
   pthread_mutex_init(&d->lock, NULL);
+  d->host_mem = ocl_inline_probe(d);
   return 1;
 }
 

@@ -18,6 +18,9 @@ struct ral_event_s {
    * readers work on their own retained reference. */
   pthread_mutex_t lock;
   cl_event ev; /* NULL until recorded */
+  /* Recorded on an idle inline stream (inline.c): the work it marks was complete when it
+   * was recorded, so a stream waiting for it need not wait for the marker. */
+  int done_at_record;
 };
 
 /* ---- Batching (CPU runtimes) ----
@@ -34,15 +37,19 @@ struct ral_event_s {
  * `gate_mu`, so no wait can stand behind a closed gate. TORCH_FL_OPENCL_BATCH=0 turns it
  * off (read once). GPUs batch in their drivers and are never gated, nor is PoCL's
  * single-threaded "basic" device (gate_fits). */
-static int batch_enabled(void) {
-  static _Atomic int on = -1;
-  int v = atomic_load(&on);
+int ocl_env_switch(const char* name, _Atomic int* cache) {
+  int v = atomic_load(cache);
   if (v < 0) {
-    const char* e = getenv("TORCH_FL_OPENCL_BATCH");
+    const char* e = getenv(name);
     v = !(e && strcmp(e, "0") == 0);
-    atomic_store(&on, v);
+    atomic_store(cache, v);
   }
   return v;
+}
+
+static int batch_enabled(void) {
+  static _Atomic int on = -1;
+  return ocl_env_switch("TORCH_FL_OPENCL_BATCH", &on);
 }
 
 /* Whether a CPU device's runtime hands commands to worker threads (what the gate saves
@@ -64,7 +71,14 @@ static void gate_open_locked(struct ral_stream_s* s) {
   ocl_count(OCL_CNT_gate_opens);
 }
 
+/* On an inline stream, a command is announced (inline.c) and queued under inl_mu: it waits
+ * for a running inline command, commands of several threads are counted in queue order,
+ * and each one's event becomes the tail that says when the stream is idle again. */
 void ocl_stream_hold(struct ral_stream_s* s) {
+  if (s->inl) {
+    pthread_mutex_lock(&s->inl_mu);
+    s->announced++;
+  }
   if (!s->batch) return;
   pthread_mutex_lock(&s->gate_mu);
   if (!s->gate) {
@@ -82,12 +96,21 @@ void ocl_stream_hold(struct ral_stream_s* s) {
   pthread_mutex_unlock(&s->gate_mu);
 }
 
-void ocl_stream_queued(struct ral_stream_s* s, int start) {
-  atomic_fetch_add(&s->enqueued, 1);
-  if (!s->batch) return;
-  pthread_mutex_lock(&s->gate_mu);
-  if (s->gate && (start || ++s->held >= OCL_GATE_MAX)) gate_open_locked(s);
-  pthread_mutex_unlock(&s->gate_mu);
+void ocl_stream_queued(struct ral_stream_s* s, int start, cl_event ev) {
+  uint64_t n = atomic_fetch_add(&s->enqueued, 1) + 1;
+  if (ev) ocl_stream_set_tail(s, ev, n);
+  if (s->batch) {
+    pthread_mutex_lock(&s->gate_mu);
+    if (s->gate && (start || ++s->held >= OCL_GATE_MAX)) gate_open_locked(s);
+    pthread_mutex_unlock(&s->gate_mu);
+  }
+  if (s->inl) pthread_mutex_unlock(&s->inl_mu);
+}
+
+void ocl_stream_unqueued(struct ral_stream_s* s) {
+  if (!s->inl) return;
+  s->announced--;
+  pthread_mutex_unlock(&s->inl_mu);
 }
 
 void ocl_stream_start(struct ral_stream_s* s) {
@@ -133,7 +156,9 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   atomic_init(&s->enqueued, 0);
   pthread_mutex_init(&s->tail_mu, NULL);
   pthread_mutex_init(&s->gate_mu, NULL);
+  pthread_mutex_init(&s->inl_mu, NULL);
   s->batch = gate_fits(d) && batch_enabled();
+  s->inl = ocl_inline_stream_ok(d);
   *stream = s;
   return RAL_OK;
 }
@@ -167,13 +192,17 @@ static ral_status read_fault(struct ral_stream_s* s) {
   if (rec[0] == 0) return RAL_OK;
   long long index = (long long)(((uint64_t)(uint32_t)rec[2] << 32) | (uint32_t)rec[1]);
   long long size = (long long)(((uint64_t)(uint32_t)rec[5] << 32) | (uint32_t)rec[4]);
-  const char* op = rec[0] > 0 && rec[0] < OCL_N_SITES ? k_site_names[rec[0]] : "an index kernel";
+  return ocl_index_error(rec[0], index, rec[3], size, 1);
+}
+
+ral_status ocl_index_error(int site, long long index, int dim, long long size, int queued) {
+  const char* op = site > 0 && site < OCL_N_SITES ? k_site_names[site] : "an index kernel";
   /* Same words as PyTorch's CPU message; torch_fl.errors maps them to IndexError. */
-  return ocl_error(RAL_ERROR_INVALID_ARGUMENT,
-                   "%s: index %lld is out of bounds for dimension %d with size %lld (found on the "
-                   "device by a kernel queued before this synchronization; nothing was written "
-                   "outside its buffers)",
-                   op, index, rec[3], size);
+  return ocl_error(RAL_ERROR_INVALID_ARGUMENT, "%s: index %lld is out of bounds for dimension %d with size %lld%s", op,
+                   index, dim, size,
+                   queued ? " (found on the device by a kernel queued before this synchronization; nothing was "
+                            "written outside its buffers)"
+                          : "");
 }
 
 ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
@@ -186,20 +215,43 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   if (stream->tail) CL.clReleaseEvent(stream->tail);
   pthread_mutex_destroy(&stream->tail_mu);
   pthread_mutex_destroy(&stream->gate_mu);
+  pthread_mutex_destroy(&stream->inl_mu);
   CL.clReleaseCommandQueue(stream->q);
   free(stream);
   return RAL_OK;
 }
 
+/* Whether an inline stream is idle (inline.c): nothing to wait for. */
+static int inline_idle(struct ral_stream_s* s) {
+  if (!ocl_inline_begin(s)) return 0;
+  ocl_inline_end(s);
+  return 1;
+}
+
 ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
   (void)device;
   int armed = atomic_exchange(&stream->armed, 0);
+  /* An inline stream with every queued command known complete has nothing to wait for. */
+  if (!armed && inline_idle(stream)) return RAL_OK;
+  /* The commands announced before the finish were queued before it (announcing and
+   * queueing happen under inl_mu): they are complete after it. */
+  uint64_t covered = 0;
+  if (stream->inl) {
+    pthread_mutex_lock(&stream->inl_mu);
+    covered = stream->announced;
+    pthread_mutex_unlock(&stream->inl_mu);
+  }
   /* The finish waits under gate_mu, so no other thread's gate closes in front of it. */
   ocl_stream_block_begin(stream);
   ocl_count(OCL_CNT_finishes);
   cl_int err = CL.clFinish(stream->q);
   ocl_stream_block_end(stream);
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
+  if (stream->inl) {
+    pthread_mutex_lock(&stream->inl_mu);
+    if (covered > stream->done_n) stream->done_n = covered;
+    pthread_mutex_unlock(&stream->inl_mu);
+  }
   ocl_profile_flush();
   return armed ? read_fault(stream) : RAL_OK;
 }
@@ -255,6 +307,9 @@ static ral_status mark_tail(struct ral_stream_s* s, cl_event* out) {
 
 ral_status ocl_stream_query(int32_t device, ral_stream stream) {
   (void)device;
+  if (inline_idle(stream)) return RAL_OK;
+  /* Held commands must be able to complete while the query polls the tail. */
+  ocl_stream_start(stream);
   cl_event ev = NULL;
   pthread_mutex_lock(&stream->tail_mu);
   if (stream->tail && stream->tail_n == atomic_load(&stream->enqueued)) {
@@ -309,11 +364,15 @@ static cl_event event_get(ral_event event) {
 ral_status ocl_event_record(int32_t device, ral_event event, ral_stream stream) {
   (void)device;
   cl_event ev;
+  /* Idle (inl_mu held to the marker, so no command slips in front of it): see done_at_record. */
+  int idle = ocl_inline_begin(stream);
   ral_status st = mark_tail(stream, &ev);
+  if (idle) ocl_inline_end(stream);
   if (st != RAL_OK) return st;
   pthread_mutex_lock(&event->lock);
   cl_event old = event->ev;
   event->ev = ev;
+  event->done_at_record = idle;
   pthread_mutex_unlock(&event->lock);
   if (old) CL.clReleaseEvent(old);
   return RAL_OK;
@@ -329,8 +388,17 @@ ral_status ocl_event_synchronize(int32_t device, ral_event event) {
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clWaitForEvents");
 }
 
+/* Whether the event was recorded on an idle inline stream (its work was done then). */
+static int done_at_record(ral_event event) {
+  pthread_mutex_lock(&event->lock);
+  int d = event->ev && event->done_at_record;
+  pthread_mutex_unlock(&event->lock);
+  return d;
+}
+
 ral_status ocl_event_query(int32_t device, ral_event event) {
   (void)device;
+  if (done_at_record(event)) return RAL_OK;
   cl_event ev = event_get(event);
   if (!ev) return RAL_OK;
   ral_status st = event_state(ev);
@@ -340,13 +408,23 @@ ral_status ocl_event_query(int32_t device, ral_event event) {
 
 ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event event) {
   (void)device;
+  int was_done = done_at_record(event);
   cl_event ev = event_get(event);
   if (!ev) return RAL_OK;
+  /* An inline stream need not wait for work that is done: a barrier would keep it busy
+   * (queued-only) until its next synchronize. */
+  if (stream->inl && (was_done || event_state(ev) == RAL_OK)) {
+    CL.clReleaseEvent(ev);
+    return RAL_OK;
+  }
   ocl_stream_hold(stream);
   ocl_count(OCL_CNT_barriers);
-  cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &ev, NULL);
+  cl_event done = NULL;
+  cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &ev, OCL_TAIL_EV(stream, &done));
   CL.clReleaseEvent(ev);
-  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0);
+  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0, done);
+  else ocl_stream_unqueued(stream);
+  if (done) CL.clReleaseEvent(done);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
@@ -357,6 +435,10 @@ ral_status ocl_event_elapsed_ms(int32_t device, ral_event start, ral_event end, 
   if (!e0 || !e1) {
     st = ocl_error(RAL_ERROR_INVALID_ARGUMENT, "event was never recorded");
   } else {
+    /* A marker of an idle inline stream may not have been seen by the runtime yet (query
+     * answered for it): its timestamps come once it is, moments later. */
+    if (done_at_record(start)) CL.clWaitForEvents(1, &e0);
+    if (done_at_record(end)) CL.clWaitForEvents(1, &e1);
     cl_ulong t0 = 0, t1 = 0;
     cl_int err = CL.clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
     if (err == CL_SUCCESS) err = CL.clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);

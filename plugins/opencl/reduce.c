@@ -83,6 +83,7 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
   ocl_device* d = ocl_device_get(c->device);
   if (!d) return RAL_ERROR_INVALID_ARGUMENT;
   merge_reduced_dims(&g);
+  if (ocl_inline_reduce(c, &g, out, in)) return RAL_OK;
   /* A CPU runtime: sums and means with enough outputs to share out run as chunks of
    * outputs per work-item (reduce_sum_c); few outputs keep the tree over one work-group. */
   if (d->cpu && (g.op == RD_SUM || g.op == RD_MEAN) && g.cfl && g.rndim <= 1 && g.n_out >= 16) {

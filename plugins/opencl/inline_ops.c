@@ -1,0 +1,280 @@
+/*
+ * inline_ops.c -- the C kernels a small command runs on the calling thread when its stream
+ * is idle (inline.c says when): float32 GEMM, sum/mean, and the common float32
+ * element-wise ops. Each computes what its OpenCL kernel computes (same formulas, same
+ * descriptors: ocl_mmgeom, ocl_rgeom, ocl_geom); sums accumulate in double. Anything else
+ * (other dtypes, ops, or work above OCL_INLINE_WORK) is queued as before.
+ */
+#include <string.h>
+
+#include "ocl.h"
+
+/* GCC builds these loops for the best x86 vector unit present (ifunc); PoCL's own kernels
+ * are compiled for the host CPU too. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define OCL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define OCL_VECTOR_CLONES
+#endif
+
+/* Host addresses of the call's tensors' buffers, all of them or none (a buffer the
+ * plugin made for itself, e.g. a GEMM panel, has none: the command is then queued). */
+static int host_all(const ral_tensor* const* ts, int nt, unsigned char** hp) {
+  for (int k = 0; k < nt; k++)
+    if (!(hp[k] = ocl_host_ptr(ts[k]->data))) return 0;
+  return 1;
+}
+
+/* ---------------------------------------------------------------- GEMM */
+OCL_VECTOR_CLONES
+static void gemm_f32(const ocl_mmgeom* g, float* C, const float* A, const float* B, const float* I) {
+  float row[256];
+  for (int64_t b = 0; b < g->batch; b++)
+    for (int64_t m = 0; m < g->M; m++) {
+      const float* a = A + g->off_a + b * g->sa_b + m * g->sa_m;
+      const float* bb = B + g->off_b + b * g->sb_b;
+      float* c = C + g->off_c + b * g->sc_b + m * g->sc_m;
+      const float* in = g->has_in ? I + g->off_i + b * g->si_b + m * g->si_m : NULL;
+      for (int64_t n0 = 0; n0 < g->N; n0 += 256) {
+        int64_t nn = g->N - n0 < 256 ? g->N - n0 : 256;
+        if (g->sb_n == 1) { /* rows of B contiguous: row += a[k] * B[k, :] */
+          memset(row, 0, (size_t)nn * sizeof(float));
+          for (int64_t k = 0; k < g->K; k++) {
+            float ak = a[k * g->sa_k];
+            const float* br = bb + k * g->sb_k + n0;
+            for (int64_t j = 0; j < nn; j++) row[j] += ak * br[j];
+          }
+        } else if (g->sa_k == 1 && g->sb_k == 1) { /* x @ W.t(): dot products of rows */
+          for (int64_t j = 0; j < nn; j++) {
+            const float* bc = bb + (n0 + j) * g->sb_n;
+            float acc[16] = {0};
+            int64_t k = 0;
+            for (; k + 16 <= g->K; k += 16)
+              for (int l = 0; l < 16; l++) acc[l] += a[k + l] * bc[k + l];
+            float s = 0;
+            for (int l = 0; l < 16; l++) s += acc[l];
+            for (; k < g->K; k++) s += a[k] * bc[k];
+            row[j] = s;
+          }
+        } else {
+          for (int64_t j = 0; j < nn; j++) {
+            const float* bc = bb + (n0 + j) * g->sb_n;
+            float s = 0;
+            for (int64_t k = 0; k < g->K; k++) s += a[k * g->sa_k] * bc[k * g->sb_k];
+            row[j] = s;
+          }
+        }
+        for (int64_t j = 0; j < nn; j++) {
+          float v = g->alpha * row[j];
+          /* beta == 0 ignores self entirely (has_in is 0 then), NaNs included */
+          if (in) v += g->beta * in[(n0 + j) * g->si_n];
+          c[(n0 + j) * g->sc_n] = v;
+        }
+      }
+    }
+}
+
+int ocl_inline_gemm(const ral_kernel_call* c, const ocl_mmgeom* g, const ral_tensor* out, const ral_tensor* a,
+                    const ral_tensor* b, const ral_tensor* in) {
+  if (!c->stream || !c->stream->inl || g->batch * g->M * g->N * (g->K > 0 ? g->K : 1) > OCL_INLINE_WORK) return 0;
+  const ral_tensor* ts[4] = {out, a, b, in ? in : out};
+  unsigned char* hp[4];
+  if (!host_all(ts, 4, hp) || !ocl_inline_begin(c->stream)) return 0;
+  gemm_f32(g, (float*)hp[0], (const float*)hp[1], (const float*)hp[2], (const float*)hp[3]);
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- sum / mean */
+/* Element offset of linear index i over sizes/strides of `nd` dims (row-major). */
+static int64_t walk_off(int64_t i, int nd, const int64_t* size, const int64_t* st) {
+  int64_t off = 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    off += (i % size[d]) * st[d];
+    i /= size[d];
+  }
+  return off;
+}
+
+OCL_VECTOR_CLONES
+static double sum_run(const float* x, int64_t n, int64_t st) {
+  double acc[8] = {0};
+  int64_t k = 0;
+  if (st == 1)
+    for (; k + 8 <= n; k += 8)
+      for (int l = 0; l < 8; l++) acc[l] += (double)x[k + l];
+  double s = 0;
+  for (; k < n; k++) s += (double)x[k * st];
+  for (int l = 0; l < 8; l++) s += acc[l];
+  return s;
+}
+
+int ocl_inline_reduce(const ral_kernel_call* c, const ocl_rgeom* g, const ral_tensor* out, const ral_tensor* in) {
+  if (!c->stream || !c->stream->inl || (g->op != RD_SUM && g->op != RD_MEAN) || g->dt_in != DT_F32 ||
+      g->dt_out != DT_F32 || g->n_out * g->n_red > OCL_INLINE_WORK || g->rndim < 1)
+    return 0;
+  const ral_tensor* ts[2] = {out, in};
+  unsigned char* hp[2];
+  if (!host_all(ts, 2, hp) || !ocl_inline_begin(c->stream)) return 0;
+  float* y = (float*)hp[0] + g->off_out;
+  const float* x = (const float*)hp[1] + g->off_in;
+  int inner = g->rndim - 1; /* the innermost reduced dim is one run; the rest are walked */
+  int64_t outer_red = g->n_red / (g->rsize[inner] ? g->rsize[inner] : 1);
+  for (int64_t o = 0; o < g->n_out; o++) {
+    const float* xo = x + walk_off(o, g->ondim, g->osize, g->ost_in);
+    double s = 0;
+    for (int64_t r = 0; r < outer_red && g->rsize[inner] > 0; r++)
+      s += sum_run(xo + walk_off(r, inner, g->rsize, g->rst), g->rsize[inner], g->rst[inner]);
+    if (g->op == RD_MEAN) s /= (double)g->n_red; /* 0/0 -> NaN, as PyTorch's mean of nothing */
+    y[walk_off(o, g->ondim, g->osize, g->ost_out)] = (float)s;
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- element-wise */
+/* The formulas of ew.cl's float path (ew_f), once: x, w are the first and second inputs. */
+#define EW_INLINE_OPS(X)                    \
+  X(EW_COPY, x)                             \
+  X(EW_FILL, f0)                            \
+  X(EW_ADD, x + f0 * w)                     \
+  X(EW_SUB, x - f0 * w)                     \
+  X(EW_MUL, x * w)                          \
+  X(EW_DIV, x / w)                          \
+  X(EW_ADDS, x + f0)                        \
+  X(EW_MULS, x * f0)                        \
+  X(EW_DIVS, x / f0)                        \
+  X(EW_RSUBS, f0 - f1 * x)                  \
+  X(EW_NEG, -x)                             \
+  X(EW_RELU, x < 0.0f ? 0.0f : x)           \
+  X(EW_THRESH_BW, w <= f0 ? 0.0f : x)
+
+static int ew_inline_op(int op) {
+#define EW_CASE(OP, EXPR) case OP:
+  switch (op) {
+    EW_INLINE_OPS(EW_CASE)
+    return 1;
+    default:
+      return 0;
+  }
+#undef EW_CASE
+}
+
+static inline float ew_f(int op, float x, float w, float f0, float f1) {
+#define EW_CASE(OP, EXPR) case OP: return (EXPR);
+  switch (op) {
+    EW_INLINE_OPS(EW_CASE)
+    default: return 0.0f;
+  }
+#undef EW_CASE
+}
+
+/* y = op(a, b) over n elements; sa/sb: 1 (contiguous) or 0 (one broadcast element). The
+ * switch sits outside the loops, so each loop vectorizes. */
+OCL_VECTOR_CLONES
+static void ew_contig(int op, float* y, const float* a, const float* b, int64_t sa, int64_t sb, int64_t n, float f0,
+                      float f1) {
+#define EW_CASE(OP, EXPR)                \
+  case OP:                               \
+    for (int64_t i = 0; i < n; i++) {    \
+      float x = a[i * sa], w = b[i * sb]; \
+      (void)x, (void)w;                  \
+      y[i] = (EXPR);                     \
+    }                                    \
+    break;
+  switch (op) {
+    EW_INLINE_OPS(EW_CASE)
+    default: break;
+  }
+#undef EW_CASE
+}
+
+int ocl_inline_ew(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts, int nt) {
+  if (!c->stream || !c->stream->inl || !ew_inline_op(g->op) || g->n > OCL_INLINE_WORK || nt > 3) return 0;
+  for (int k = 0; k < nt; k++)
+    if (ts[k]->dtype != RAL_DTYPE_FLOAT32) return 0;
+  unsigned char* hp[3];
+  if (!host_all(ts, nt, hp) || !ocl_inline_begin(c->stream)) return 0;
+  float* y = (float*)hp[0] + g->off[0];
+  const float* a = nt > 1 ? (const float*)hp[1] + g->off[1] : y;
+  const float* b = nt > 2 ? (const float*)hp[2] + g->off[2] : a;
+  int64_t s1 = nt > 1 ? g->st[1][0] : 0, s2 = nt > 2 ? g->st[2][0] : 0;
+  if (g->ndim == 1 && g->st[0][0] == 1 && (s1 == 0 || s1 == 1) && (s2 == 0 || s2 == 1)) {
+    ew_contig(g->op, y, a, b, s1, s2, g->n, g->lf[0], g->lf[1]);
+  } else {
+    for (int64_t i = 0; i < g->n; i++) {
+      int64_t o0 = 0, o1 = 0, o2 = 0, r = i;
+      for (int d = g->ndim - 1; d >= 0; d--) {
+        int64_t x = r % g->size[d];
+        r /= g->size[d];
+        o0 += x * g->st[0][d], o1 += x * g->st[1][d], o2 += x * g->st[2][d];
+      }
+      y[o0] = ew_f(g->op, nt > 1 ? a[o1] : 0.0f, nt > 2 ? b[o2] : 0.0f, g->lf[0], g->lf[1]);
+    }
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- strided copy */
+int ocl_inline_copy(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts) {
+  if (!c->stream || !c->stream->inl || g->n > OCL_INLINE_WORK) return 0;
+  unsigned char* hp[2];
+  if (!host_all(ts, 2, hp) || !ocl_inline_begin(c->stream)) return 0;
+  size_t es = (size_t)g->flags;
+  int last = g->ndim - 1;
+  int64_t run = g->size[last], rows = g->n / (run ? run : 1);
+  for (int64_t r = 0; r < rows; r++) { /* runs along the innermost dim */
+    int64_t rem = r, o0 = g->off[0], o1 = g->off[1];
+    for (int d = last - 1; d >= 0; d--) {
+      int64_t x = rem % g->size[d];
+      rem /= g->size[d];
+      o0 += x * g->st[0][d], o1 += x * g->st[1][d];
+    }
+    if (g->st[0][last] == 1 && g->st[1][last] == 1) {
+      memmove(hp[0] + o0 * es, hp[1] + o1 * es, (size_t)run * es);
+    } else {
+      for (int64_t j = 0; j < run; j++)
+        memcpy(hp[0] + (o0 + j * g->st[0][last]) * es, hp[1] + (o1 + j * g->st[1][last]) * es, es);
+    }
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- index_select */
+int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts, ral_status* st) {
+  if (!c->stream || !c->stream->inl || g->n > OCL_INLINE_WORK || g->n == 0 || ts[0]->dtype != ts[1]->dtype) return 0;
+  unsigned char* hp[3];
+  if (!host_all(ts, 3, hp) || !ocl_inline_begin(c->stream)) return 0;
+  int dim = (int)g->li[0], es = ocl_dtype_size(ts[0]->dtype), i64 = ts[2]->dtype == RAL_DTYPE_INT64;
+  int64_t nidx = g->size[dim];
+  *st = RAL_OK;
+  /* Every index is checked before anything is written: a bad one is this call's error. */
+  for (int64_t j = 0; j < nidx && *st == RAL_OK; j++) {
+    int64_t at = g->off[2] + j * g->st[2][0];
+    int64_t k = i64 ? ((const int64_t*)hp[2])[at] : ((const int32_t*)hp[2])[at];
+    if (k < 0 || k >= g->li[1]) *st = ocl_index_error(OCL_SITE_INDEX_SELECT, (long long)k, dim, (long long)g->li[1], 0);
+  }
+  for (int64_t i = 0; i < g->n && *st == RAL_OK; i++) {
+    int64_t r = i, eo = g->off[0], src = g->off[1], cd = 0;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+      int64_t x = r % g->size[d];
+      r /= g->size[d];
+      eo += x * g->st[0][d];
+      if (d == dim) cd = x;
+      else src += x * g->st[1][d];
+    }
+    int64_t at = g->off[2] + cd * g->st[2][0];
+    int64_t k = i64 ? ((const int64_t*)hp[2])[at] : ((const int32_t*)hp[2])[at];
+    src += k * g->st[1][dim];
+    memcpy(hp[0] + eo * es, hp[1] + src * es, (size_t)es);
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
