@@ -116,29 +116,11 @@ static void softmax_tile_row(const sdpa_args* g, int64_t b, int64_t h, int64_t i
   *m = mnew;
 }
 
-/* One query row (decoding: query length 1) against nk keys: row[j] = scale * q . k_j, and
- * acc += p . V. As OpenBLAS GEMMs these were a [1, nk] @ [nk, E] product each, and a GEMM
- * call's fixed cost (interface, buffer, packing) for such a row is several times the work:
- * GPT-2's decode attention took 85-170 us per call against ~18 us on CPU. */
-static void row_scores(const float* q, const float* k, int64_t ldk, int64_t nk, int64_t E, float scale, float* row) {
-  for (int64_t j = 0; j < nk; j++) {
-    const float* kj = k + j * ldk;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t e = 0; e < E; e++) s += q[e] * kj[e];
-    row[j] = scale * s;
-  }
-}
-
-static void row_times_values(const float* row, const float* v, int64_t ldv, int64_t nk, int64_t Ev, float* acc) {
-  for (int64_t j = 0; j < nk; j++) {
-    float p = row[j]; /* no skip of p == 0: 0 * a NaN/inf value gives NaN, as in the GEMM */
-    const float* vj = v + j * ldv;
-#pragma omp simd
-    for (int64_t e = 0; e < Ev; e++) acc[e] += p * vj[e];
-  }
-}
-
+/* One query row (decoding: query length 1): the scores of a key block and the probabilities
+ * times the value block are matrix-vector products. As OpenBLAS GEMMs ([1, E] @ [E, nk] and
+ * [1, nk] @ [nk, Ev]) each call packed its whole right operand for one row; as ?gemv calls they
+ * read it once. A key block is never empty here (nk >= 1), so the calls are never no-ops
+ * that would skip beta. */
 static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, float* ml, float* qbuf,
                       float* kbuf, float* vbuf) {
   int64_t qb = t % g->nqb, bh = t / g->nqb, h = bh % g->H, b = bh / g->H;
@@ -157,8 +139,8 @@ static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, fl
   memset(acc, 0, (size_t)(nq * g->Ev) * sizeof(float));
   for (int64_t j0 = 0; j0 < jmax; j0 += SDPA_BK) {
     int64_t nk = jmax - j0 < SDPA_BK ? jmax - j0 : SDPA_BK;
-    if (nq == 1)
-      row_scores(qp, kp + j0 * ldk, ldk, nk, g->E, g->scale, tile);
+    if (nq == 1 && g->E > 0)
+      host_sgemv(0, (int)nk, (int)g->E, g->scale, kp + j0 * ldk, (int)ldk, qp, 0.0f, tile);
     else if (g->E > 0)
       host_sgemm(0, 1, (int)nq, (int)nk, (int)g->E, g->scale, qp, (int)ldq, kp + j0 * ldk, (int)ldk, 0.0f, tile,
                  SDPA_BK);
@@ -166,8 +148,8 @@ static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, fl
       for (int64_t r = 0; r < nq; r++) memset(tile + r * SDPA_BK, 0, (size_t)nk * sizeof(float));
     for (int64_t r = 0; r < nq; r++)
       softmax_tile_row(g, b, h, i0 + r, j0, nk, tile + r * SDPA_BK, m + r, l + r, acc + r * g->Ev);
-    if (nq == 1)
-      row_times_values(tile, vp + j0 * ldv, ldv, nk, g->Ev, acc);
+    if (nq == 1 && g->Ev > 0)
+      host_sgemv(1, (int)nk, (int)g->Ev, 1.0f, vp + j0 * ldv, (int)ldv, tile, 1.0f, acc);
     else if (g->Ev > 0)
       host_sgemm(0, 0, (int)nq, (int)g->Ev, (int)nk, 1.0f, tile, SDPA_BK, vp + j0 * ldv, (int)ldv, 1.0f, acc,
                  (int)g->Ev);

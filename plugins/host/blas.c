@@ -90,6 +90,19 @@ void host_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, cons
     }
 }
 
+void host_sgemv(int trans, int m, int n, float alpha, const float* a, int lda, const float* x, float beta, float* y) {
+  if (p_sgemv) {
+    if (m > 0 && n > 0) p_sgemv(CblasRowMajor, trans ? CblasTrans : CblasNoTrans, m, n, alpha, a, lda, x, 1, beta, y, 1);
+    return;
+  }
+  int rows = trans ? n : m, len = trans ? m : n;
+  for (int i = 0; i < rows; i++) {
+    float s = 0.0f;
+    for (int e = 0; e < len; e++) s += (trans ? a[e * lda + i] : a[i * lda + e]) * x[e];
+    y[i] = alpha * s + (beta == 0.0f ? 0.0f : beta * y[i]);
+  }
+}
+
 /* A batch of matrices: element (b, i, j) at p + (b*bs + i*sr + j*sc) elements. */
 typedef struct {
   char* p;
