@@ -1,4 +1,4 @@
-"""Matrix products with one to four rows on ral:0 (batch-1 decoding: GPT-2's Conv1D
+"""Matrix products with one to three rows on ral:0 (batch-1 decoding: GPT-2's Conv1D
 `addmm(bias, x[1, 768], W[768, N])`, nn.Linear's `x @ W.t()`), which the host plugin serves
 with one ?gemv per row and chunk of output columns (plugins/host/blas.c, GEMV). Every element
 against PyTorch's CPU result, in both styles (`.to` and `ral_mode`), for the weight layouts
@@ -59,7 +59,7 @@ SHAPES = [(1, 768, 2304), (1, 769, 17), (2, 77, 131), (3, 5, 1001), (4, 33, 64),
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("layout", ["rowmajor", "row_stride", "transposed", "col_stride"])
 def test_few_row_products_match_cpu(style, shape, layout):
-    """mm and addmm (bias [N], beta 0.5, alpha -2) of M = 1..5 rows; M = 5 is the GEMM beside it."""
+    """mm and addmm (bias [N], beta 0.5, alpha -2) of M = 1..5 rows; M = 4, 5 are the GEMM beside it."""
     M, K, N = shape
     view, w = _layouts(K, N, torch.float32)[layout]
     x, bias = _rand(M, K, seed=3), _rand(N, seed=4)

@@ -317,12 +317,13 @@ static void gemm_panels(int64_t p0, int64_t p1, void* arg) {
  * A product with one row (batch-1 decoding: GPT-2's Conv1D addmm(bias, x[1, 768], W[768, N]),
  * nn.Linear's x @ W.t()) was an OpenBLAS GEMM, and OpenBLAS 0.3.21 packs all of B for it: a
  * full read and write of the weight for one pass over it. One thread, [1, 768] @ [768, 2304]:
- * sgemm 1.1 ms, sgemv 0.22-0.25 ms (PyTorch's CPU addmm 0.27-0.35 ms). Rows of C up to
- * GEMV_MAX_M go through ?gemv instead, the columns of C cut into blocks of GEMV_BLOCK that
- * pool threads claim (each at least ~GEMV_GRAIN_MACS multiply-adds), one ?gemv per row of C
- * per chunk: the chunk of B stays in cache for the next row. Each element of C is one dot
- * product over all of K on one thread, so the bits do not depend on the thread budget. */
-#define GEMV_MAX_M 4
+ * sgemm 1.1 ms, sgemv 0.22-0.25 ms (PyTorch's CPU addmm 0.27-0.35 ms). Up to GEMV_MAX_M rows
+ * of C go through ?gemv instead: the columns of C are cut into blocks of GEMV_BLOCK that pool
+ * threads claim (each chunk at least ~GEMV_GRAIN_MACS multiply-adds), one ?gemv per row of C
+ * and chunk, the chunk of B staying in cache for the next row. One thread, [M, 768] @
+ * [768, 2304], sgemm against chunked sgemv: M = 2 414 / 259 us, M = 3 531 / 413 us, M = 4
+ * 470 / 532 us. Each element of C is one dot product over all of K on one thread (no K split). */
+#define GEMV_MAX_M 3
 #define GEMV_BLOCK 16
 #define GEMV_GRAIN_MACS 65536
 
