@@ -28,6 +28,7 @@
 
 #define SDPA_BQ 32  /* queries per task: a causal tile wastes little above the diagonal */
 #define SDPA_BK 256 /* keys per block: the score tile (32 x 256 floats) stays in L1/L2 */
+#define SDPA_DECODE_GRAIN 32768 /* multiply-adds per pool chunk of query-length-1 tasks */
 
 typedef struct {
   int64_t B, H, L, S, E, Ev, nqb;
@@ -115,6 +116,11 @@ static void softmax_tile_row(const sdpa_args* g, int64_t b, int64_t h, int64_t i
   *m = mnew;
 }
 
+/* One query row (decoding: query length 1): the scores of a key block and the probabilities
+ * times the value block are matrix-vector products. As OpenBLAS GEMMs ([1, E] @ [E, nk] and
+ * [1, nk] @ [nk, Ev]) each call packed its whole right operand for one row; as ?gemv calls they
+ * read it once. A key block is never empty here (nk >= 1), so the calls are never no-ops
+ * that would skip beta. */
 static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, float* ml, float* qbuf,
                       float* kbuf, float* vbuf) {
   int64_t qb = t % g->nqb, bh = t / g->nqb, h = bh % g->H, b = bh / g->H;
@@ -133,14 +139,18 @@ static void sdpa_task(const sdpa_args* g, int64_t t, float* tile, float* acc, fl
   memset(acc, 0, (size_t)(nq * g->Ev) * sizeof(float));
   for (int64_t j0 = 0; j0 < jmax; j0 += SDPA_BK) {
     int64_t nk = jmax - j0 < SDPA_BK ? jmax - j0 : SDPA_BK;
-    if (g->E > 0)
+    if (nq == 1 && g->E > 0)
+      host_sgemv(0, (int)nk, (int)g->E, g->scale, kp + j0 * ldk, (int)ldk, qp, 0.0f, tile);
+    else if (g->E > 0)
       host_sgemm(0, 1, (int)nq, (int)nk, (int)g->E, g->scale, qp, (int)ldq, kp + j0 * ldk, (int)ldk, 0.0f, tile,
                  SDPA_BK);
     else
       for (int64_t r = 0; r < nq; r++) memset(tile + r * SDPA_BK, 0, (size_t)nk * sizeof(float));
     for (int64_t r = 0; r < nq; r++)
       softmax_tile_row(g, b, h, i0 + r, j0, nk, tile + r * SDPA_BK, m + r, l + r, acc + r * g->Ev);
-    if (g->Ev > 0)
+    if (nq == 1 && g->Ev > 0)
+      host_sgemv(1, (int)nk, (int)g->Ev, 1.0f, vp + j0 * ldv, (int)ldv, tile, 1.0f, acc);
+    else if (g->Ev > 0)
       host_sgemm(0, 0, (int)nq, (int)g->Ev, (int)nk, 1.0f, tile, SDPA_BK, vp + j0 * ldv, (int)ldv, 1.0f, acc,
                  (int)g->Ev);
   }
@@ -286,7 +296,11 @@ ral_status host_sdpa_forward(const ral_kernel_call* c) {
   g.out = (void*)base_of(o), g.lse = (float*)base_of(ls);
   g.nqb = (g.L + SDPA_BQ - 1) / SDPA_BQ;
   int64_t tasks = g.B * g.H * g.nqb;
-  if (tasks > 0) host_parallel_for(tasks, 1, sdpa_tasks, &g);
+  /* a decode task (one query) is S * (E + Ev) multiply-adds: tasks go to the pool in groups of
+   * at least ~SDPA_DECODE_GRAIN of them, so a short call does not pay a helper's wake-up */
+  int64_t grain = 1, work = g.S * (g.E + g.Ev);
+  if (g.L == 1 && work < SDPA_DECODE_GRAIN) grain = SDPA_DECODE_GRAIN / (work > 0 ? work : 1);
+  if (tasks > 0) host_parallel_for(tasks, grain, sdpa_tasks, &g);
   if (g.failed) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "no memory for the attention scratch");
   return RAL_OK;
 }

@@ -35,6 +35,9 @@ int host_blas_load(void);
  *  transposing when trans_a / trans_b is set; lda, ldb, ldc are row strides in elements. */
 void host_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                 const float* b, int ldb, float beta, float* c, int ldc);
+/* Row-major y = alpha * op(A) x + beta * y, A m x n with leading dimension lda, unit-stride
+ * x and y; op(A) = A^T when trans. On the calling thread (blas.c). */
+void host_sgemv(int trans, int m, int n, float alpha, const float* a, int lda, const float* x, float beta, float* y);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */
