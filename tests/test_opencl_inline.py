@@ -312,3 +312,15 @@ print('OK')
 """
     r = run_python(code, env={"TORCH_FL_OPENCL_INLINE": "0"})
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("k", [1, 7, 8, 9, 64, 67])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 17])
+def test_inline_linear_shapes_match_cpu(k, n):
+    """nn.Linear's x @ W.t() inline (four weight rows per pass, eight lanes over K): every tail
+    of K and of the output columns, with bias, against CPU; the product ran inline."""
+    torch.manual_seed(k * 100 + n)
+    x, w, b = torch.randn(6, k), torch.randn(n, k), torch.randn(n)
+    got, d = delta(lambda: torch.nn.functional.linear(x.to(DEV), w.to(DEV), b.to(DEV)).cpu())
+    assert d["inline_ops"] >= 1 and d["kernels"] == 0, d
+    torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
