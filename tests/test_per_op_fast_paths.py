@@ -2,7 +2,7 @@
 
 The paths: the dispatcher's positional cache keyed on the arguments (dispatch/entry.py),
 the straight-line per-plan launch function (tiers/vendor.py `_specialize`), exact cached
-view calls (tensor/views.py `exact_view_call`), `.item()` through a C cell
+view calls (tensor/views.py `cached_view_call`), `.item()` through a C cell
 (tensor/host_copy.py `item`) and ral_mode's cached-operand path (mode.py
 `_compute_cached`). Each test runs the same op repeatedly (so the second call takes the
 fast path) in the ways that must not share a cached answer, and compares with PyTorch CPU:
@@ -126,7 +126,7 @@ def _fast_calls_named(name):
 
 def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
     # Batch-1 decoding: every activation has size-1 dims, whose strides the routing
-    # signature does not hold. The cached view call (entry._stride_checked_view_call) must
+    # signature does not hold. The cached view call (views.cached_view_call) must
     # give each base CPU's geometry and values, also for a base with the same shape but
     # other strides in its size-1 dims, and for views with several results.
     entry._FAST.clear()
@@ -155,7 +155,7 @@ def test_views_of_size_one_dims_and_splits_are_cached_per_strides(dev):
                         sig, g._sig = g._sig, None
                         assert entry.tensor_sig(g) == sig
     # the fast path is the one taken (not the general view cache)
-    assert _fast_calls_named("stride_checked_view") and _fast_calls_named("stride_checked_views")
+    assert _fast_calls_named("cached_view") and _fast_calls_named("cached_views")
     # an offset base (a slice) keeps its offset on the cached path
     x = torch.randn(4, 1, 3072)
     xd = x.to(dev)

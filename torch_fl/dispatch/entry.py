@@ -13,11 +13,7 @@ from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.dlpack_import import plain_fallback
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
-from torch_fl.tensor.views import exact_view_call, make_views, view_op, view_specs
-
-_make = torch.Tensor._make_wrapper_subclass
-_STRIDED = torch.strided
-_AS_STRIDED = torch.ops.aten.as_strided.default
+from torch_fl.tensor.views import cached_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
@@ -209,60 +205,11 @@ def _view_call(func):
     return call
 
 
-def _contiguous(shape, stride) -> bool:
-    """torch's is_contiguous for a geometry (size-1 and empty dims ignored, as torch does)."""
-    return torch.empty_strided(shape, stride, device="meta").is_contiguous()
-
-
-def _stride_checked_view_call(func, base, specs):
-    """A cached view call for the bases exact_view_call refuses: a contiguous base with a
-    size-1 dim (its stride is free, and the routing signature says only `contiguous`) and
-    views with several results (split, unbind). Valid while the base's strides equal
-    `base`'s, which it checks per call (the general path serves the others); None for
-    as_strided (absolute offset) and dtype-changing views.
-
-    Batch-1 decoding is all size-1 dims: every view of a step took the general path."""
-    items, is_seq = specs
-    itemsize = base.dtype.itemsize
-    if func is _AS_STRIDED or any(it[3].itemsize != itemsize for it in items):
-        return None
-    stride0 = base.stride()
-    dev = base._dev
-    device = base.device
-
-    # Each result's routing signature, as tensor_sig would compute it at its first use.
-    sigs = [(dev, shape, dtype, True if _contiguous(shape, stride) else stride) for shape, stride, _, dtype in items]
-    if not is_seq:
-        shape, stride, off, dtype = items[0]
-        sig = sigs[0]
-
-        def stride_checked_view(args, kwargs, full):
-            b = args[0]
-            if b.stride() != stride0:
-                return view_op(func, args, kwargs)
-            t = _make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
-            t._buf = b._buf
-            t._dev = dev
-            t._sig = sig
-            return t
-
-        return stride_checked_view
-
-    def stride_checked_views(args, kwargs, full):
-        b = args[0]
-        if b.stride() != stride0:
-            return view_op(func, args, kwargs)
-        off0, buf = b.storage_offset(), b._buf
-        made = []
-        for (shape, stride, off, dtype), sig in zip(items, sigs):
-            t = _make(RalTensor, shape, stride, off + off0, None, dtype, _STRIDED, device)
-            t._buf = buf
-            t._dev = dev
-            t._sig = sig
-            made.append(t)
-        return made
-
-    return stride_checked_views
+def _geometry_sig(dev, shape, stride, dtype) -> tuple:
+    """The routing signature tensor_sig gives a RalTensor of this geometry (torch's
+    is_contiguous: size-1 and empty dims ignored)."""
+    contiguous = torch.empty_strided(shape, stride, device="meta").is_contiguous()
+    return (dev, tuple(shape), dtype, True if contiguous else stride)
 
 
 def _route(func, sch, args, kwargs, fkey=None):
@@ -271,13 +218,10 @@ def _route(func, sch, args, kwargs, fkey=None):
             return func.decompose(*args, **kwargs)
         specs = view_specs(func, args, kwargs)
         if fkey is not None:
-            # Within one argument signature the result geometry is fixed when the base's
-            # strides are (exact_view_call says when); otherwise the view cache decides.
-            call = (
-                exact_view_call(func, args[0], specs)
-                or _stride_checked_view_call(func, args[0], specs)
-                or _view_call(func)
-            )
+            # Within one argument signature the result geometry is fixed by the base's
+            # strides (cached_view_call checks them where the signature does not hold them);
+            # otherwise the view cache decides.
+            call = cached_view_call(func, args[0], specs, _geometry_sig) or _view_call(func)
             _fast_put(fkey, (func, call, ()))
         return make_views(args[0], specs)
     full = sch.normalize(args, kwargs)

@@ -94,31 +94,57 @@ def make_views(base, specs):
     return made
 
 
-def exact_view_call(func, base, specs):
-    """A function (args, kwargs, full) -> view for calls whose base has base's exact
-    geometry, or None. The dispatcher caches it per argument signature: the signature holds
-    the strides of a strided tensor, and a contiguous one's strides are determined by its
-    shape unless some dim has size <= 1 (whose stride is free), so such bases are refused."""
+def cached_view_call(func, base, specs, geometry_sig):
+    """A function (args, kwargs, full) -> the view(s) of a later call with base's argument
+    signature, or None (as_strided sets an absolute offset; a dtype-changing view rescales
+    it). The dispatcher caches it per signature. The signature holds a strided tensor's
+    strides, and a contiguous one's follow from its shape unless some dim has size <= 1
+    (whose stride is free: batch-1 decoding is all such dims); for those bases the call
+    compares the base's strides with `base`'s and takes the general path when they differ.
+    Each result carries its routing signature, geometry_sig(dev, shape, stride, dtype), so
+    its next op need not compute it."""
     items, is_seq = specs
-    if is_seq or func is _aten.as_strided.default:
+    itemsize = base.dtype.itemsize
+    if func is _aten.as_strided.default or any(it[3].itemsize != itemsize for it in items):
         return None
-    if base.is_contiguous() and any(n <= 1 for n in base.shape):
-        return None
-    shape, stride, off, dtype = items[0]
-    if dtype.itemsize != base.dtype.itemsize:
-        return None
+    stride0 = base.stride() if base.is_contiguous() and any(n <= 1 for n in base.shape) else None
     dev = base._dev
     device = base.device
     make = torch.Tensor._make_wrapper_subclass
+    results = [
+        (shape, stride, off, dtype, geometry_sig(dev, shape, stride, dtype)) for shape, stride, off, dtype in items
+    ]
 
-    def call(args, kwargs, full):
+    if not is_seq:
+        ((shape, stride, off, dtype, sig),) = results
+
+        def cached_view(args, kwargs, full):
+            b = args[0]
+            if stride0 is not None and b.stride() != stride0:
+                return view_op(func, args, kwargs)
+            t = make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
+            t._buf = b._buf
+            t._dev = dev
+            t._sig = sig
+            return t
+
+        return cached_view
+
+    def cached_views(args, kwargs, full):
         b = args[0]
-        t = make(RalTensor, shape, stride, off + b.storage_offset(), None, dtype, _STRIDED, device)
-        t._buf = b._buf
-        t._dev = dev
-        return t
+        if stride0 is not None and b.stride() != stride0:
+            return view_op(func, args, kwargs)
+        off0, buf = b.storage_offset(), b._buf
+        made = []
+        for shape, stride, off, dtype, sig in results:
+            t = make(RalTensor, shape, stride, off + off0, None, dtype, _STRIDED, device)
+            t._buf = buf
+            t._dev = dev
+            t._sig = sig
+            made.append(t)
+        return made
 
-    return call
+    return cached_views
 
 
 _STRIDED = torch.strided
