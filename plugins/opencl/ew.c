@@ -127,9 +127,7 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
     cl_event ev = NULL;
     cl_int err = CL.clEnqueueCopyBuffer(c->stream->q, (cl_mem)src->data, (cl_mem)dst->data, src->byte_offset,
                                         dst->byte_offset, (size_t)(n * es), 0, NULL, OCL_TAIL_EV(c->stream, &ev));
-    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0, ev);
-    else ocl_stream_unqueued(c->stream);
-    if (ev) CL.clReleaseEvent(ev);
+    err = ocl_stream_enqueued(c->stream, err, 0, ev);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueCopyBuffer"), "%s", ocl_last_error());
   }
   const ral_tensor* ts[2] = {dst, src};
@@ -227,9 +225,7 @@ static ral_status fill_value(const ral_kernel_call* c, const ral_tensor* t, doub
     cl_event ev = NULL;
     cl_int err = CL.clEnqueueFillBuffer(c->stream->q, (cl_mem)t->data, &pat, (size_t)es, t->byte_offset,
                                         (size_t)(n * es), 0, NULL, OCL_TAIL_EV(c->stream, &ev));
-    if (err == CL_SUCCESS) ocl_stream_queued(c->stream, 0, ev);
-    else ocl_stream_unqueued(c->stream);
-    if (ev) CL.clReleaseEvent(ev);
+    err = ocl_stream_enqueued(c->stream, err, 0, ev);
     return err == CL_SUCCESS ? RAL_OK : ocl_fail(c, ocl_cl_fail(err, "clEnqueueFillBuffer"), "%s", ocl_last_error());
   }
   double fs[3] = {f, 0, 0};

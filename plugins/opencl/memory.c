@@ -81,8 +81,7 @@ ral_status ocl_memcpy_h2d(int32_t device, void* dst, uint64_t dst_offset, const 
     ocl_stream_block_begin(stream);
     err = CL.clEnqueueWriteBuffer(stream->q, (cl_mem)dst, CL_TRUE, dst_offset, nbytes, src, 0, NULL, NULL);
     ocl_stream_block_end(stream);
-    if (err == CL_SUCCESS) ocl_stream_queued(stream, 0, NULL); /* blocking: done, but no event */
-    else ocl_stream_unqueued(stream);
+    err = ocl_stream_enqueued(stream, err, 0, NULL); /* blocking: done, but no event */
     return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueWriteBuffer");
   }
   memcpy(staged, src, nbytes);
@@ -123,10 +122,8 @@ ral_status ocl_memcpy_d2h(int32_t device, void* dst, const void* src, uint64_t s
    * meanwhile, the tail is stale and the query marks afresh. */
   cl_event ev = NULL;
   cl_int err = CL.clEnqueueReadBuffer(stream->q, (cl_mem)src, CL_FALSE, src_offset, nbytes, dst, 0, NULL, &ev);
-  if (err == CL_SUCCESS) ocl_stream_queued(stream, 1, ev);
-  else ocl_stream_unqueued(stream);
+  err = ocl_stream_enqueued(stream, err, 1, ev);
   if (err == CL_SUCCESS) ocl_count(OCL_CNT_flushes), CL.clFlush(stream->q);
-  if (ev) CL.clReleaseEvent(ev);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueReadBuffer");
 }
 
@@ -147,9 +144,7 @@ ral_status ocl_memcpy_d2d(int32_t device, void* dst, uint64_t dst_offset, const 
   cl_event ev = NULL;
   cl_int err = CL.clEnqueueCopyBuffer(stream->q, (cl_mem)src, (cl_mem)dst, src_offset, dst_offset, nbytes,
                                       0, NULL, OCL_TAIL_EV(stream, &ev));
-  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0, ev);
-  else ocl_stream_unqueued(stream);
-  if (ev) CL.clReleaseEvent(ev);
+  err = ocl_stream_enqueued(stream, err, 0, ev);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueCopyBuffer");
 }
 
@@ -170,8 +165,6 @@ ral_status ocl_memset(int32_t device, void* dst, uint64_t offset, int32_t value,
   cl_event ev = NULL;
   cl_int err = CL.clEnqueueFillBuffer(stream->q, (cl_mem)dst, &byte, 1, offset, nbytes, 0, NULL,
                                       OCL_TAIL_EV(stream, &ev));
-  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0, ev);
-  else ocl_stream_unqueued(stream);
-  if (ev) CL.clReleaseEvent(ev);
+  err = ocl_stream_enqueued(stream, err, 0, ev);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueFillBuffer");
 }

@@ -131,6 +131,10 @@ void ocl_stream_queued(struct ral_stream_s* s, int start, cl_event ev);
 #define OCL_TAIL_EV(s, ev) ((s)->inl ? (ev) : NULL)
 /*! A command that ocl_stream_hold announced failed to queue (releases what hold took). */
 void ocl_stream_unqueued(struct ral_stream_s* s);
+/*! Close one enqueue that ocl_stream_hold announced: ocl_stream_queued(s, start, ev) when `err`
+ *  is CL_SUCCESS, else ocl_stream_unqueued(s); then drop the caller's reference to `ev` (may
+ *  be NULL). Returns `err`. */
+cl_int ocl_stream_enqueued(struct ral_stream_s* s, cl_int err, int start, cl_event ev);
 /*! Let everything queued on `s` run now (a host wait or read follows). */
 void ocl_stream_start(struct ral_stream_s* s);
 /*! Around a blocking call on `s`: open the gate and keep a new one from closing in front

@@ -113,6 +113,13 @@ void ocl_stream_unqueued(struct ral_stream_s* s) {
   pthread_mutex_unlock(&s->inl_mu);
 }
 
+cl_int ocl_stream_enqueued(struct ral_stream_s* s, cl_int err, int start, cl_event ev) {
+  if (err == CL_SUCCESS) ocl_stream_queued(s, start, ev);
+  else ocl_stream_unqueued(s);
+  if (ev) CL.clReleaseEvent(ev);
+  return err;
+}
+
 void ocl_stream_start(struct ral_stream_s* s) {
   if (!s->batch) return;
   pthread_mutex_lock(&s->gate_mu);
@@ -422,9 +429,7 @@ ral_status ocl_stream_wait_event(int32_t device, ral_stream stream, ral_event ev
   cl_event done = NULL;
   cl_int err = CL.clEnqueueBarrierWithWaitList(stream->q, 1, &ev, OCL_TAIL_EV(stream, &done));
   CL.clReleaseEvent(ev);
-  if (err == CL_SUCCESS) ocl_stream_queued(stream, 0, done);
-  else ocl_stream_unqueued(stream);
-  if (done) CL.clReleaseEvent(done);
+  err = ocl_stream_enqueued(stream, err, 0, done);
   return err == CL_SUCCESS ? RAL_OK : ocl_cl_fail(err, "clEnqueueBarrierWithWaitList");
 }
 
