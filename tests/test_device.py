@@ -84,4 +84,8 @@ def test_synchronize_and_tensor_methods(dev):
     x = torch.arange(6.0).to(dev)
     torch.ral.synchronize()
     assert x.is_ral
-    assert x.ral().device == x.device
+    # as `t.cuda()`: no argument means the current device, not the tensor's own
+    assert x.ral().device == torch.device("ral", torch.ral.current_device())
+    with torch.ral.device(x.device):
+        assert x.ral() is x  # already there: no copy, as CUDA
+    assert x.ral(x.device.index).device == x.device
