@@ -148,8 +148,10 @@ ral_status ocl_batch_norm_backward(const ral_kernel_call* c) {
   if (!g.training && (!present(rm) || !present(rv)))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed in eval mode");
   if (g.C == 0) return RAL_OK;
-  const ral_tensor* host[BN_N] = {[BN_G] = go,       [BN_X] = x,        [BN_W] = opt(w),  [BN_RM] = opt(rm),
-                                  [BN_RV] = opt(rv), [BN_SM] = opt(sm), [BN_SI] = opt(si), [BN_GW] = o[1],
+  /* eval: save_mean/save_invstd arrive empty (as CPU makes them) and are not read */
+  const ral_tensor* host[BN_N] = {[BN_G] = go,       [BN_X] = x,       [BN_W] = opt(w),
+                                  [BN_RM] = opt(rm), [BN_RV] = opt(rv), [BN_SM] = g.training ? sm : NULL,
+                                  [BN_SI] = g.training ? si : NULL,     [BN_GW] = o[1],
                                   [BN_GB] = o[2],    [BN_Y] = o[0]};
   if (ocl_inline_bn(c, &g, host, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   cl_mem ms;
