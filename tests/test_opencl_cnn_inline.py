@@ -4,8 +4,9 @@ buffers' memory (plugins/opencl/inline_cnn.c) with CPU's results, and the queued
 kernels they replace there keep CPU's results too.
 
 Each case runs forward and backward on ral:1 in both styles (`.to` and `ral_mode`) on both
-paths: inline (the default) and queued (`ral_opencl_inline(0)` in-process; one subprocess with
-`TORCH_FL_OPENCL_INLINE=0`, plain runtime buffers), and compares the output, every gradient
+paths: inline (the default) and queued (`ral_opencl_inline(0)` in-process; a subprocess with
+`TORCH_FL_OPENCL_INLINE=0`, plain runtime buffers; one with `TORCH_FL_OPENCL_DNNL=0`, where
+convolutions take the OpenCL kernels and batch norm stays on the host), and compares the output, every gradient
 and the running statistics with PyTorch's CPU result (rtol/atol 1e-4: oneDNN and the host
 loops add in other orders than CPU; max-pooling values and indices exactly). The plugin's
 counters (`ral_opencl_counters`) say which path ran: inline, the whole forward and backward
@@ -221,12 +222,14 @@ def test_cnn_op_after_queued_work_waits_for_it(path):
         assert c["kernels"] == 1 and c["finishes"] == 1 and c["inline_ops"] == 1, c
 
 
-def test_inline_off_in_the_environment_keeps_the_opencl_kernels():
+def test_environment_switches_keep_the_opencl_kernels():
     """TORCH_FL_OPENCL_INLINE=0 (plain runtime buffers, every command queued): the conv, batch
-    norm and pooling kernels run on the device and match CPU, forward and backward."""
-    code = f"""
+    norm and pooling kernels run on the device and match CPU, forward and backward.
+    TORCH_FL_OPENCL_DNNL=0: convolutions take the OpenCL kernels, batch norm stays on the host."""
+    here = str(Path(__file__).resolve().parent)
+    inline_off = f"""
         import sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        sys.path.insert(0, {here!r})
         import test_opencl_cnn_inline as t
         assert t._SO.ral_opencl_inline(-1) == -1
         t.test_convolution_matches_cpu("2d_dilation2_groups2", "to", "queued")
@@ -236,5 +239,15 @@ def test_inline_off_in_the_environment_keeps_the_opencl_kernels():
         t.test_max_pool_matches_cpu("k3s1p1_overlapping", "to", "queued")
         print("OK")
     """
-    r = run_python(code, env={"TORCH_FL_OPENCL_INLINE": "0"})
-    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+    dnnl_off = f"""
+        import sys
+        sys.path.insert(0, {here!r})
+        import test_opencl_cnn_inline as t
+        assert t._SO.ral_opencl_inline(-1) == 1
+        t.test_convolution_matches_cpu("2d_3x3_pad1_bias", "to", "queued")
+        t.test_batch_norm_matches_cpu(4, True, "to", "inline")
+        print("OK")
+    """
+    for code, env in ((inline_off, {"TORCH_FL_OPENCL_INLINE": "0"}), (dnnl_off, {"TORCH_FL_OPENCL_DNNL": "0"})):
+        r = run_python(code, env=env)
+        assert r.returncode == 0 and "OK" in r.stdout, (env, r.stdout + r.stderr)
