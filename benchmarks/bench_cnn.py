@@ -9,6 +9,9 @@
 
 Sides: "cpu" (plain PyTorch), "to" (`model.to(dev)`), "mode" (`ral_mode(dev)`, the optimizer
 stepping the CPU parameters where they live).
+
+`python benchmarks/bench_cnn.py --device ral:1` replays each aten call of one `cnn_train` step
+alone on CPU and on the device in one process (`replay_ops`): where the step goes, per op.
 """
 
 from __future__ import annotations
@@ -152,3 +155,73 @@ SPEC = {
     "resnet18_forward": ("ResNet-18 shape forward, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 5, "ms"),
     "resnet18_train": ("ResNet-18 shape train step, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 3, "ms"),
 }
+
+
+def replay_ops(dev: str, reps: int = 5) -> list[tuple[str, int, float, float]]:
+    """Each aten call of one cnn_train step replayed alone on CPU and on `dev`, best of `reps`
+    with a synchronize around it: (op, calls, CPU seconds, dev seconds) per op, in one process,
+    so a busy machine shifts both sides alike (a load-robust view of where the step goes)."""
+    import time
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import torch_fl  # noqa: F401
+
+    calls = []
+
+    def snap(a):
+        if isinstance(a, torch.Tensor):
+            return a.detach().clone()
+        return type(a)(snap(x) for x in a) if isinstance(a, (list, tuple)) else a
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            calls.append((func, snap(list(args)), {k: snap(v) for k, v in kwargs.items()}))
+            return func(*args, **kwargs)
+
+    torch.manual_seed(0)
+    model, (x, y) = small_cnn(), _data(32, 32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    with Record():
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def move(a, d):
+        if isinstance(a, torch.Tensor):
+            return a.to(d)
+        return type(a)(move(v, d) for v in a) if isinstance(a, (list, tuple)) else a
+
+    totals: dict[str, list] = {}
+    for func, args, kwargs in calls:
+        name = func.overloadpacket.__name__
+        best = []
+        for d in ("cpu", dev):
+            a, k, t = move(args, d), move(kwargs, d), float("inf")
+            for _ in range(reps):
+                if d != "cpu":
+                    torch.ral.synchronize(d)
+                t0 = time.perf_counter()
+                func(*a, **k)
+                if d != "cpu":
+                    torch.ral.synchronize(d)
+                t = min(t, time.perf_counter() - t0)
+            best.append(t)
+        e = totals.setdefault(name, [0, 0.0, 0.0])
+        e[0], e[1], e[2] = e[0] + 1, e[1] + best[0], e[2] + best[1]
+    return sorted(((n, c, a, b) for n, (c, a, b) in totals.items()), key=lambda r: -r[3])
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="cnn_train's ops replayed one by one, CPU vs a ral device")
+    ap.add_argument("--device", default=DEV)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=12)
+    ns = ap.parse_args()
+    rows = replay_ops(ns.device, ns.reps)
+    for name, n, cpu, other in rows[: ns.top]:
+        print(f"{name:36s} x{n:<3d} cpu {cpu * 1e3:8.2f} ms  {ns.device} {other * 1e3:8.2f} ms  {other / cpu:5.2f}x")
+    cpu_t, dev_t = sum(r[2] for r in rows), sum(r[3] for r in rows)
+    print(f"{'all ops':36s}      cpu {cpu_t * 1e3:8.2f} ms  {ns.device} {dev_t * 1e3:8.2f} ms  {dev_t / cpu_t:5.2f}x")

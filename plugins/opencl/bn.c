@@ -11,6 +11,7 @@
 #include "ocl.h"
 
 static int present(const ral_tensor* t) { return !ocl_absent(t); }
+static const ral_tensor* opt(const ral_tensor* t) { return present(t) ? t : NULL; }
 
 /* Bind tensor `t` (or, when absent, x's buffer, never read) to slot i of g and args. */
 static void bind(ocl_bn* g, int i, const ral_tensor* t, const ral_tensor* x, ocl_arg* arg) {
@@ -83,6 +84,11 @@ ral_status ocl_batch_norm(const ral_kernel_call* c) {
   if (!g.training && (!present(rm) || !present(rv)))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed in eval mode");
   if (g.C == 0) return RAL_OK;
+  int saves = g.training && ocl_numel(sm) == g.C;
+  const ral_tensor* host[BN_N] = {[BN_X] = x, [BN_Y] = y, [BN_W] = opt(w), [BN_B] = opt(b), [BN_RM] = opt(rm),
+                                  [BN_RV] = opt(rv), [BN_SM] = saves ? sm : NULL,
+                                  [BN_SI] = g.training && ocl_numel(si) == g.C ? si : NULL};
+  if (ocl_inline_bn(c, &g, host, 0)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   cl_mem ms;
   if ((st = scratch(c, 2 * g.C, &ms)) != RAL_OK) return st;
   ral_tensor mst = *x;
@@ -142,6 +148,12 @@ ral_status ocl_batch_norm_backward(const ral_kernel_call* c) {
   if (!g.training && (!present(rm) || !present(rv)))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "running_mean and running_var are needed in eval mode");
   if (g.C == 0) return RAL_OK;
+  /* eval: save_mean/save_invstd arrive empty (as CPU makes them) and are not read */
+  const ral_tensor* host[BN_N] = {[BN_G] = go,       [BN_X] = x,       [BN_W] = opt(w),
+                                  [BN_RM] = opt(rm), [BN_RV] = opt(rv), [BN_SM] = g.training ? sm : NULL,
+                                  [BN_SI] = g.training ? si : NULL,     [BN_GW] = o[1],
+                                  [BN_GB] = o[2],    [BN_Y] = o[0]};
+  if (ocl_inline_bn(c, &g, host, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   cl_mem ms;
   if ((st = scratch(c, 4 * g.C, &ms)) != RAL_OK) return st;
   ral_tensor mst = *x;

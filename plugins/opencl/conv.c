@@ -303,6 +303,17 @@ static ral_status conv_run(const ral_kernel_call* c, conv_job* j, char prim) {
   return st;
 }
 
+/* oneDNN's view of a regular (not transposed) call's parameters (inline_cnn.c). */
+static ral_dnnl_geom dnnl_geom_of(const conv_params* p, int ns) {
+  ral_dnnl_geom d = {.groups = p->groups};
+  for (int i = 0; i < ns; i++) {
+    d.stride[i] = p->stride[3 - ns + i];
+    d.padding[i] = p->pad[3 - ns + i];
+    d.dilation[i] = p->dil[3 - ns + i];
+  }
+  return d;
+}
+
 /* convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
  * groups) -> out */
 ral_status ocl_convolution(const ral_kernel_call* c) {
@@ -325,6 +336,10 @@ ral_status ocl_convolution(const ral_kernel_call* c) {
     j.bias = b;
   }
   if (ocl_numel(out) == 0) return RAL_OK;
+  if (!p.transposed) { /* a CPU runtime with host-unified buffers: oneDNN on the host */
+    ral_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
+    if (ocl_inline_conv(c, RAL_DNNL_FORWARD, &dg, in, w, j.bias, out, &st)) return st;
+  }
   conv_buf wt = {0};
   st = weight_f32(c, w, &j.g, &wt, &j.w);
   /* K == 0 (no input channels) needs no case of its own: the GEMM sums nothing, the bias stays */
@@ -357,6 +372,18 @@ ral_status ocl_convolution_backward(const ral_kernel_call* c) {
   /* regular: X = input, Y = grad_output; transposed: X = grad_output, Y = input */
   st = p.transposed ? make_geom(c, &p, go, in, w, &g) : make_geom(c, &p, in, go, w, &g);
   if (st != RAL_OK) return st;
+  if (!p.transposed) { /* a CPU runtime with host-unified buffers: oneDNN on the host */
+    ral_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
+    if (o[0] && ocl_numel(o[0]) > 0 && ocl_inline_conv(c, RAL_DNNL_BACKWARD_DATA, &dg, o[0], w, NULL, go, &st)) {
+      if (st != RAL_OK) return st;
+      o[0] = NULL;
+    }
+    /* the weight gradient with the bias gradient in the same pass when both are asked for */
+    if (o[1] && ocl_numel(o[1]) > 0 && ocl_inline_conv(c, RAL_DNNL_BACKWARD_WEIGHTS, &dg, in, o[1], o[2], go, &st)) {
+      if (st != RAL_OK) return st;
+      o[1] = o[2] = NULL;
+    }
+  }
   conv_buf wt = {0}, dw = {0};
   if (o[0]) {
     conv_job j = {.g = g, .x = p.transposed ? go : o[0], .y = p.transposed ? o[0] : go};

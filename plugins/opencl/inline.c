@@ -137,4 +137,24 @@ int ocl_inline_begin(struct ral_stream_s* s) {
   return 0;
 }
 
+int ocl_inline_begin_drained(struct ral_stream_s* s) {
+  if (!s || !s->inl || !atomic_load_explicit(&g_inline_on, memory_order_relaxed)) return 0;
+  pthread_mutex_lock(&s->inl_mu);
+  if (idle_locked(s)) return 1;
+  /* Every announced command was queued (both happen under inl_mu, held here), so a finish
+   * covers them all, as in ocl_stream_synchronize; the gate opens first (block_begin) so
+   * held commands can run. A failed finish keeps the stream queued: the error surfaces at
+   * the next synchronize, and the caller queues its command behind. */
+  ocl_stream_block_begin(s);
+  ocl_count(OCL_CNT_finishes);
+  cl_int err = CL.clFinish(s->q);
+  ocl_stream_block_end(s);
+  if (err == CL_SUCCESS) {
+    s->done_n = s->announced;
+    return 1;
+  }
+  pthread_mutex_unlock(&s->inl_mu);
+  return 0;
+}
+
 void ocl_inline_end(struct ral_stream_s* s) { pthread_mutex_unlock(&s->inl_mu); }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "cl_api.h"
+#include "dnnl_conv.h"
 /* Long enough for a compiler log; the same in every file of the plugin. */
 #define RAL_SDK_ERROR_CAPACITY 8192
 #include "ral_plugin_sdk.h"
@@ -164,6 +165,10 @@ void* ocl_host_span(const void* mem, uint64_t offset, uint64_t nbytes);
  *  command on this thread and calls ocl_inline_end. Else 0: queue the command. */
 int ocl_inline_begin(struct ral_stream_s* s);
 void ocl_inline_end(struct ral_stream_s* s);
+/*! As ocl_inline_begin, but for big host work (inline_cnn.c): when commands are outstanding,
+ *  wait for them (a finish) instead of declining. 0: the stream does not run inline, or the
+ *  finish failed (queue the command; the error surfaces at the next synchronize). */
+int ocl_inline_begin_drained(struct ral_stream_s* s);
 /*! Largest work (elements, or multiply-adds of a GEMM) a command may do inline. */
 #define OCL_INLINE_WORK ((int64_t)1 << 18)
 /*! The op run inline (1) on the calling thread, or 0: queue it (inline_ops.c). */
@@ -176,6 +181,16 @@ int ocl_inline_copy(const ral_kernel_call* c, const ocl_geom* g, const ral_tenso
 /*! index_select over index.c's geometry (ts: out, self, index): 1 when run inline, with
  *  *st its status (an index out of range: nothing written, the queued path's error). */
 int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const ral_tensor* const* ts, ral_status* st);
+
+/*! CNN ops on the host over the buffers' memory (inline_cnn.c), after the stream drained:
+ *  1 when run (*st its status, for the convolution), 0: run the OpenCL kernels. */
+int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
+                    const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st);
+/*! ts: the tensors in BN_* slots (NULL: absent), float32 contiguous [N, C, S]. */
+int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward);
+/*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; contiguous. */
+int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
+                       const ral_tensor* small, int backward);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

@@ -64,6 +64,7 @@ ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
   if (ocl_numel(y) == 0) return RAL_OK;
   if (g.H == 0 || g.W == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input plane");
   g.off_i = ocl_elem_off(idx);
+  if (ocl_inline_maxpool(c, &g, x, idx, y, 0)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * g.kh * g.kw);
 }
@@ -81,6 +82,7 @@ ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
   if (ocl_numel(gi) == 0) return RAL_OK;
   g.off_x = ocl_elem_off(gi);
   g.off_i = ocl_elem_off(idx);
+  if (ocl_inline_maxpool(c, &g, gi, idx, go, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W);
 }

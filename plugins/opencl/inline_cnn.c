@@ -1,0 +1,290 @@
+/*
+ * inline_cnn.c -- convolution (on oneDNN), batch norm and 2-d max pooling, forward and
+ * backward, run on the calling thread over the buffers' host memory, for CPU runtimes whose
+ * buffers are host memory (PoCL; inline.c says when a device qualifies).
+ *
+ * Why: PoCL runs the plugin's OpenCL CNN kernels (conv.c, bn.c, pool.c) correctly but about
+ * 3-4x slower than PyTorch's CPU kernels on the same cores (im2col + a portable GEMM, one
+ * work-item per channel for the batch-norm statistics), while the data is already host
+ * memory. Here the convolutions run on oneDNN through the glue the host plugin uses
+ * (plugins/common/dnnl_conv.c: the kernels PyTorch's CPU convolution runs), and batch norm and
+ * pooling are C loops split over channels / planes on PyTorch's OpenMP team (the caller's own
+ * omp_get_max_threads(), what torch.set_num_threads sets), as PyTorch's CPU kernels are.
+ *
+ * Ordering: these commands are big, so unlike inline_ops.c they do not fall back to queueing
+ * when work is outstanding on the stream: ocl_inline_begin_drained waits for it (a finish)
+ * and then holds the stream's inl_mu while the kernel runs, exactly as a small inline command
+ * does (nothing queued after it starts before it ends). A stream whose queued work failed, a
+ * GPU, TORCH_FL_OPENCL_INLINE=0 and kernel profiling keep the OpenCL kernels, as does every
+ * call these loops do not cover (other dtypes, a buffer without host memory; convolutions
+ * oneDNN declines: transposed, half types, no libdnnl, TORCH_FL_OPENCL_DNNL=0).
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ocl.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define CNN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CNN_VECTOR_CLONES
+#endif
+
+/* Split a loop over PyTorch's OpenMP team only when it is worth waking it. */
+#define CNN_PARALLEL_WORK ((int64_t)1 << 15)
+
+/* Host address of a tensor's first element, with every element it reaches inside its
+ * buffer; NULL when the buffer has no host memory (or the view leaves it: the queued
+ * path then reports the error). */
+static void* tensor_host(const ral_tensor* t) {
+  if (!t || !t->data) return NULL;
+  int64_t last = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    if (t->sizes[d] == 0) return NULL;
+    if (t->strides[d] < 0) return NULL;
+    last += (t->sizes[d] - 1) * t->strides[d];
+  }
+  int64_t es = ocl_dtype_size(t->dtype);
+  return ocl_host_span(t->data, t->byte_offset, (uint64_t)((last + 1) * es));
+}
+
+/* ---------------------------------------------------------------- convolution */
+int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
+                    const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st) {
+  if (!c->stream || !c->stream->inl || !ral_dnnl_available()) return 0;
+  const ral_tensor* t[RAL_DNNL_N_OPERANDS] = {x, w, bias, y};
+  void* host[RAL_DNNL_N_OPERANDS] = {0};
+  for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
+    if (t[i] && (t[i]->dtype != RAL_DTYPE_FLOAT32 || !(host[i] = tensor_host(t[i])))) return 0;
+  if (!ocl_inline_begin_drained(c->stream)) return 0;
+  int r = ral_dnnl_conv(kind, g, t, host, omp_get_max_threads());
+  ocl_inline_end(c->stream);
+  if (r == RAL_DNNL_DECLINED) return 0;
+  ocl_count(OCL_CNT_inline_ops);
+  *st = r == RAL_DNNL_DONE ? RAL_OK : ocl_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution failed");
+  return 1;
+}
+
+/* ---------------------------------------------------------------- batch norm */
+/* Float32 host addresses of the BN_* slots (NULL: absent); 0 if a present one has none. */
+static int bn_host(const ral_tensor* const ts[BN_N], float* p[BN_N]) {
+  for (int i = 0; i < BN_N; i++) {
+    p[i] = NULL;
+    if (!ts[i]) continue;
+    if (ts[i]->dtype != RAL_DTYPE_FLOAT32 || !(p[i] = tensor_host(ts[i]))) return 0;
+  }
+  return 1;
+}
+
+/* Row sums in 16 float lanes (one vector register with AVX-512), each block of 512 elements
+ * flushed into double, so long rows keep double's accuracy at float's speed. */
+typedef float cnn_v16 __attribute__((vector_size(64), aligned(4)));
+#define CNN_BLOCK 512
+
+static inline float v16_sum(cnn_v16 v) {
+  float t = 0;
+  for (int k = 0; k < 16; k++) t += v[k];
+  return t;
+}
+
+/* s1 = sum of a[i] - m, s2 = sum of (a[i] - m)^2: the statistics pass. */
+CNN_VECTOR_CLONES static void bn_row_moments(const float* a, int64_t n, float m, double* s1, double* s2) {
+  double d1 = 0, d2 = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += CNN_BLOCK) {
+    int64_t e = b0 + CNN_BLOCK < n ? b0 + CNN_BLOCK : n, i = b0;
+    cnn_v16 l1 = {0}, l2 = {0};
+    for (; i + 16 <= e; i += 16) {
+      cnn_v16 d = *(const cnn_v16*)(a + i) - m;
+      l1 += d;
+      l2 += d * d;
+    }
+    float t1 = v16_sum(l1), t2 = v16_sum(l2);
+    for (; i < e; i++) {
+      float d = a[i] - m;
+      t1 += d;
+      t2 += d * d;
+    }
+    d1 += t1;
+    d2 += t2;
+  }
+  *s1 = d1;
+  *s2 = d2;
+}
+
+/* s1 = sum of g[i], s2 = sum of g[i] * (x[i] - m): the backward's pass. */
+CNN_VECTOR_CLONES static void bn_row_grad_sums(const float* x, const float* g, int64_t n, float m, double* s1,
+                                               double* s2) {
+  double d1 = 0, d2 = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += CNN_BLOCK) {
+    int64_t e = b0 + CNN_BLOCK < n ? b0 + CNN_BLOCK : n, i = b0;
+    cnn_v16 l1 = {0}, l2 = {0};
+    for (; i + 16 <= e; i += 16) {
+      cnn_v16 gv = *(const cnn_v16*)(g + i);
+      l1 += gv;
+      l2 += gv * (*(const cnn_v16*)(x + i) - m);
+    }
+    float t1 = v16_sum(l1), t2 = v16_sum(l2);
+    for (; i < e; i++) {
+      t1 += g[i];
+      t2 += g[i] * (x[i] - m);
+    }
+    d1 += t1;
+    d2 += t2;
+  }
+  *s1 = d1;
+  *s2 = d2;
+}
+
+/* out[i] = ka * a[i] + kb * (b[i] - m) + k0, the backward's apply pass; b NULL: ka * a[i] + k0,
+ * the forward's (no 0 * b term, which would turn an infinite input into NaN). */
+CNN_VECTOR_CLONES static void bn_row_apply(float* out, const float* a, const float* b, int64_t n, float ka, float kb,
+                                           float m, float k0) {
+  if (!b)
+    for (int64_t i = 0; i < n; i++) out[i] = ka * a[i] + k0;
+  else
+    for (int64_t i = 0; i < n; i++) out[i] = ka * a[i] + kb * (b[i] - m) + k0;
+}
+
+static void bn_forward(const ocl_bn* g, float* const p[BN_N]) {
+  int64_t N = g->N, C = g->C, S = g->S;
+  double cnt = (double)(N * S);
+#pragma omp parallel for schedule(dynamic, 1) if (N * C * S >= CNN_PARALLEL_WORK)
+  for (int64_t c = 0; c < C; c++) {
+    double mean, var, d1, d2;
+    if (!g->training) {
+      mean = p[BN_RM][c];
+      var = p[BN_RV][c];
+    } else { /* two passes: no cancellation in E[x^2] - E[x]^2; the first one shifted by the
+              * channel's first element, which keeps the float lane sums small */
+      double s = 0, q = 0;
+      float shift = cnt > 0 ? p[BN_X][c * S] : 0.0f;
+      for (int64_t n = 0; n < N; n++) {
+        bn_row_moments(p[BN_X] + (n * C + c) * S, S, shift, &d1, &d2);
+        s += d1;
+      }
+      mean = cnt > 0 ? shift + s / cnt : 0.0;
+      for (int64_t n = 0; n < N; n++) {
+        bn_row_moments(p[BN_X] + (n * C + c) * S, S, (float)mean, &d1, &d2);
+        q += d2;
+      }
+      var = cnt > 0 ? q / cnt : 0.0;
+    }
+    double invstd = 1.0 / sqrt(var + (double)g->eps);
+    double scale = (p[BN_W] ? p[BN_W][c] : 1.0) * invstd, shift = (p[BN_B] ? p[BN_B][c] : 0.0) - mean * scale;
+    for (int64_t n = 0; n < N; n++)
+      bn_row_apply(p[BN_Y] + (n * C + c) * S, p[BN_X] + (n * C + c) * S, NULL, S, (float)scale, 0.0f, 0.0f,
+                   (float)shift);
+    if (g->training) {
+      double m = g->momentum;
+      if (p[BN_SM]) p[BN_SM][c] = (float)mean;
+      if (p[BN_SI]) p[BN_SI][c] = (float)invstd;
+      if (p[BN_RM]) p[BN_RM][c] = (float)((1 - m) * p[BN_RM][c] + m * mean);
+      if (p[BN_RV]) p[BN_RV][c] = (float)((1 - m) * p[BN_RV][c] + m * (cnt > 1 ? var * cnt / (cnt - 1) : var));
+    }
+  }
+}
+
+static void bn_backward(const ocl_bn* g, float* const p[BN_N]) {
+  int64_t N = g->N, C = g->C, S = g->S;
+  double cnt = (double)(N * S);
+#pragma omp parallel for schedule(dynamic, 1) if (N * C * S >= CNN_PARALLEL_WORK)
+  for (int64_t c = 0; c < C; c++) {
+    double mean, invstd, sg = 0, sgd = 0, d1, d2;
+    if (g->training) {
+      mean = p[BN_SM][c];
+      invstd = p[BN_SI][c];
+    } else {
+      mean = p[BN_RM][c];
+      invstd = 1.0 / sqrt((double)p[BN_RV][c] + (double)g->eps);
+    }
+    for (int64_t n = 0; n < N; n++) { /* sum of grad and of grad * (x - mean) */
+      bn_row_grad_sums(p[BN_X] + (n * C + c) * S, p[BN_G] + (n * C + c) * S, S, (float)mean, &d1, &d2);
+      sg += d1;
+      sgd += d2;
+    }
+    double sgx = sgd * invstd; /* sum of grad * xhat: grad_weight */
+    if (p[BN_GW]) p[BN_GW][c] = (float)sgx;
+    if (p[BN_GB]) p[BN_GB][c] = (float)sg;
+    if (!p[BN_Y]) continue;
+    double k = (p[BN_W] ? p[BN_W][c] : 1.0) * invstd;
+    double mg = g->training && cnt > 0 ? sg / cnt : 0.0, mgx = g->training && cnt > 0 ? sgx / cnt : 0.0;
+    /* gi = k * (g - mg - xhat * mgx) = k * g - k * invstd * mgx * (x - mean) - k * mg */
+    for (int64_t n = 0; n < N; n++)
+      bn_row_apply(p[BN_Y] + (n * C + c) * S, p[BN_G] + (n * C + c) * S, p[BN_X] + (n * C + c) * S, S, (float)k,
+                   (float)(-k * invstd * mgx), (float)mean, (float)(-k * mg));
+  }
+}
+
+int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward) {
+  float* p[BN_N];
+  if (!c->stream || !c->stream->inl || !bn_host(ts, p) || !p[BN_X]) return 0;
+  if (backward ? !p[BN_G] || (g->training ? !p[BN_SM] || !p[BN_SI] : !p[BN_RM] || !p[BN_RV])
+               : !p[BN_Y] || (!g->training && (!p[BN_RM] || !p[BN_RV])))
+    return 0;
+  if (!ocl_inline_begin_drained(c->stream)) return 0;
+  if (backward) bn_backward(g, p);
+  else bn_forward(g, p);
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* ---------------------------------------------------------------- 2-d max pooling */
+/* One [H, W] plane: the first maximum of each window, NaN winning (ATen CPU's rule, as
+ * kernels/pool.cl's maxpool2d_fwd), its index within the plane. */
+static void pool_plane_fwd(const ocl_pool* g, const float* x, float* y, int64_t* idx) {
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    int64_t h0 = oh * g->sh - g->ph, h1 = h0 + (g->kh - 1) * g->dh + 1;
+    if (h1 > g->H) h1 = g->H;
+    while (h0 < 0) h0 += g->dh;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t w0 = ow * g->sw - g->pw, w1 = w0 + (g->kw - 1) * g->dw + 1;
+      if (w1 > g->W) w1 = g->W;
+      while (w0 < 0) w0 += g->dw;
+      int64_t best = h0 * g->W + w0;
+      float m = -INFINITY;
+      for (int64_t ih = h0; ih < h1; ih += g->dh)
+        for (int64_t iw = w0; iw < w1; iw += g->dw) {
+          float v = x[ih * g->W + iw];
+          if (v > m || isnan(v)) {
+            m = v;
+            best = ih * g->W + iw;
+          }
+        }
+      y[oh * g->OW + ow] = m;
+      idx[oh * g->OW + ow] = best;
+    }
+  }
+}
+
+/* One plane's grad_input: zero, then each output's gradient added at its index, in output
+ * order (CPU's order of summation); an index outside the plane is skipped, as the queued
+ * kernel's gather never matches it. */
+static void pool_plane_bwd(const ocl_pool* g, float* gi, const float* go, const int64_t* idx) {
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  memset(gi, 0, (size_t)hw * sizeof(float));
+  for (int64_t o = 0; o < ohw; o++)
+    if (idx[o] >= 0 && idx[o] < hw) gi[idx[o]] += go[o];
+}
+
+int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
+                       const ral_tensor* small, int backward) {
+  /* big: x (forward) or grad_input (backward), [B, H, W]; small: y or grad_output, [B, OH, OW] */
+  if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32 ||
+      idx->dtype != RAL_DTYPE_INT64)
+    return 0;
+  float *pb = tensor_host(big), *ps = tensor_host(small);
+  int64_t* pi = tensor_host(idx);
+  if (!pb || !ps || !pi || !ocl_inline_begin_drained(c->stream)) return 0;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+#pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= CNN_PARALLEL_WORK)
+  for (int64_t b = 0; b < g->B; b++) {
+    if (backward) pool_plane_bwd(g, pb + b * hw, ps + b * ohw, pi + b * ohw);
+    else pool_plane_fwd(g, pb + b * hw, ps + b * ohw, pi + b * ohw);
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
