@@ -20,6 +20,8 @@ def _inputs():
     return torch.randn(3, 4), torch.randn(3, 4), torch.nn.Parameter(torch.randn(3, 4))
 
 
+_IDX = torch.tensor([0, 2, 3])  # a CPU index tensor (made outside the mode)
+
 # Each call mixes a device tensor `d` (made in the mode) with CPU tensors `c`, `p` in the
 # places the fast path's scan looks at: positional lists and tuples, keywords, a Parameter.
 CALLS = {
@@ -32,6 +34,8 @@ CALLS = {
     "layer_norm_cpu_weight": lambda d, c, p: F.layer_norm(d, (4,), p[0], c[0], 1e-5),
     "device_keyword": lambda d, c, p: torch.full_like(d, 2.0, device=d.device) * c,
     "size_argument": lambda d, c, p: d.view(torch.Size([4, 3])) @ c,
+    "index_cpu_tensor_beside_ellipsis": lambda d, c, p: d[..., _IDX] + c[..., 1:],
+    "index_slices_only": lambda d, c, p: d[1:, ..., None, :2] * 3,
 }
 
 

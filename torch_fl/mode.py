@@ -483,7 +483,23 @@ def _has_cpu_tensor(args, kwargs) -> bool:
     return False
 
 
-_SCALARS = frozenset((int, float, bool, str, type(None), torch.Size, torch.dtype, torch.memory_format, torch.layout))
+# argument types that are never tensors (an index's slices and Ellipsis included)
+_SCALARS = frozenset(
+    (
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        slice,
+        type(None),
+        type(...),
+        torch.Size,
+        torch.dtype,
+        torch.memory_format,
+        torch.layout,
+    )
+)
 
 
 def _device_operands_only(args, kwargs) -> bool:
