@@ -4,7 +4,8 @@ One process, so only load-robust quantities are printed: routed ops per token by
 op observer, which turns the fast paths off, so it counts without timing), the dispatching
 thread's CPU time per token (time.thread_time: kernels queued on the plugin's worker are not
 in it; host work, inline kernels and the caller's share of copies are), ral_mode's uploads
-per `generate` block, and the GEMV sequence of one token (48 addmm + the LM head) timed
+per `generate` block, its per-call cost alone (thread CPU of a second generate in one block,
+and its calls per token), and the GEMV sequence of one token (48 addmm + the LM head) timed
 alone. Wall-clock ratios come from `benchmarks/run.py --only decode` (fresh processes).
 
     PYTHONPATH=. .venv/bin/python benchmarks/decode_profile.py [--device ral:0] [--style to|mode]
@@ -74,6 +75,37 @@ def _gemv_sequence(model, dev, reps=5):
     return out
 
 
+def _mode_without_uploads(model, ids, dev):
+    """(median thread CPU ms per token, ral_mode __torch_function__ calls per token) of
+    generates after the first in one ral_mode block: the mode's per-call cost without the
+    uploads every block starts with."""
+    import torch_fl
+    from torch_fl.mode import ral_mode
+
+    calls = [0]
+    inner = ral_mode.__torch_function__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        calls[0] += 1
+        return inner(self, func, types, args, kwargs)
+
+    cpu_ms = []
+    with torch.no_grad(), torch_fl.ral_mode(dev):
+        model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)  # the block's uploads
+        for _ in range(3):
+            torch.ral.synchronize()
+            t = time.thread_time()
+            model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+            torch.ral.synchronize()
+            cpu_ms.append((time.thread_time() - t) / NEW_TOKENS * 1e3)
+        ral_mode.__torch_function__ = counted
+        try:
+            model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+        finally:
+            ral_mode.__torch_function__ = inner
+    return statistics.median(cpu_ms), calls[0] / NEW_TOKENS
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="ral:0")
@@ -104,6 +136,11 @@ def main() -> None:
         before = mode.stats["uploads"]
         run()
         print(f"ral_mode uploads per generate block: {mode.stats['uploads'] - before}")
+        in_block, calls = _mode_without_uploads(model, ids, a.device)
+        print(
+            f"dispatching thread CPU per token, a second generate in the same block (no weight uploads): {in_block:.2f} ms"
+        )
+        print(f"ral_mode calls per token: {calls:.1f}")
     if a.style == "to":
         model = model.cpu()
     seq = _gemv_sequence(model, a.device)

@@ -483,6 +483,47 @@ def _has_cpu_tensor(args, kwargs) -> bool:
     return False
 
 
+# argument types that are never tensors (an index's slices and Ellipsis included)
+_SCALARS = frozenset(
+    (
+        int,
+        float,
+        bool,
+        complex,
+        str,
+        slice,
+        type(None),
+        type(...),
+        torch.Size,
+        torch.dtype,
+        torch.memory_format,
+        torch.layout,
+    )
+)
+
+
+def _device_operands_only(args, kwargs) -> bool:
+    """Whether no argument (nor element of a list or tuple argument) is a tensor other than a
+    RalTensor: then a computing op has nothing to place. Per call, so types are compared
+    before any isinstance; a nested list or an unlisted tensor type answers False (the full
+    path decides)."""
+    for a in args:
+        ta = type(a)
+        if ta is RalTensor or ta in _SCALARS:
+            continue
+        if ta is list or ta is tuple:
+            for x in a:
+                tx = type(x)
+                if tx is not RalTensor and tx not in _SCALARS:
+                    return False
+            continue
+        if isinstance(a, torch.Tensor) or ta is not torch.device:
+            return False
+    if kwargs:
+        return _device_operands_only(kwargs.values(), None)
+    return True
+
+
 def _is_cpu_tensor(a) -> bool:
     return isinstance(a, torch.Tensor) and type(a) is not RalTensor and a.device.type == "cpu"
 
@@ -598,6 +639,8 @@ def _install_checkpoint_support() -> None:
 
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled  # one argument-free C call per op
+_TENSOR_ITEM = torch.Tensor.item  # a pass-through call with a shortcut (dispatch/shortcuts.py)
 _MISS = object()  # _compute_cached: not served, take the general path
 
 
@@ -738,6 +781,8 @@ class ral_mode(TorchFunctionMode):
     def _cpu_rng(self, kind, func, args, kwargs, traced=False):
         """Run a random op on CPU (PyTorch's generator and algorithm), then place the result.
         `traced`: under a tracer, with `.to()` graph ops for the moves (see _traced)."""
+        if kind == _DROPOUT and not _arg(args, kwargs, 2, "training", True):
+            return func(*args, **kwargs)  # eval-mode dropout: the identity, on any device
         gen = kwargs.get("generator")
         if isinstance(gen, torch.Generator) and gen.device.type == "ral":
             # the CPU op draws from a CPU generator seeded from (and advancing) the ral one
@@ -809,12 +854,17 @@ class ral_mode(TorchFunctionMode):
         dev = self.index
         uploaded = []
         dev_args = None
-        for i, a in enumerate(args):
+        i = -1
+        for a in args:
+            i += 1
             ta = type(a)
-            if ta is RalTensor:
+            if ta is RalTensor or ta is int or a is None:  # the common operands, no isinstance
                 continue
             if ta is list or ta is tuple:
-                if not any(isinstance(x, torch.Tensor) for x in a):
+                for x in a:
+                    if isinstance(x, torch.Tensor):
+                        break
+                else:  # sizes, dims: nothing to place
                     continue
                 mapped = [_cached_twin(x, dev, uploaded) if isinstance(x, torch.Tensor) else x for x in a]
                 if any(x is _MISS for x in mapped):
@@ -909,18 +959,22 @@ class ral_mode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if _compiling():  # Dynamo is tracing this mode: record the placement in the graph
             return self._traced(func, args, kwargs or {})
-        if _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
+        if _any_autocast() and _cpu_amp_needs_mirror():  # CPU autocast applies to the device ops (device/amp.py)
             with _mirror_cpu_amp():
                 return self.__torch_function__(func, types, args, kwargs)
+        kind = _KINDS.get(func)
+        if kind is None:
+            kind = _kind(func)
+        if kind == _PASS and func is not _TENSOR_ITEM:
+            # Attribute reads (`x.shape`, `p.data`), size(), dim(), ...: about a third of a
+            # forward's calls. Nothing to place, and no shortcut (only item has one).
+            return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         short = SHORTCUTS.get(func)
         if short is not None and not _open_steps[0]:
             out = self._shortcut(short, args, kwargs)
             if out is not _MISS:
                 return out
-        kind = _KINDS.get(func)
-        if kind is None:
-            kind = _kind(func)
         if kind == _PASS:
             return func(*args, **kwargs)
         if kind == _NUMPY:
@@ -941,6 +995,8 @@ class ral_mode(TorchFunctionMode):
         ):
             # A view or in-place op on a device tensor is served as a computing op is (the
             # general path below does the same for it); on a CPU tensor it stays CPU state.
+            if _device_operands_only(args, kwargs):  # most calls of a device-resident forward
+                return func(*args, **kwargs) if kwargs else func(*args)
             out = self._compute_cached(func, args, kwargs)
             if out is not _MISS:
                 return out
