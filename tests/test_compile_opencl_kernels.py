@@ -225,3 +225,42 @@ def test_compiled_block_training_matches_cpu(backend, style):
     torch.testing.assert_close(loss.cpu(), loss_ref, rtol=1e-5, atol=1e-5)
     for (name, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+
+
+class _Norms(torch.nn.Module):
+    """Layer norms of every kind of affinity between two Linears (inductor decomposes their
+    backward into row sums, products and column sums)."""
+
+    def __init__(self, d=48):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.full = torch.nn.LayerNorm(d)
+        self.no_bias = torch.nn.LayerNorm(d, bias=False)
+        self.plain = torch.nn.LayerNorm(d, elementwise_affine=False)
+
+    def forward(self, x):
+        h = self.full(self.l1(x))
+        return self.l2(self.plain(self.no_bias(h) * 1.5 + h)).pow(2).mean()
+
+
+def test_layer_norm_backward_runs_as_the_device_op():
+    """The default backend's decomposed layer norm backward becomes the device's
+    native_layer_norm_backward (weighted norms, with or without bias; a norm without weight
+    keeps the decomposition): gradients against CPU."""
+    torch.manual_seed(0)
+    model, x = _Norms(), torch.randn(3, 20, 48)
+    ref = copy.deepcopy(model)
+    ref(x).backward()
+    dev = model.to(DEV)
+    torch._dynamo.reset()
+    fn = torch.compile(dev)
+    fn(x.to(DEV)).backward()  # compiles, partitions the graphs for these inputs
+    dev.zero_grad()
+    with torch_fl.coverage() as cov:
+        loss = fn(x.to(DEV))
+        loss.backward()
+    torch.testing.assert_close(loss.cpu(), ref(x), rtol=1e-5, atol=1e-6)
+    for (name, p), (_, q) in zip(dev.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    calls = {r["op"]: r["calls"] for r in cov.rows() if r["tier"] == "vendor"}
+    assert calls.get("aten::native_layer_norm_backward") == 2, calls
