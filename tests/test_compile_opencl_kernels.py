@@ -264,3 +264,38 @@ def test_layer_norm_backward_runs_as_the_device_op():
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
     calls = {r["op"]: r["calls"] for r in cov.rows() if r["tier"] == "vendor"}
     assert calls.get("aten::native_layer_norm_backward") == 2, calls
+
+
+def _saved_mask(x):
+    """A shape-only mask (cumsum: no device kernel on ral:1) that the backward needs: the
+    forward graph returns it (expanded) as a saved tensor."""
+    n = x.shape[-1]
+    seg = torch.cumsum(torch.arange(n, device=x.device) % 3 != 1, -1)
+    mask = ((seg[None, :] == seg[:, None]) | torch.ones(n, n, dtype=torch.bool, device=x.device).tril()).expand(x.shape)
+    return torch.where(mask, x, -1.0).softmax(-1) * torch.where(mask, x, 0.5)
+
+
+@pytest.mark.parametrize("backend", ["inductor", "ral"])
+def test_saved_shape_only_mask_is_folded(backend, monkeypatch):
+    """The mask is computed once (it depends on no input) even though the graph returns it
+    for the backward: later steps wait for the device nowhere (cumsum took the cpu tier
+    each step); values and gradients against CPU."""
+    from torch_fl.device import sync
+
+    torch._dynamo.reset()
+    f = torch.compile(_saved_mask, backend=backend)
+    x0 = torch.randn(3, 6, 6).to(DEV).requires_grad_()
+    f(x0).sum().backward()
+    x = torch.randn(3, 6, 6)
+    xd = x.to(DEV).requires_grad_()
+    syncs = []
+    monkeypatch.setattr(sync, "SYNC_OBSERVERS", [lambda dev, why: syncs.append(why)])
+    out = f(xd)
+    out.backward(torch.ones_like(out))
+    monkeypatch.setattr(sync, "SYNC_OBSERVERS", [])
+    assert syncs == [], syncs
+    xc = x.clone().requires_grad_()
+    want = _saved_mask(xc)
+    want.backward(torch.ones_like(want))
+    torch.testing.assert_close(out.cpu(), want, **TOL)
+    torch.testing.assert_close(xd.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-6)

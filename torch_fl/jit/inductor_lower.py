@@ -1,6 +1,6 @@
 """Inductor's decompositions respelled as ops a device without host-mappable memory has kernels for.
 
-Inductor decomposes a graph for its own code generators; three of the ops it leaves behind have
+Inductor decomposes a graph for its own code generators; some of the ops it leaves behind have
 no device kernel on OpenCL and would take the cpu tier (a copy to the host and a wait each) in
 the extern call (`inductor_graph`). They are rewritten, per input geometry (the node metadata
 holds concrete shapes), into ops that do:
@@ -12,7 +12,9 @@ holds concrete shapes), into ops that do:
   `index_select` on the tensor flattened over those dims;
 - `_unsafe_masked_index_put_accumulate` on dim 0 of a matrix (the embedding backward) ->
   the masked values and the clamped, wrapped indices into `embedding_dense_backward`
-  (deterministic, no atomics), added to the destination unless it is a fill of zeros.
+  (deterministic, no atomics), added to the destination unless it is a fill of zeros;
+- `prims.fma` (the softmax backward) -> `mul` and `add`;
+- layer norm's decomposed backward -> `native_layer_norm_backward` (a second pass, below).
 
 A node whose geometry does not fit is left as it was (the router serves it, as before).
 """
@@ -249,10 +251,22 @@ def _layer_norm_backward(g: torch.fx.Graph, b: torch.fx.Node) -> bool:
     return True  # the old nodes are dead now: lower() removes them
 
 
+def _fma(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """`prims.fma(a, b, c)` (inductor's softmax backward) -> `a * b + c`: two roundings
+    where fma has one (the same as the eager softmax backward's kernels)."""
+    a, b, c = node.args
+    with g.inserting_before(node):
+        out = g.call_function(aten.add.Tensor, (g.call_function(aten.mul.Tensor, (a, b)), c))
+    node.replace_all_uses_with(out)
+    g.erase_node(node)
+    return True
+
+
 _RULES = {
     aten.var_mean.correction: _var_mean,
     aten.index.Tensor: _index,
     aten._unsafe_masked_index_put_accumulate.default: _masked_put,
+    torch.ops.prims.fma.default: _fma,
 }
 # A second pass: its patterns span many nodes, and the nodes the first pass makes carry no
 # metadata yet (a rewritten layer norm backward's d_input may feed the embedding backward).
