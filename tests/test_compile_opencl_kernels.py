@@ -2,7 +2,8 @@
 
 - Generated (jit) kernels walk chunks of elements per work-item (`*_chunks`, a few dozen
   work-items on a CPU runtime) and step 16 lanes at a time where every expression means the
-  same on a vector (`torch_fl/jit/vector_cl.py`); strided chunks walk rows.
+  same on a vector (`torch_fl/jit/vector_cl.py`); strided chunks walk rows, 16 lanes at a
+  time when the rows are contiguous or constant (a bias, a [rows, 1] column) in every tensor.
 - The plugin's float32 row sums and row max/min (softmax's and layer norm's decomposed
   reductions, a log-softmax over logits) run as 16-lane CPU-shaped kernels.
 - A transformer block's training step compiled with the default backend and with
@@ -143,6 +144,9 @@ def test_vector_loop_only_where_lanes_mean_the_same():
     assert vectorizable(arith) and vectorizable(chosen)
     src = pointwise_cl(chosen, "k", ctype)
     assert "vload16(0, p1 + off1 + i)" in src and "const int16 v0 = (a0 > a1);" in src
+    chosen.inner_steps = (1, 0)  # rows of a1 against a [rows, 1] column a2
+    rows = pointwise_cl(chosen, "k", ctype)
+    assert "const float16 a1 = (float16)(p2[x2]);" in rows and "vload16(0, p1 + x1 + j)" in rows
     refused = {
         "cast to int": spec(("v0", cast(a0, torch.int32)), outs=(torch.int32,)),
         "bool as a number": spec(("v0", a0 > a1), ("v1", cast(var("v0", torch.bool), f32) * a1)),

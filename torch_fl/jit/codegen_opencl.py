@@ -95,7 +95,18 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
     row = body_lines(spec, ctype, lambda k: f"x{k} + j * st{k}_{inner}", NAMES)
     head += SIGMOID + TANH + (half_source() if uses_half(flat) else "")
     nl, nl2 = "\n    ", "\n      "
-    vec = ""
+    vec, rowvec = "", ""
+    if vectorizable(spec) and spec.inner_steps is not None:
+        # rows whose outputs are contiguous and whose inputs are contiguous or constant along
+        # them (a bias, a [rows, 1] column): the launch was planned for these steps
+        steps = spec.inner_steps
+        rowvec = f"""{{
+      {nl2.join(broadcast_lines(spec, steps))}
+      for (; j + {LANES} <= run; j += {LANES}) {{
+        {(nl2 + "  ").join(vector_lines(spec, ctype, lambda k: f"x{k} + j", steps))}
+      }}
+    }}
+    """
     if vectorizable(spec):
         vec = f"""for (; i + {LANES} <= end; i += {LANES}) {{
     {nl.join(vector_lines(spec, ctype))}
@@ -125,7 +136,8 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
       {nl2.join(walk64)}
     }}
     const long run = min(end - i, sz{inner} - col);
-    for (long j = 0; j < run; j++) {{
+    long j = 0;
+    {rowvec}for (; j < run; j++) {{
       {nl2.join(row)}
     }}
     i += run;
@@ -134,14 +146,28 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
 """
 
 
-def vector_lines(spec: PointwiseSpec, ctype) -> list[str]:
-    """One step of the dense loop on LANES consecutive elements (`vector_cl.vectorizable` specs)."""
+def vector_lines(spec: PointwiseSpec, ctype, at=lambda k: f"off{k} + i", steps=None) -> list[str]:
+    """One step of a loop on LANES consecutive elements (`vector_cl.vectorizable` specs):
+    tensor k's first element at `at(k)`; an input whose step (`steps`) is 0 is loaded before
+    the loop (`broadcast_lines`)."""
     n_out, vt = len(spec.outs), f"float{LANES}"
-    lines = [f"const {vt} a{k} = vload{LANES}(0, p{n_out + k} + off{n_out + k} + i);" for k in range(len(spec.ins))]
+    lines = [
+        f"const {vt} a{k} = vload{LANES}(0, p{n_out + k} + {at(n_out + k)});"
+        for k in range(len(spec.ins))
+        if steps is None or steps[k]
+    ]
     for name, e in spec.lets:
         lines.append(f"const {vt if e.dt == torch.float32 else f'int{LANES}'} {name} = {render(e, ctype, NAMES)};")
-    lines += [f"vstore{LANES}({render(e, ctype, NAMES)}, 0, p{o} + off{o} + i);" for o, e in spec.stores]
+    lines += [f"vstore{LANES}({render(e, ctype, NAMES)}, 0, p{o} + {at(o)});" for o, e in spec.stores]
     return lines
+
+
+def broadcast_lines(spec: PointwiseSpec, steps) -> list[str]:
+    """The inputs that stay put along a row (step 0: a [rows, 1] column), as vectors."""
+    n_out = len(spec.outs)
+    return [
+        f"const float{LANES} a{k} = (float{LANES})(p{n_out + k}[x{n_out + k}]);" for k, st in enumerate(steps) if not st
+    ]
 
 
 def coalesce(shape, strides_per_tensor):
