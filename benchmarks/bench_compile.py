@@ -8,6 +8,7 @@
     python benchmarks/bench_compile.py --case gpt2 --counts ral:1 --steps 2  # launches/syncs per step
     python benchmarks/bench_compile.py --case gpt2 --breakdown ral:0  # where a compiled step's time goes
     python benchmarks/bench_compile.py --case gpt2 --device ral:1 --backends inductor  # driver on ral:1
+    python benchmarks/bench_compile.py --case gpt2 --kernels ral:1  # OpenCL kernel time per step, by kernel
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
 backend: inductor's C++ kernels on ral:0's host-mapped buffers; on ral:1 the graph as one
@@ -505,6 +506,51 @@ def breakdown(case: str, device: str, steps: int, mode: str = "inductor") -> Non
         print(f"    {kind:16s} {ms(v):>10s} {100 * v / wall:5.1f}% of the step")
 
 
+def kernels(case: str, device: str, steps: int, modes=("eager", "inductor", "ral")) -> None:
+    """Device time of a training step on an OpenCL device, by kernel, from the plugin's own
+    event timing (TORCH_FL_OPENCL_PROFILE; it queues every command, so no inline execution):
+    each launch's minimum over `steps` steps, summed. Counts and minimums move far less with
+    the machine's load than wall times do."""
+    import collections
+    import os
+    import tempfile
+
+    import torch
+
+    prof = os.path.join(tempfile.mkdtemp(), "kernels.tsv")
+    os.environ["TORCH_FL_OPENCL_PROFILE"] = prof  # read at the plugin's first launch
+    dev = torch.device(device)
+    for mode in modes:
+        torch._dynamo.reset()
+        model, inputs, opt = _setup(case, device)
+        fn = model if mode == "eager" else torch.compile(model, backend=mode)
+        step = _stepper(fn, inputs, opt)
+        for _ in range(3):
+            step()
+        runs = []
+        for _ in range(steps):
+            torch.ral.synchronize(dev)
+            open(prof, "w").close()
+            step()
+            torch.ral.synchronize(dev)
+            with open(prof) as f:
+                runs.append([(ln.split("\t")[0], float(ln.split("\t")[4])) for ln in f])
+        n = min(len(r) for r in runs)
+        by: dict = collections.defaultdict(lambda: [0, 0.0])
+        for i in range(n):
+            name = "generated (jit)" if runs[0][i][0].startswith("rlk_") else runs[0][i][0]
+            by[name][0] += 1
+            by[name][1] += min(r[i][1] for r in runs) / 1e3
+        gemm = sum(t for k, (_, t) in by.items() if k.startswith("gemm"))
+        total = sum(t for _, t in by.values())
+        print(
+            f"{case} on {device}, {mode}: {n} kernels, {total:.1f} ms ({total - gemm:.1f} ms outside GEMMs and "
+            f"their packing), min over {steps} steps per launch"
+        )
+        for k, (c, t) in sorted(by.items(), key=lambda kv: -kv[1][1])[:10]:
+            print(f"  {k:24s} {c:4d} {t:8.2f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", *CASES])
@@ -518,7 +564,11 @@ def main() -> None:
     ap.add_argument("--counts", metavar="DEVICE", help="launches/syncs per step on DEVICE (ral:0, ral:1)")
     ap.add_argument("--breakdown", metavar="DEVICE", help="a compiled step's time by kind of work on DEVICE")
     ap.add_argument("--device", default="ral:0", help="device of the driver and --mode runs")
+    ap.add_argument("--kernels", metavar="DEVICE", help="OpenCL kernel time per step by kernel on DEVICE")
     a = ap.parse_args()
+    if a.kernels:
+        kernels(a.case or "gpt2", a.kernels, a.steps if a.steps != 8 else 4, *([(a.mode,)] if a.mode else []))
+        return
     if a.counts:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
             counts(case, a.counts, a.steps, *([(a.mode,)] if a.mode else []))

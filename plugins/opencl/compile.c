@@ -147,6 +147,7 @@ struct ral_module_s {
 static struct {
   cl_kernel kernel;
   struct ral_module_s* module;
+  int chunks; /* the kernel's name ends in "_chunks" (README: it walks a chunk per work-item) */
 } g_slots[JIT_SLOTS];
 static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -154,7 +155,10 @@ static pthread_mutex_t g_slots_lock = PTHREAD_MUTEX_INITIALIZER;
  * Argument convention of a run-time kernel (README): for each tensor of the call, in
  * order, `__global T* data, long offset` (offset in elements; tensors are contiguous);
  * then each numeric scalar as `long` (INT, BOOL) or `float` (FLOAT); then `long n`, the
- * element count of tensors[0]. One work-item per element of tensors[0].
+ * element count of tensors[0]. One work-item per element of tensors[0], except for kernels
+ * named `*_chunks` on a CPU runtime: they cover ceil(n / get_global_size(0)) consecutive
+ * elements per work-item, so they get a few dozen work-items of one (ocl_cpu_chunks), as
+ * the plugin's own CPU-shaped kernels do; under one work-item per element they cover one.
  */
 static ral_status jit_run(int slot, const ral_kernel_call* c) {
   struct ral_module_s* m = g_slots[slot].module;
@@ -192,6 +196,15 @@ static ral_status jit_run(int slot, const ral_kernel_call* c) {
   int64_t n = nt ? ocl_numel(&c->tensors[0]) : 1;
   args[na++] = OCL_VAL(n);
   size_t global = (size_t)(n > 0 ? n : 1), local = 64;
+  if (d->cpu && g_slots[slot].chunks) {
+    int64_t chunk;
+    local = 1;
+    ocl_cpu_chunks(n, 4096, &global, &chunk);
+    ral_status st = ocl_enqueue_kernel(c, d, k, &m->lock, na, args, 1, &global, &local);
+    /* few work-items but n elements of work: start the batch at once (launch.c) */
+    if (st == RAL_OK && n >= OCL_START_WORK) ocl_stream_start(c->stream);
+    return st;
+  }
   if (d->cpu) { /* each work-group is a scheduling step on a CPU runtime: make them wide */
     size_t cap = 0, reqd[3] = {0, 0, 0};
     /* ...unless the kernel declares reqd_work_group_size: it keeps the documented 64. */
@@ -279,8 +292,10 @@ ral_status ocl_module_get_kernel(ral_module module, const char* name, ral_kernel
   for (int i = 0; i < JIT_SLOTS && slot < 0; i++)
     if (!g_slots[i].kernel) slot = i;
   if (slot >= 0) {
+    size_t len = strlen(name);
     g_slots[slot].kernel = k;
     g_slots[slot].module = module;
+    g_slots[slot].chunks = len > 7 && strcmp(name + len - 7, "_chunks") == 0;
   }
   pthread_mutex_unlock(&g_slots_lock);
   if (slot < 0) {

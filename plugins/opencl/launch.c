@@ -11,10 +11,6 @@
  * within 32-bit counts so every OpenCL implementation's size_t/queue limits hold. */
 #define OCL_MAX_WORK_ITEMS ((size_t)1 << 32)
 
-/* A launch of this many work-items (or elements, chunked) opens its stream's batch gate at
- * once (queue.c): it runs long enough that starting early beats saving a wake-up. */
-#define OCL_START_WORK ((int64_t)1 << 18)
-
 /* Each work-group is a scheduling step of a few microseconds on PoCL: aim for about 64 of
  * them (load balance over the runtime's threads) but never less than min_chunk units (a
  * few thousand elements) each. */

@@ -30,7 +30,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 #define OCL_CL_KERNELS(X)                                                                  \
   X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                          \
   X(ew, ew_anyc) X(ew, ew_f32c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
-  X(reduce, reduce_any) X(reduce, reduce_sum_c)                                                                    \
+  X(reduce, reduce_any) X(reduce, reduce_sum_c) X(reduce, reduce_minmax_c)                        \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
   X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd) X(nn, sdpa_fwd_c) \
   X(nn, layer_norm_fwd_c) X(nn, layer_norm_bwd_input_c) X(nn, layer_norm_bwd_params_c) X(nn, softmax_fwd_c) \
@@ -258,6 +258,9 @@ static inline int ocl_on_cpu(const ral_kernel_call* c) {
 /*! CPU shape of an n-element launch (d->cpu): work-items of `*chunk` consecutive
  *  elements, few enough that the runtime schedules a few dozen work-groups of size 1. */
 void ocl_cpu_chunks(int64_t n, int64_t min_chunk, size_t* global, int64_t* chunk);
+/* A launch of this many work-items (or elements, chunked) opens its stream's batch gate at
+ * once (queue.c): it runs long enough that starting early beats saving a wake-up. */
+#define OCL_START_WORK ((int64_t)1 << 18)
 /*! Enqueue a CPU-shaped kernel over n elements: args[nargs] (room for it is the caller's)
  *  becomes the chunk length (>= min_chunk units), work-groups of one work-item; n above the per-launch limit
  *  fails with RAL_ERROR_INVALID_ARGUMENT before anything is queued. */

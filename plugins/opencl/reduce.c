@@ -92,6 +92,14 @@ static ral_status reduce_run(const ral_kernel_call* c, const reduce_spec* rs, do
     if (min_chunk < 16 && g.n_out >= 256) min_chunk = 16;
     return ocl_enqueue_chunked(c, OCL_K_reduce_sum_c, 3, args, g.n_out, min_chunk < 1 ? 1 : min_chunk);
   }
+  /* The same for float32 max / min: their tree over one work-group per output took 2 ms
+   * for a log-softmax's 512 row maxima over 2048 logits. */
+  if (d->cpu && (g.op == RD_MAX || g.op == RD_MIN) && g.dt_in == DT_F32 && g.dt_out == DT_F32 && g.rndim <= 1 &&
+      g.n_out >= 16) {
+    ocl_arg args[4] = {ocl_mem(out), ocl_mem(in), OCL_VAL(g)};
+    int64_t min_chunk = (4096 + g.n_red - 1) / g.n_red;
+    return ocl_enqueue_chunked(c, OCL_K_reduce_minmax_c, 3, args, g.n_out, min_chunk < 1 ? 1 : min_chunk);
+  }
   size_t want = 1;
   while (want < (size_t)g.n_red && want < OCL_MAX_LOCAL) want *= 2;
   /* Short reductions run in one work-item, in index order: the order PyTorch's CPU

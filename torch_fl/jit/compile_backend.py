@@ -329,14 +329,22 @@ def _foldable(node) -> bool:
     return True
 
 
+def _overlapping(t: torch.Tensor) -> bool:
+    """Elements share memory (an expanded dim): in-place writes into it are refused."""
+    return any(st == 0 and sz > 1 for sz, st in zip(t.shape, t.stride()))
+
+
 def fold_constants(gm: torch.fx.GraphModule) -> int:
     """Evaluate once the nodes that depend on no graph input, keep the results as attributes.
 
     GPT-2's attention mask (arange, cumsum, 4 index.Tensor, comparisons, where) depends only
     on shapes: unfolded it runs every step, and index/cumsum take the cpu tier, each a stream
-    sync. Graphs are specialised on shapes, so the values are fixed. Random and mutating ops,
-    results over 64 MiB and values the graph returns are left in place. Returns how many
-    nodes were replaced by constants."""
+    sync. Graphs are specialised on shapes, so the values are fixed. Random and mutating ops
+    and results over 64 MiB are left in place. A value the graph returns must stay the
+    caller's own tensor: a contiguous one is returned as a clone of the constant (one copy),
+    an expanded view (which no one can write through; GPT-2's mask, saved for the backward)
+    is taken again from its folded input each call; any other stays in place with what it
+    is computed from. Returns how many nodes were replaced by constants."""
     const, values = set(), {}
     for node in gm.graph.nodes:
         if not _foldable(node) or not all(a in const for a in node.all_input_nodes):
@@ -350,18 +358,26 @@ def fold_constants(gm: torch.fx.GraphModule) -> int:
             continue
         const.add(node)
         values[node] = out
+    returned = {n for n in const if any(u.op == "output" for u in n.users)}
+    const -= {n for n in returned if _overlapping(values[n])}  # a view of the folded input
     folded = 0
     for node in list(gm.graph.nodes):
         if node not in const or all(u in const for u in node.users):
             continue
-        if any(u.op == "output" for u in node.users):
-            continue  # the caller may mutate what the graph returns
+        if node in returned and not values[node].is_contiguous():
+            continue  # the caller may write through what the graph returns
         name = f"_folded_{folded}"
         gm.register_buffer(name, values[node], persistent=False)
         with gm.graph.inserting_before(node):
             attr = gm.graph.get_attr(name)
         attr.meta = dict(node.meta)
         node.replace_all_uses_with(attr)
+        if node in returned:
+            out = next(u for u in attr.users if u.op == "output")
+            with gm.graph.inserting_before(out):
+                mine = gm.graph.call_function(_aten.clone.default, (attr,))
+            mine.meta = dict(node.meta)
+            out.replace_input_with(attr, mine)
         folded += 1
     if folded:
         gm.graph.eliminate_dead_code()

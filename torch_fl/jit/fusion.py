@@ -30,6 +30,7 @@ from torch_fl.jit.pointwise import _RUNTIME_TYPES, Unfit, check_dtypes, compute_
 from torch_fl.jit.spec import PointwiseSpec, as_stored, opmath
 from torch_fl.jit.target import target_of
 from torch_fl.jit.templates import Ctx, Template, template_for
+from torch_fl.jit.vector_cl import vectorizable
 from torch_fl.tensor.op_schema import NO_PROMOTE_ARGS, NON_TENSOR, TENSOR_LIST, schema_of
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.transfer import empty_on
@@ -358,6 +359,8 @@ def plan_group(g: _Group, live):
         spec.stores.append((o, var(f"v{i}", g.lets[i][1].dt)))
     if target.lang == "c" and tensors and all(shape):
         shape, tensors, spec.inner_steps = _row_geometry(shape, tensors, len(live))
+    elif target.lang == "opencl-c" and tensors and all(shape) and vectorizable(spec):
+        spec.inner_steps = _row_geometry(shape, tensors, len(live))[2]  # codegen_opencl's vector rows
     source, name = source_for(target, spec)
     handle = compile_kernel(target, source, name)
     if handle is None:

@@ -200,6 +200,9 @@ def _input_copies(gm: torch.fx.GraphModule) -> list:
     ]
 
 
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def _outside(gm: torch.fx.GraphModule) -> set:
     """Nodes that stay in inductor's graph: placeholders and the integer arithmetic on them
     (sizes a dynamic-shape forward hands its backward); inductor emits no kernel for them."""
@@ -207,7 +210,9 @@ def _outside(gm: torch.fx.GraphModule) -> set:
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             keep.add(node)
-        elif node.op == "call_function" and not isinstance(_val(node), torch.Tensor) and _val(node) is not None:
+        elif node.op == "call_function" and isinstance(_val(node), _SCALARS):
+            # only numbers: a node of placeholders that yields tensors (a layer norm's
+            # var_mean of a graph input gives a tuple) is computation and goes inside
             if all(a in keep for a in node.all_input_nodes):
                 keep.add(node)
     return keep

@@ -1,6 +1,6 @@
 """Inductor's decompositions respelled as ops a device without host-mappable memory has kernels for.
 
-Inductor decomposes a graph for its own code generators; three of the ops it leaves behind have
+Inductor decomposes a graph for its own code generators; some of the ops it leaves behind have
 no device kernel on OpenCL and would take the cpu tier (a copy to the host and a wait each) in
 the extern call (`inductor_graph`). They are rewritten, per input geometry (the node metadata
 holds concrete shapes), into ops that do:
@@ -12,7 +12,9 @@ holds concrete shapes), into ops that do:
   `index_select` on the tensor flattened over those dims;
 - `_unsafe_masked_index_put_accumulate` on dim 0 of a matrix (the embedding backward) ->
   the masked values and the clamped, wrapped indices into `embedding_dense_backward`
-  (deterministic, no atomics), added to the destination unless it is a fill of zeros.
+  (deterministic, no atomics), added to the destination unless it is a fill of zeros;
+- `prims.fma` (the softmax backward) -> `mul` and `add`;
+- layer norm's decomposed backward -> `native_layer_norm_backward` (a second pass, below).
 
 A node whose geometry does not fit is left as it was (the router serves it, as before).
 """
@@ -156,24 +158,133 @@ def _masked_put(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
     return True
 
 
+def _mul_with(node, x):
+    """The other factor when `node` is `mul.Tensor(x, other)` or `mul.Tensor(other, x)`, else None."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is aten.mul.Tensor):
+        return None
+    a, b = node.args[:2]
+    return b if a is x else a if b is x else None
+
+
+def _is_sum(node, x, dims, keepdim: bool) -> bool:
+    """`node` is `sum.dim_IntList(x, dims, keepdim)` (dims as a list, in any spelling)."""
+    if not (node.op == "call_function" and node.target is aten.sum.dim_IntList and node.args[0] is x):
+        return False
+    xv = _val(x)
+    if not isinstance(xv, torch.Tensor):
+        return False
+    got = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    norm = sorted(d % xv.dim() for d in got or [])
+    return norm == sorted(dims) and bool(keep) == keepdim and node.kwargs.get("dtype") is None
+
+
+def _user(node, pred):
+    return next((u for u in node.users if pred(u)), None)
+
+
+def _layer_norm_backward(g: torch.fx.Graph, b: torch.fx.Node) -> bool:
+    """Layer norm's backward as inductor's decomposition writes it, from its row sum `b`:
+
+        gx = g * w;  b = sum(gx, -1);  c2 = sum(gx * xh, -1)
+        d_input = r * (gx * N - b - xh * c2)       (r = rstd / N, xh the normalized input)
+        d_weight = sum(g * xh, rows);  d_bias = sum(g, rows)   (when the graph has them)
+
+    -> the device's `native_layer_norm_backward(g, xh, [N], 0, 1, w, ...)` (mean 0 and rstd
+    1 make its normalized input xh itself, and its d_input (gx * N - b - xh * c2) / N), times
+    r * N. Two launches and one fused product where there were two row sums, two column
+    sums and two fused kernels (GPT-2: 9 layer norms per step)."""
+    gx = b.args[0]
+    gxv = _val(gx)
+    if not (isinstance(gxv, torch.Tensor) and gxv.dtype == torch.float32 and gxv.dim() >= 2):
+        return False
+    last, n = gxv.dim() - 1, gxv.shape[-1]
+    if not _is_sum(b, gx, [last], True) or gx.op != "call_function" or gx.target is not aten.mul.Tensor:
+        return False
+    grad, w = gx.args[:2]
+    if _val(w) is None or tuple(_val(w).shape) != (n,):
+        grad, w = w, grad
+    wv, gv = _val(w), _val(grad)
+    if not (isinstance(wv, torch.Tensor) and tuple(wv.shape) == (n,) and wv.dtype == torch.float32):
+        return False
+    if not (isinstance(gv, torch.Tensor) and gv.shape == gxv.shape and gv.dtype == torch.float32):
+        return False
+    a = _user(gx, lambda u: _mul_with(u, gx) == n)
+    c1 = _user(gx, lambda u: u is not a and _mul_with(u, gx) is not None)
+    if a is None or c1 is None:
+        return False
+    xh = _mul_with(c1, gx)
+    xv = _val(xh)
+    if not (isinstance(xv, torch.Tensor) and xv.shape == gxv.shape and xv.dtype == torch.float32):
+        return False
+    c2 = _user(c1, lambda u: _is_sum(u, c1, [last], True))
+    c3 = c2 and _user(c2, lambda u: _mul_with(u, c2) is xh)
+    s1 = _user(a, lambda u: u.target is aten.sub.Tensor and u.args[:2] == (a, b) and not u.kwargs)
+    s2 = c3 and s1 and _user(s1, lambda u: u.target is aten.sub.Tensor and u.args[:2] == (s1, c3) and not u.kwargs)
+    d_in = s2 and _user(s2, lambda u: _mul_with(u, s2) is not None)
+    if not d_in:
+        return False
+    r = _mul_with(d_in, s2)
+    rv = _val(r)
+    rows = [*gxv.shape[:-1], 1]
+    if not (isinstance(rv, torch.Tensor) and list(rv.shape) == rows and rv.dtype == torch.float32):
+        return False
+    lead = list(range(last))
+    gxh = _user(grad, lambda u: _mul_with(u, grad) is xh)
+    d_w = gxh and _user(gxh, lambda u: _is_sum(u, gxh, lead, False))
+    d_b = _user(grad, lambda u: _is_sum(u, grad, lead, False))
+    dev = gxv.device
+    with g.inserting_before(d_in):
+        zero = g.call_function(aten.full.default, (rows, 0.0), {"dtype": torch.float32, "device": dev})
+        one = g.call_function(aten.full.default, (rows, 1.0), {"dtype": torch.float32, "device": dev})
+        # every output (w stands in for the bias: only its shape matters): the router's vendor
+        # tier declines a call with an absent output, and the column sums share one kernel
+        ln = g.call_function(aten.native_layer_norm_backward.default, (grad, xh, [n], zero, one, w, w, [True] * 3))
+        scaled = g.call_function(operator.getitem, (ln, 0))
+        new_in = g.call_function(aten.mul.Tensor, (scaled, g.call_function(aten.mul.Tensor, (r, n))))
+    d_in.replace_all_uses_with(new_in)
+    for i, old in ((1, d_w), (2, d_b)):
+        if old is not None:
+            with g.inserting_before(d_in):
+                out = g.call_function(operator.getitem, (ln, i))
+            old.replace_all_uses_with(out)
+    return True  # the old nodes are dead now: lower() removes them
+
+
+def _fma(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    """`prims.fma(a, b, c)` (inductor's softmax backward) -> `a * b + c`: two roundings
+    where fma has one (the same as the eager softmax backward's kernels)."""
+    a, b, c = node.args
+    with g.inserting_before(node):
+        out = g.call_function(aten.add.Tensor, (g.call_function(aten.mul.Tensor, (a, b)), c))
+    node.replace_all_uses_with(out)
+    g.erase_node(node)
+    return True
+
+
 _RULES = {
     aten.var_mean.correction: _var_mean,
     aten.index.Tensor: _index,
     aten._unsafe_masked_index_put_accumulate.default: _masked_put,
+    torch.ops.prims.fma.default: _fma,
 }
+# A second pass: its patterns span many nodes, and the nodes the first pass makes carry no
+# metadata yet (a rewritten layer norm backward's d_input may feed the embedding backward).
+_LATE_RULES = {aten.sum.dim_IntList: _layer_norm_backward}
 
 
 def lower(gm: torch.fx.GraphModule) -> int:
     """Rewrite `gm` in place (its nodes carry fake-tensor metadata); the number of nodes rewritten."""
     done = 0
-    for node in list(gm.graph.nodes):
-        rule = _RULES.get(node.target) if node.op == "call_function" else None
-        if rule is not None and rule(gm.graph, node):
-            done += 1
+    for rules in (_RULES, _LATE_RULES):
+        for node in list(gm.graph.nodes):
+            rule = rules.get(node.target) if node.op == "call_function" else None
+            if rule is not None and rule(gm.graph, node):
+                done += 1
     if done:
-        for node in reversed(list(gm.graph.nodes)):  # fills only the rewritten ops used
-            if _is_zero_fill(node) and not node.users:
-                gm.graph.erase_node(node)
+        # what the rewritten ops used and nothing else does (fills, a replaced layer norm
+        # backward's products and sums); impure ops stay
+        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return done

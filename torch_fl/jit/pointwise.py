@@ -60,7 +60,7 @@ def source_for(target: Target, spec: PointwiseSpec) -> tuple[str, str]:
     """(source, kernel name) of a pointwise spec on a target; the name hashes the source."""
     gen = pointwise_c if target.lang == "c" else pointwise_cl
     text = gen(spec, _NAME, target.ctype)
-    name = kernel_name(target.lang + text)
+    name = kernel_name(target.lang + text) + ("_chunks" if target.lang == "opencl-c" else "")
     return text.replace(_NAME, name), name
 
 

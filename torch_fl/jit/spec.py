@@ -24,9 +24,9 @@ class PointwiseSpec:
     lets: list = field(default_factory=list)  # (name, E)
     stores: list = field(default_factory=list)  # (output index, E)
     single_op: bool = False  # one aten op's formula (codegen_c: FMA and the vendor's fast math)
-    # Host only: each input's stride along the innermost dim (1, or 0 for an input broadcast
+    # Each input's stride along the innermost dim (1, or 0 for an input broadcast
     # along it, such as a [rows, 1] column) in the launches it is planned for, when those are
-    # not dense; codegen_c then adds a vectorised row loop.
+    # not dense; codegen_c then adds a vectorised row loop, codegen_opencl a 16-lane one.
     inner_steps: tuple | None = None
 
     @property

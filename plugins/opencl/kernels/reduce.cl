@@ -11,6 +11,18 @@ inline long rg_offset(const ocl_rgeom* g, long j) {
   return e;
 }
 
+/* Where output o's reduction starts in the input, and where its value goes. */
+inline void rg_out_offsets(const ocl_rgeom* g, long o, long* base, long* obase) {
+  long b = g->off_in, ob = g->off_out;
+  for (int d = g->ondim - 1; d >= 0; d--) {
+    long c = o % g->osize[d];
+    o /= g->osize[d];
+    b += c * g->ost_in[d];
+    ob += c * g->ost_out[d];
+  }
+  *base = b, *obase = ob;
+}
+
 /* Is (a, ia) preferred over (b, ib) by an arg-reduction? NaN wins, then first index. */
 inline int arg_better(float a, long ia, float b, long ib, int want_max) {
   if (isnan(a) || isnan(b)) return isnan(a) && (!isnan(b) || ia < ib);
@@ -161,20 +173,61 @@ __kernel void reduce_sum_c(gbuf out, gcbuf in, ocl_rgeom g, long chunk) {
     }
   }
   for (; o < o1; o++) {
-    long base = g.off_in, obase = g.off_out, rest = o;
-    for (int d = g.ondim - 1; d >= 0; d--) {
-      long c = rest % g.osize[d];
-      rest /= g.osize[d];
-      base += c * g.ost_in[d];
-      obase += c * g.ost_out[d];
-    }
+    long base, obase;
+    rg_out_offsets(&g, o, &base, &obase);
     float2 cs = (float2)(0.0f, 0.0f);
-    if (g.dt_in == DT_F32) {
+    if (g.dt_in == DT_F32 && rs == 1) {
+      /* A row (the reduced dim is contiguous: softmax's and layer norm's row sums): 16
+       * lanes, each compensated, then merged; a scalar loop took 0.6 ms for 512 x 256. */
+      __global const float* p = (__global const float*)in + base;
+      float16 hi = (float16)(0.0f), lo = (float16)(0.0f);
+      long j = 0;
+      for (; j + 16 <= g.n_red; j += 16) cs_add16(&hi, &lo, vload16(0, p + j));
+      cs = cs_lanes16(hi, lo);
+      for (; j < g.n_red; j++) cs = cs_add(cs, p[j]);
+    } else if (g.dt_in == DT_F32) {
       __global const float* p = (__global const float*)in + base;
       for (long j = 0; j < g.n_red; j++) cs = cs_add(cs, p[j * rs]);
     } else {
       for (long j = 0; j < g.n_red; j++) cs = cs_add(cs, ld_f(in, base + j * rs, g.dt_in));
     }
     st_f(out, obase, g.dt_out, cs_val(cs) / div);
+  }
+}
+
+/* ---------------------------------------------------------------- CPU-shaped max / min
+ * amax / amin in float32 over one (merged) reduced dim, a chunk of outputs per work-item;
+ * a contiguous row runs as 16 lanes (a log-softmax's row maximum over 2048 logits). NaN
+ * wins, as in reduce_any. */
+__kernel void reduce_minmax_c(gbuf out, gcbuf in, ocl_rgeom g, long chunk) {
+  long o0 = get_global_id(0) * chunk, o1 = min(o0 + chunk, g.n_out);
+  long rs = g.rndim ? g.rst[0] : 0;
+  int want_max = g.op == RD_MAX;
+  for (long o = o0; o < o1; o++) {
+    long base, obase;
+    rg_out_offsets(&g, o, &base, &obase);
+    __global const float* p = (__global const float*)in + base;
+    float acc = want_max ? -INFINITY : INFINITY;
+    int nan = 0;
+    long j = 0;
+    if (rs == 1 && g.n_red >= 16) {
+      float16 m = (float16)(acc);
+      int16 bad = (int16)(0);
+      for (; j + 16 <= g.n_red; j += 16) {
+        float16 v = vload16(0, p + j);
+        bad |= isnan(v);
+        m = want_max ? fmax(m, v) : fmin(m, v);
+      }
+      float t[16];
+      vstore16(m, 0, t);
+      for (int l = 0; l < 16; l++) acc = want_max ? fmax(acc, t[l]) : fmin(acc, t[l]);
+      nan = any(bad);
+    }
+    for (; j < g.n_red; j++) {
+      float v = p[j * rs];
+      nan |= isnan(v);
+      acc = want_max ? fmax(acc, v) : fmin(acc, v);
+    }
+    st_f(out, obase, g.dt_out, nan ? NAN : acc);
   }
 }
