@@ -42,6 +42,14 @@ def graphs(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def math_fuses(monkeypatch):
+    """Transcendentals fuse on every device: the region-count tests check the partitioner, and
+    an OpenCL device (TORCH_FL_TEST_DEVICE=ral:1) keeps them out of regions by policy, which
+    test_opencl_keeps_math_calls_out_of_fused_regions checks."""
+    monkeypatch.setenv("TORCH_FL_CL_FUSE_MATH", "1")
+
+
 @pytest.mark.parametrize("exponent", [2, 3.0, 0.5, -0.5, -1, -2.0, 1.7])
 def test_pow_exponent_baked_matches_cpu(exponent, sources):
     """The exponent is a graph constant: the kernel gets the special form (x*x*x for 3), not
@@ -104,6 +112,7 @@ def _train_twice_matches_cpu(fn, x, w):
     torch.testing.assert_close(wr.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("math_fuses")
 def test_chain_fwd_and_bwd_are_one_region_each(graphs):
     """The benchmark MLP's activation chain: one fused region in the forward graph and one in
     the backward (the detach nodes AOT puts on tanh/sigmoid outputs no longer split it, and a
@@ -194,6 +203,7 @@ def _bench_case(name):
     return mod.CASES[name]()
 
 
+@pytest.mark.usefixtures("math_fuses")
 @pytest.mark.parametrize("case", ["pointwise_mlp", "mlp"])
 def test_benchmark_mlp_training_matches_cpu(case, graphs):
     """The benchmark's MLP blocks, compiled on the device, against eager CPU float32: output,
@@ -222,6 +232,7 @@ def _swiglu(x, w):
     return torch.nn.functional.silu(g) * torch.tanh(u) * torch.exp(-u * u)
 
 
+@pytest.mark.usefixtures("math_fuses")
 def test_joint_graph_recomputes_chain_instead_of_saving(graphs):
     """Before min-cut, the joint graph loses its detach nodes and constant fills: the forward
     saves only the chain's input (not sigmoid/tanh/exp results), silu's backward sigmoid joins
