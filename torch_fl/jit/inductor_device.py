@@ -133,7 +133,7 @@ def register() -> None:
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
-    from torch_fl.jit import inductor_async
+    from torch_fl.jit import inductor_async, inductor_math
 
     if get_wrapper_codegen_for_device("ral") is not None:  # someone registered one: keep it
         return
@@ -149,6 +149,7 @@ def register() -> None:
             wrong = {k: v for k, v in HOST_CONFIG.items() if getattr(iconfig, k) != v}
             if wrong:
                 raise UnsupportedError(_config_message(wrong))
+            src_code = inductor_math.rewrite(src_code)  # eager ral:0's vector tanh
             name = super().define_kernel(src_code, nodes, kernel_args)
             direct = getattr(V.graph.wrapper_code, "ral_direct", None)
             if direct is not None and inductor_async.may_raise(src_code):
