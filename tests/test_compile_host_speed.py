@@ -35,6 +35,15 @@ def _gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+def step(fn, o, t):
+    """One SGD training step of `fn` on `t`; the output."""
+    out = fn(t)
+    out.pow(2).mean().backward()
+    o.step()
+    o.zero_grad()
+    return out
+
+
 def _tanh_inputs():
     special = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.6249999, 0.625, -0.625, 9.09, 9.1, 9.2, 20.0, -20.0])
     special = torch.cat([special, torch.tensor([math.inf, -math.inf, math.nan])])
@@ -92,13 +101,6 @@ def test_gelu_training_step_against_cpu():
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     f = torch.compile(m)
 
-    def step(fn, o, t):
-        out = fn(t)
-        out.pow(2).mean().backward()
-        o.step()
-        o.zero_grad()
-        return out
-
     want = [step(ref, opt_ref, x) for _ in range(2)]
     got, code = run_and_get_code(lambda: [step(f, opt, x.to("ral:0")) for _ in range(2)])
     assert sum(c.count("ral_vtanh(") for c in code) >= 2, "forward and backward kernels take ral_vtanh"
@@ -129,3 +131,65 @@ def test_rewrite_touches_only_vector_tanh():
         and out.count("at::vec::Vectorized<float> ral_vtanh(") == 1
     )
     assert inductor_math.rewrite("auto tmp3 = tmp2.tanh();") == "auto tmp3 = tmp2.tanh();"
+
+
+class _ResidualNorm(torch.nn.Module):
+    """Linear, residual add and layer norm (GPT-2's block boundary), then a second layer norm."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.lin, self.ln, self.ln2 = torch.nn.Linear(d, d), torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln2(self.ln(x + self.lin(x)) * 2.0)
+
+
+@pytest.mark.parametrize("style", ["to_device", "ral_mode"])
+def test_layer_norm_statistics_in_two_steps(style):
+    """Layer norm over 256 features compiles to the two-step variance a CPU compile has (no
+    Welford in the kernels); forward, backward and SGD match CPU."""
+    torch.manual_seed(0)
+    model, x = _ResidualNorm(), torch.randn(2, 64, 256) * 4 + 3
+    ref, m = copy.deepcopy(model), copy.deepcopy(model)
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(m.parameters(), lr=0.1)
+    f = torch.compile(m)
+
+    want = [step(ref, opt_ref, x) for _ in range(2)]
+    if style == "to_device":
+        m.to("ral:0")
+        got, code = run_and_get_code(lambda: [step(f, opt, x.to("ral:0")) for _ in range(2)])
+    else:
+        with torch_fl.ral_mode("ral:0"):
+            got, code = run_and_get_code(lambda: [step(f, opt, x) for _ in range(2)])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), **TOL)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
+    assert code and not any("Welford<" in c for c in code)
+
+
+def test_variance_switch_off_keeps_welford(monkeypatch):
+    """TORCH_FL_INDUCTOR_FAST_MATH=0 leaves inductor's Welford reduction (and the values)."""
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_FAST_MATH", "0")
+    torch.manual_seed(0)
+    model, x = _ResidualNorm(), torch.randn(2, 64, 256)
+    want = model(x)
+    got, code = run_and_get_code(torch.compile(copy.deepcopy(model).to("ral:0")), x.to("ral:0"))
+    assert any("Welford<" in c for c in code)
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+def test_variance_rewrite_keeps_large_and_dynamic_reductions():
+    """Rows longer than inductor's CPU threshold, a whole-tensor variance and unbiased `var`
+    with a correction all match CPU; only rows up to the threshold are rewritten."""
+    x = torch.randn(8, 2048) * 3 + 1
+
+    def fn(t):
+        v, m = torch.var_mean(t, dim=-1, correction=1)
+        w, n = torch.var_mean(t[:, :300], dim=-1, keepdim=True, correction=0)
+        return v, m, w, n, torch.var(t)
+
+    got, code = run_and_get_code(torch.compile(fn), x.to("ral:0"))
+    assert "Welford<" in "\n".join(code)  # the 2048-element rows keep Welford, as on CPU
+    for g, w in zip(got, fn(x)):
+        torch.testing.assert_close(g.cpu(), w, **TOL)

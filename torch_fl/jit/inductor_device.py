@@ -87,9 +87,12 @@ def rewrite_for_device(gm: torch.fx.GraphModule) -> bool:
     _note_modes()
     devs = _graph_devices(gm)
     if all(host_mappable(d) for d in devs):
+        from torch_fl.jit import inductor_variance
         from torch_fl.jit.inductor_gemm import to_vendor_gemms
 
         to_vendor_gemms(gm)  # the vendor's GEMMs, not the cpu tier's out= forms
+        if inductor_variance.enabled():
+            inductor_variance.two_step(gm)  # layer norm's statistics as a CPU compile has them
         return False
     inductor_graph.to_extern_call(gm)
     return True

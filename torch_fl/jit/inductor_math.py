@@ -9,7 +9,8 @@ makes a kernel's float vector `tanh` that function written in at::vec operations
 e^t is the vector `exp_u20`, 2 ulp), pasted into the kernel's source (inductor keys its
 compiled modules on the source text). Scalar tails (`std::tanh`) and other vector types
 keep inductor's code. The switch
-`TORCH_FL_INDUCTOR_FAST_MATH=0` keeps inductor's code; it is part of inductor's cache key
+`TORCH_FL_INDUCTOR_FAST_MATH=0` keeps inductor's code (and its Welford variances:
+`inductor_variance`); it is part of inductor's cache key
 (`inductor_key`).
 """
 
