@@ -37,7 +37,9 @@ def _rewrite(g: torch.fx.Graph, node: torch.fx.Node) -> bool:
     if not all(u.op == "call_function" and u.target is operator.getitem for u in node.users):
         return False
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-    dims = list(range(xv.dim())) if dims is None else [d % xv.dim() for d in dims]
+    if not dims:
+        return False  # None or []: a full reduction, which inductor keeps as Welford too
+    dims = [d % xv.dim() for d in dims]
     sizes = [xv.shape[d] for d in dims]
     if not all(isinstance(s, int) for s in xv.shape):
         return False  # dynamic sizes: leave inductor's choice
