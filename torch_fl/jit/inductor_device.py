@@ -87,9 +87,12 @@ def rewrite_for_device(gm: torch.fx.GraphModule) -> bool:
     _note_modes()
     devs = _graph_devices(gm)
     if all(host_mappable(d) for d in devs):
+        from torch_fl.jit import inductor_variance
         from torch_fl.jit.inductor_gemm import to_vendor_gemms
 
         to_vendor_gemms(gm)  # the vendor's GEMMs, not the cpu tier's out= forms
+        if inductor_variance.enabled():
+            inductor_variance.two_step(gm)  # layer norm's statistics as a CPU compile has them
         return False
     inductor_graph.to_extern_call(gm)
     return True
@@ -133,7 +136,7 @@ def register() -> None:
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.custom_graph_pass import CustomGraphModulePass
 
-    from torch_fl.jit import inductor_async
+    from torch_fl.jit import inductor_async, inductor_math
 
     if get_wrapper_codegen_for_device("ral") is not None:  # someone registered one: keep it
         return
@@ -149,6 +152,7 @@ def register() -> None:
             wrong = {k: v for k, v in HOST_CONFIG.items() if getattr(iconfig, k) != v}
             if wrong:
                 raise UnsupportedError(_config_message(wrong))
+            src_code = inductor_math.rewrite(src_code)  # eager ral:0's vector tanh
             name = super().define_kernel(src_code, nodes, kernel_args)
             direct = getattr(V.graph.wrapper_code, "ral_direct", None)
             if direct is not None and inductor_async.may_raise(src_code):

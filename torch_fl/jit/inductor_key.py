@@ -11,7 +11,8 @@ registers a pass for "ral" whose `uuid()` is `digest()`. Its components:
 - each visible device: its plugin's name, version and ABI, the device's name, driver version,
   dtype mask and whether its memory is host-mappable (the device kind: host C++ or the extern
   graph call);
-- `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream).
+- `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream);
+- `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def devices() -> tuple:
 
 def components() -> dict:
     """Every input of the key, by name (what `digest()` hashes)."""
+    from torch_fl.jit import inductor_math
     from torch_fl.jit.inductor_async import enabled
 
     return {
@@ -71,6 +73,7 @@ def components() -> dict:
         "sources": source_digest(),
         "devices": devices(),
         "inductor_async": enabled(),  # TORCH_FL_INDUCTOR_ASYNC changes the wrapper's kernel calls
+        "inductor_fast_math": inductor_math.enabled(),  # TORCH_FL_INDUCTOR_FAST_MATH: the kernels' tanh
     }
 
 

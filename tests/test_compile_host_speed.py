@@ -1,0 +1,195 @@
+"""What makes inductor's C++ kernels on ral:0 faster than inductor's own code
+(torch_fl/jit/inductor_math.py): float vector tanh as ral_fastmath.h's `ral_tanhf` in at::vec
+operations. Values against eager CPU float32 (ulp bounds for tanh itself, tolerances for a
+trained block); the generated code says which tanh ran. ral:1 compiles through the extern call
+(no C++ kernels), whose fused kernels are tested in tests/test_compile_default_backend.py."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from torch._inductor.utils import run_and_get_code
+
+import torch_fl
+from torch_fl.jit import inductor_key, inductor_math
+
+pytestmark = pytest.mark.skipif(torch.ral.device_count() < 1, reason="ral:0 is not present")
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    """Each test compiles its own code (no FX-graph or AOT cache hits)."""
+    import torch._inductor.config as iconfig
+
+    torch._dynamo.reset()
+    with iconfig.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+
+
+def _gelu(x):
+    """GPT-2's tanh GELU, as transformers writes it."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def step(fn, o, t):
+    """One SGD training step of `fn` on `t`; the output."""
+    out = fn(t)
+    out.pow(2).mean().backward()
+    o.step()
+    o.zero_grad()
+    return out
+
+
+def _tanh_inputs():
+    special = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-8, 0.6249999, 0.625, -0.625, 9.09, 9.1, 9.2, 20.0, -20.0])
+    special = torch.cat([special, torch.tensor([math.inf, -math.inf, math.nan])])
+    return torch.cat(
+        [torch.linspace(-12, 12, 48001), torch.logspace(-20, 1, 4001), -torch.logspace(-20, 1, 4001), special]
+    )
+
+
+def _ulps(got, want):
+    """Distance in float32 ulps of the exact value (float64 tanh), elementwise."""
+    exact = torch.tanh(want.double())
+    spacing = torch.nextafter(exact.float().abs(), torch.tensor(math.inf)).double() - exact.float().abs().double()
+    return ((got.double() - exact).abs() / spacing.clamp_min(1e-45)).nan_to_num(0.0)
+
+
+@pytest.mark.parametrize("style", ["to_device", "ral_mode"])
+def test_tanh_in_a_kernel_is_ral_tanhf(style):
+    """A compiled tanh (with a multiply, so the kernel is inductor's) takes ral_vtanh and stays
+    within 3 ulps of the exact value on a dense sweep and at the branch points; inf, -0.0 and
+    NaN as torch's."""
+    x = _tanh_inputs()
+    f = torch.compile(lambda t: torch.tanh(t * 1.0) * 1.0)
+    if style == "to_device":
+        got, code = run_and_get_code(f, x.to("ral:0"))
+        got = got.cpu()
+    else:
+        with torch_fl.ral_mode("ral:0"):
+            got, code = run_and_get_code(f, x)
+            got = got.cpu()
+    assert "ral_vtanh(" in "\n".join(code)
+    want = torch.tanh(x)
+    finite = want.isfinite() & ~want.isnan()
+    assert _ulps(got[finite], x[finite]).max().item() <= 3.0
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(torch.signbit(got[~got.isnan()]), torch.signbit(want[~want.isnan()]))
+
+
+def test_gelu_training_step_against_cpu():
+    """Forward, backward and SGD of a Linear / tanh-GELU / Linear block on ral:0 match CPU, and
+    the forward's and backward's kernels both take ral_vtanh."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Identity(), torch.nn.Linear(256, 64))
+    x = torch.randn(48, 64) * 3
+
+    class Block(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.a, self.b = inner[0], inner[2]
+
+        def forward(self, t):
+            return self.b(_gelu(self.a(t)))
+
+    ref, m = Block(copy.deepcopy(model)), Block(copy.deepcopy(model)).to("ral:0")
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    f = torch.compile(m)
+
+    want = [step(ref, opt_ref, x) for _ in range(2)]
+    got, code = run_and_get_code(lambda: [step(f, opt, x.to("ral:0")) for _ in range(2)])
+    assert sum(c.count("ral_vtanh(") for c in code) >= 2, "forward and backward kernels take ral_vtanh"
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), **TOL)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
+
+
+def test_switch_off_keeps_inductor_tanh_and_changes_the_cache_key(monkeypatch):
+    """TORCH_FL_INDUCTOR_FAST_MATH=0: inductor's own vector tanh, and a different cache key."""
+    on = inductor_key.digest()
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_FAST_MATH", "0")
+    assert inductor_key.digest() != on
+    x = torch.linspace(-3, 3, 4096)
+    got, code = run_and_get_code(torch.compile(lambda t: torch.tanh(t * 1.0)), x.to("ral:0"))
+    assert "ral_vtanh(" not in "\n".join(code) and ".tanh()" in "\n".join(code)
+    torch.testing.assert_close(got.cpu(), torch.tanh(x), rtol=1e-6, atol=1e-7)
+
+
+def test_rewrite_touches_only_vector_tanh():
+    """Scalar tails (`std::tanh`) and sources without inductor's prefix are left as they are."""
+    src = "#include <torch/csrc/inductor/cpp_prefix.h>\nauto tmp3 = tmp2.tanh(); float s = std::tanh(tmp5);"
+    out = inductor_math.rewrite(src)
+    assert (
+        "ral_vtanh(tmp2)" in out
+        and "std::tanh(tmp5)" in out
+        and out.count("at::vec::Vectorized<float> ral_vtanh(") == 1
+    )
+    assert inductor_math.rewrite("auto tmp3 = tmp2.tanh();") == "auto tmp3 = tmp2.tanh();"
+
+
+class _ResidualNorm(torch.nn.Module):
+    """Linear, residual add and layer norm (GPT-2's block boundary), then a second layer norm."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.lin, self.ln, self.ln2 = torch.nn.Linear(d, d), torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln2(self.ln(x + self.lin(x)) * 2.0)
+
+
+@pytest.mark.parametrize("style", ["to_device", "ral_mode"])
+def test_layer_norm_statistics_in_two_steps(style):
+    """Layer norm over 256 features compiles to the two-step variance a CPU compile has (no
+    Welford in the kernels); forward, backward and SGD match CPU."""
+    torch.manual_seed(0)
+    model, x = _ResidualNorm(), torch.randn(2, 64, 256) * 4 + 3
+    ref, m = copy.deepcopy(model), copy.deepcopy(model)
+    opt_ref, opt = torch.optim.SGD(ref.parameters(), lr=0.1), torch.optim.SGD(m.parameters(), lr=0.1)
+    f = torch.compile(m)
+
+    want = [step(ref, opt_ref, x) for _ in range(2)]
+    if style == "to_device":
+        m.to("ral:0")
+        got, code = run_and_get_code(lambda: [step(f, opt, x.to("ral:0")) for _ in range(2)])
+    else:
+        with torch_fl.ral_mode("ral:0"):
+            got, code = run_and_get_code(lambda: [step(f, opt, x) for _ in range(2)])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.detach().cpu(), w.detach(), **TOL)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
+    assert code and not any("Welford<" in c for c in code)
+
+
+def test_variance_switch_off_keeps_welford(monkeypatch):
+    """TORCH_FL_INDUCTOR_FAST_MATH=0 leaves inductor's Welford reduction (and the values)."""
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_FAST_MATH", "0")
+    torch.manual_seed(0)
+    model, x = _ResidualNorm(), torch.randn(2, 64, 256)
+    want = model(x)
+    got, code = run_and_get_code(torch.compile(copy.deepcopy(model).to("ral:0")), x.to("ral:0"))
+    assert any("Welford<" in c for c in code)
+    torch.testing.assert_close(got.cpu(), want, **TOL)
+
+
+def test_variance_rewrite_keeps_large_and_dynamic_reductions():
+    """Rows longer than inductor's CPU threshold, a whole-tensor variance and unbiased `var`
+    with a correction all match CPU; only rows up to the threshold are rewritten."""
+    x = torch.randn(8, 2048) * 3 + 1
+
+    def fn(t):
+        v, m = torch.var_mean(t, dim=-1, correction=1)
+        w, n = torch.var_mean(t[:, :300], dim=-1, keepdim=True, correction=0)
+        return v, m, w, n, torch.var(t)
+
+    got, code = run_and_get_code(torch.compile(fn), x.to("ral:0"))
+    assert "Welford<" in "\n".join(code)  # the 2048-element rows keep Welford, as on CPU
+    for g, w in zip(got, fn(x)):
+        torch.testing.assert_close(g.cpu(), w, **TOL)
