@@ -142,14 +142,9 @@ int ocl_inline_begin_drained(struct ral_stream_s* s) {
   pthread_mutex_lock(&s->inl_mu);
   if (idle_locked(s)) return 1;
   /* Every announced command was queued (both happen under inl_mu, held here), so a finish
-   * covers them all, as in ocl_stream_synchronize; the gate opens first (block_begin) so
-   * held commands can run. A failed finish keeps the stream queued: the error surfaces at
-   * the next synchronize, and the caller queues its command behind. */
-  ocl_stream_block_begin(s);
-  ocl_count(OCL_CNT_finishes);
-  cl_int err = CL.clFinish(s->q);
-  ocl_stream_block_end(s);
-  if (err == CL_SUCCESS) {
+   * covers them all, as in ocl_stream_synchronize. A failed finish keeps the stream queued:
+   * the error surfaces at the next synchronize, and the caller queues its command behind. */
+  if (ocl_stream_finish(s) == CL_SUCCESS) {
     s->done_n = s->announced;
     return 1;
   }

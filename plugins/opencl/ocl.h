@@ -142,6 +142,9 @@ void ocl_stream_start(struct ral_stream_s* s);
  *  of the call (other threads' commands on `s` wait) until ocl_stream_block_end. */
 void ocl_stream_block_begin(struct ral_stream_s* s);
 void ocl_stream_block_end(struct ral_stream_s* s);
+/*! Wait for every command queued on `s` (clFinish), the gate opened for the wait so held
+ *  commands run; counted as a finish. Returns clFinish's status. */
+cl_int ocl_stream_finish(struct ral_stream_s* s);
 /*! Remember `ev` (the caller keeps its own reference) as the stream's tail, the command
  *  a query polls, if `n` -- the count of commands known to precede or be `ev` -- is the
  *  newest; stream_query trusts it only while no command was counted after it. */

@@ -139,6 +139,15 @@ void ocl_stream_block_end(struct ral_stream_s* s) {
   if (s->batch) pthread_mutex_unlock(&s->gate_mu);
 }
 
+cl_int ocl_stream_finish(struct ral_stream_s* s) {
+  /* The finish waits under gate_mu, so no other thread's gate closes in front of it. */
+  ocl_stream_block_begin(s);
+  ocl_count(OCL_CNT_finishes);
+  cl_int err = CL.clFinish(s->q);
+  ocl_stream_block_end(s);
+  return err;
+}
+
 ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   ocl_device* d = ocl_device_get(device);
   *stream = NULL;
@@ -248,11 +257,7 @@ ral_status ocl_stream_synchronize(int32_t device, ral_stream stream) {
     covered = stream->announced;
     pthread_mutex_unlock(&stream->inl_mu);
   }
-  /* The finish waits under gate_mu, so no other thread's gate closes in front of it. */
-  ocl_stream_block_begin(stream);
-  ocl_count(OCL_CNT_finishes);
-  cl_int err = CL.clFinish(stream->q);
-  ocl_stream_block_end(stream);
+  cl_int err = ocl_stream_finish(stream);
   if (err != CL_SUCCESS) return ocl_cl_fail(err, "clFinish (a queued kernel or copy failed)");
   if (stream->inl) {
     pthread_mutex_lock(&stream->inl_mu);
