@@ -57,21 +57,7 @@ ral_status host_check_arity(const ral_kernel_call* c, int n_out, int n_in, int n
 }
 
 int host_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v) {
-  if (i >= c->n_scalars) return 0;
-  const ral_scalar* s = &c->scalars[i];
-  switch (s->tag) {
-    case RAL_SCALAR_INT:
-    case RAL_SCALAR_BOOL:
-      *f = (double)s->v.i;
-      *v = s->v.i;
-      return 1;
-    case RAL_SCALAR_FLOAT:
-      *f = s->v.f;
-      *v = (int64_t)s->v.f;
-      return 1;
-    default:
-      return 0;
-  }
+  return ral_sdk_call_scalar_num(c, i, f, v);
 }
 
 int host_scalar_is_none(const ral_kernel_call* c, int i) {
@@ -85,16 +71,7 @@ int64_t host_scalar_int(const ral_kernel_call* c, int i, int64_t dflt) {
 }
 
 const int64_t* host_scalar_list(const ral_kernel_call* c, int i, int* n) {
-  *n = 0;
-  if (i >= c->n_scalars) return NULL;
-  const ral_scalar* s = &c->scalars[i];
-  if (s->tag == RAL_SCALAR_INT) { /* int[1] given as a bare int */
-    *n = 1;
-    return &s->v.i;
-  }
-  if (s->tag != RAL_SCALAR_INT_LIST) return NULL;
-  *n = s->count;
-  return s->v.list;
+  return ral_sdk_call_scalar_list(c, i, n);
 }
 
 int host_wrap_dim(int64_t dim, int ndim) {

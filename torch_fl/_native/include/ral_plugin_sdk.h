@@ -127,6 +127,45 @@ static inline int64_t ral_sdk_scalar_i64(const ral_scalar* s, int64_t fallback) 
 }
 
 /*!
+ * \brief Scalar `i` of a call as both double and int64, the way aten ops read a Scalar.
+ * \param c the call; `i` may be past `c->n_scalars` (the op's trailing defaults).
+ * \param f,v the value (FLOAT truncates into `v`).
+ * \return 1 for an INT, BOOL or FLOAT scalar; 0 for NONE, a list, a dtype or a missing index.
+ */
+static inline int ral_sdk_call_scalar_num(const ral_kernel_call* c, int i, double* f, int64_t* v) {
+  if (i >= c->n_scalars) return 0;
+  const ral_scalar* s = &c->scalars[i];
+  if (s->tag == RAL_SCALAR_INT || s->tag == RAL_SCALAR_BOOL) {
+    *f = (double)s->v.i;
+    *v = s->v.i;
+    return 1;
+  }
+  if (s->tag != RAL_SCALAR_FLOAT) return 0;
+  *f = s->v.f;
+  *v = (int64_t)s->v.f;
+  return 1;
+}
+
+/*!
+ * \brief Scalar `i` of a call as an int list (`int[2] stride`, `int[] dims`).
+ * \param n set to the list's length (0 when absent).
+ * \return the elements; a bare INT counts as a one-element list, as aten accepts `int[1]`
+ *   given as an int; NULL for other tags and missing indices.
+ */
+static inline const int64_t* ral_sdk_call_scalar_list(const ral_kernel_call* c, int i, int* n) {
+  *n = 0;
+  if (i >= c->n_scalars) return NULL;
+  const ral_scalar* s = &c->scalars[i];
+  if (s->tag == RAL_SCALAR_INT) {
+    *n = 1;
+    return &s->v.i;
+  }
+  if (s->tag != RAL_SCALAR_INT_LIST) return NULL;
+  *n = s->count;
+  return s->v.list;
+}
+
+/*!
  * \brief Convert an integer Scalar to an integer tensor's element type as PyTorch does when
  * an op takes a Scalar in the tensor's dtype (clamp's bounds, fill's value): values that
  * overflow the type are refused, and a negative value for an unsigned type wraps
