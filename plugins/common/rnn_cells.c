@@ -4,7 +4,84 @@
  */
 #include "rnn_cells.h"
 
+#include <stdio.h>
+
 #include "ral_fastmath.h"
+
+/* Call order, outputs first (the ATen schemas' order). */
+const ral_rnn_layout ral_rnn_layouts[RAL_RNN_KINDS] = {
+    /* hy cy ws | input_gates hidden_gates cx input_bias? hidden_bias? */
+    [RAL_RNN_LSTM] = {"lstm cell", 3, 5, {1, 1, 4, 4, 4, 1, 4, 4}, {0, 0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 0, 1, 1},
+                      {-1, -1, -1, -1, -1, -1, -1, -1}, 3, 5},
+    /* grad_gates grad_cx grad_bias? | grad_hy? grad_cy? cx cy workspace */
+    [RAL_RNN_LSTM_BWD] = {"lstm cell backward", 3, 5, {4, 1, 4, 1, 1, 1, 1, 4}, {0, 0, 1, 0, 0, 0, 0, 0},
+                          {0, 0, 1, 1, 1, 0, 0, 0}, {-1, -1, 0, -1, -1, -1, -1, -1}, 7, 5},
+    /* hy workspace | input_gates hidden_gates hx input_bias? hidden_bias? */
+    [RAL_RNN_GRU] = {"gru cell", 2, 5, {1, 5, 3, 3, 1, 3, 3}, {0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 1, 1},
+                     {-1, -1, -1, -1, -1, -1, -1}, 2, 4},
+    /* grad_input_gates grad_hidden_gates grad_hx grad_input_bias? grad_hidden_bias? | grad_hy workspace */
+    [RAL_RNN_GRU_BWD] = {"gru cell backward", 5, 2, {3, 3, 1, 3, 3, 1, 5}, {0, 0, 0, 1, 1, 0, 0}, {0, 0, 0, 1, 1, 0, 0},
+                         {-1, -1, -1, 0, 1, -1, -1}, 6, 5},
+};
+
+static int is_contiguous(const ral_tensor* t) {
+  int64_t want = 1;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    if (t->sizes[d] != 1 && t->strides[d] != want) return 0;
+    want *= t->sizes[d];
+  }
+  return 1;
+}
+
+static int64_t numel(const ral_tensor* t) {
+  int64_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= t->sizes[d];
+  return n;
+}
+
+int ral_rnn_check(ral_rnn_kind kind, const ral_tensor* const* ts, int64_t* B, int64_t* H, char* why, size_t n) {
+  const ral_rnn_layout* L = &ral_rnn_layouts[kind];
+  const ral_tensor *g = ts[L->gates], *s = ts[L->state];
+  for (int i = 0; i < L->n_out + L->n_in; i++) {
+    const ral_tensor* t = ts[i];
+    if (!t && !L->optional[i]) return snprintf(why, n, "tensor %d is required", i), 0;
+    if (t && t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_FLOAT16 && t->dtype != RAL_DTYPE_BFLOAT16)
+      return snprintf(why, n, "tensor %d: only float32, float16 and bfloat16", i), 0;
+    if (t && !is_contiguous(t)) return snprintf(why, n, "tensor %d must be contiguous", i), 0;
+  }
+  int w = L->width[L->gates];
+  if (g->ndim != 2 || s->ndim != 2 || g->sizes[0] != s->sizes[0] || g->sizes[1] != w * s->sizes[1])
+    return snprintf(why, n, "expected gates [B, %dH] and state [B, H], got %lld x %lld gates for a %dd state", w,
+                    (long long)(g->ndim > 0 ? g->sizes[0] : 1), (long long)(g->ndim > 1 ? g->sizes[1] : 1),
+                    (int)s->ndim),
+           0;
+  *B = s->sizes[0];
+  *H = s->sizes[1];
+  for (int i = 0; i < L->n_out + L->n_in; i++) {
+    int64_t want = L->width[i] * *H * (L->bias[i] ? 1 : *B);
+    if (ts[i] && numel(ts[i]) != want)
+      return snprintf(why, n, "tensor %d has %lld elements, expected %lld", i, (long long)numel(ts[i]), (long long)want),
+             0;
+  }
+  return 1;
+}
+
+void ral_rnn_row(ral_rnn_kind kind, int64_t H, float* const* r) {
+  switch (kind) {
+    case RAL_RNN_LSTM:
+      ral_lstm_cell_row(H, r[3], r[4], r[6], r[7], r[5], r[0], r[1], r[2]);
+      break;
+    case RAL_RNN_LSTM_BWD:
+      ral_lstm_cell_backward_row(H, r[3], r[4], r[5], r[6], r[7], r[0], r[1]);
+      break;
+    case RAL_RNN_GRU:
+      ral_gru_cell_row(H, r[2], r[3], r[5], r[6], r[4], r[0], r[1]);
+      break;
+    default:
+      ral_gru_cell_backward_row(H, r[5], r[6], r[0], r[1], r[2]);
+      break;
+  }
+}
 
 static float at(const float* p, int64_t k) { return p ? p[k] : 0.0f; }
 

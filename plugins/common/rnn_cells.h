@@ -10,7 +10,32 @@
 #ifndef RAL_RNN_CELLS_H
 #define RAL_RNN_CELLS_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "ral_plugin.h"
+
+/* The four cell ops; each plugin's kernels take the call's tensors in call order, outputs
+ * first (ral_rnn_layouts says what each one is). */
+typedef enum { RAL_RNN_LSTM, RAL_RNN_LSTM_BWD, RAL_RNN_GRU, RAL_RNN_GRU_BWD, RAL_RNN_KINDS } ral_rnn_kind;
+enum { RAL_RNN_MAX_TENSORS = 8 };
+typedef struct {
+  const char* what;
+  int n_out, n_in;
+  int width[RAL_RNN_MAX_TENSORS];    /* row width in units of H */
+  int bias[RAL_RNN_MAX_TENSORS];     /* 1: one row (a bias or a bias gradient), not B rows */
+  int optional[RAL_RNN_MAX_TENSORS]; /* 1: may be absent */
+  int bias_src[RAL_RNN_MAX_TENSORS]; /* a bias gradient output: the output it sums over rows; else -1 */
+  int gates, state;                  /* the tensors that fix B and H */
+} ral_rnn_layout;
+extern const ral_rnn_layout ral_rnn_layouts[RAL_RNN_KINDS];
+
+/*! Check a call's tensors (ts[i] NULL: absent) against `kind`'s layout: float32/float16/
+ *  bfloat16, contiguous, every size; B and H into *B, *H. 0 with the reason in why[n]. */
+int ral_rnn_check(ral_rnn_kind kind, const ral_tensor* const* ts, int64_t* B, int64_t* H, char* why, size_t n);
+/*! One batch row of `kind`: r[i] is row b of tensor i as float (NULL: absent; bias rows
+ *  are their one row; bias gradient outputs are not touched). */
+void ral_rnn_row(ral_rnn_kind kind, int64_t H, float* const* r);
 
 /*! hy, cy [H] and ws [4H] of one row from ig, hg [4H], biases [4H] (or NULL) and cx [H]. */
 void ral_lstm_cell_row(int64_t H, const float* ig, const float* hg, const float* bi, const float* bh, const float* cx,
