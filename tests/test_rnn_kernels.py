@@ -181,6 +181,16 @@ def test_cell_ops_match_decomposition(which, kind, bias):
     dev = plugin_device(which)
     args = _cell_inputs(kind, bias)
     on_dev = [None if a is None else a.to(dev) for a in args]
+    with torch_fl.coverage() as cov:
+        want, got, want_b, got_b = _cells_both_ways(kind, args, on_dev, dev, bias)
+    _close(list(got), list(want), 1e-5, 1e-5)
+    assert [t is None for t in got_b] == [t is None for t in want_b]
+    _close([t for t in got_b if t is not None], [t for t in want_b if t is not None], 1e-5, 1e-5)
+    assert all(op in cov.ops_in_tier("vendor") for op in (LSTM_OPS if kind == "lstm" else GRU_OPS)), cov.counts
+
+
+def _cells_both_ways(kind, args, on_dev, dev, bias):
+    """(decomposition forward, device forward, decomposition backward, device backward)."""
     if kind == "lstm":
         want = rnn_cells.lstm_cell(*args)
         got = aten._thnn_fused_lstm_cell(*on_dev)
@@ -196,9 +206,7 @@ def test_cell_ops_match_decomposition(which, kind, bias):
         ghy = torch.randn(3, 5)
         want_b = rnn_cells.gru_cell_backward(ghy, want[1], bias)
         got_b = aten._thnn_fused_gru_cell_backward(ghy.to(dev), want[1].to(dev), bias)
-    _close(list(got), list(want), 1e-5, 1e-5)
-    assert [t is None for t in got_b] == [t is None for t in want_b]
-    _close([t for t in got_b if t is not None], [t for t in want_b if t is not None], 1e-5, 1e-5)
+    return want, got, want_b, got_b
 
 
 def test_opencl_inline_and_queued_paths_agree():
