@@ -253,11 +253,16 @@ def test_bad_gate_shape_raises_and_device_keeps_working(which, kind):
     op = aten._thnn_fused_lstm_cell if kind == "lstm" else aten._thnn_fused_gru_cell
     width = 4 if kind == "lstm" else 3
     g, state, b = torch.randn(3, 12).to(dev), torch.randn(3, 5).to(dev), torch.zeros(12).to(dev)
-    with pytest.raises(RuntimeError, match=rf"_thnn_fused_{kind}_cell.*expected gates \[B, {width}H\]"):
+    with pytest.raises(RuntimeError, match=rf"_thnn_fused_{kind}_cell.*expected input_gates \[B, {width}H\]"):
         op(g, g, state, b, b)  # 12 gates for 5 hidden units
     state_name = "cx" if kind == "lstm" else "hx"
     with pytest.raises(RuntimeError, match=rf"_thnn_fused_{kind}_cell: expected {state_name} of shape"):
         op(g, g, torch.randn(3).to(dev), b, b)  # a 1-d state
+    with pytest.raises(RuntimeError, match=r"backward.*expected workspace \[B, [45]H\]"):
+        if kind == "lstm":  # a GRU-sized workspace for the LSTM backward
+            aten._thnn_fused_lstm_cell_backward_impl(state, state, state, state, torch.randn(3, 25).to(dev), True)
+        else:
+            aten._thnn_fused_gru_cell_backward(state, torch.randn(3, 20).to(dev), True)
     args = [a.to(dev) for a in _cell_inputs(kind)]
     want = (rnn_cells.lstm_cell if kind == "lstm" else rnn_cells.gru_cell)(*[a.cpu() for a in args])
     with torch_fl.coverage() as cov:

@@ -11,16 +11,25 @@
 /* Call order, outputs first (the ATen schemas' order). */
 const ral_rnn_layout ral_rnn_layouts[RAL_RNN_KINDS] = {
     /* hy cy ws | input_gates hidden_gates cx input_bias? hidden_bias? */
-    [RAL_RNN_LSTM] = {"lstm cell", 3, 5, {1, 1, 4, 4, 4, 1, 4, 4}, {0, 0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 0, 1, 1},
+    [RAL_RNN_LSTM] = {{"hy", "cy", "workspace", "input_gates", "hidden_gates", "cx", "input_bias", "hidden_bias"},
+                      3,
+                      5, {1, 1, 4, 4, 4, 1, 4, 4}, {0, 0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 0, 1, 1},
                       {-1, -1, -1, -1, -1, -1, -1, -1}, 3, 5},
     /* grad_gates grad_cx grad_bias? | grad_hy? grad_cy? cx cy workspace */
-    [RAL_RNN_LSTM_BWD] = {"lstm cell backward", 3, 5, {4, 1, 4, 1, 1, 1, 1, 4}, {0, 0, 1, 0, 0, 0, 0, 0},
+    [RAL_RNN_LSTM_BWD] = {{"grad_gates", "grad_cx", "grad_bias", "grad_hy", "grad_cy", "cx", "cy", "workspace"},
+                          3,
+                          5, {4, 1, 4, 1, 1, 1, 1, 4}, {0, 0, 1, 0, 0, 0, 0, 0},
                           {0, 0, 1, 1, 1, 0, 0, 0}, {-1, -1, 0, -1, -1, -1, -1, -1}, 7, 5},
     /* hy workspace | input_gates hidden_gates hx input_bias? hidden_bias? */
-    [RAL_RNN_GRU] = {"gru cell", 2, 5, {1, 5, 3, 3, 1, 3, 3}, {0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 1, 1},
+    [RAL_RNN_GRU] = {{"hy", "workspace", "input_gates", "hidden_gates", "hx", "input_bias", "hidden_bias"},
+                     2,
+                     5, {1, 5, 3, 3, 1, 3, 3}, {0, 0, 0, 0, 0, 1, 1}, {0, 0, 0, 0, 0, 1, 1},
                      {-1, -1, -1, -1, -1, -1, -1}, 2, 4},
     /* grad_input_gates grad_hidden_gates grad_hx grad_input_bias? grad_hidden_bias? | grad_hy workspace */
-    [RAL_RNN_GRU_BWD] = {"gru cell backward", 5, 2, {3, 3, 1, 3, 3, 1, 5}, {0, 0, 0, 1, 1, 0, 0}, {0, 0, 0, 1, 1, 0, 0},
+    [RAL_RNN_GRU_BWD] = {{"grad_input_gates", "grad_hidden_gates", "grad_hx", "grad_input_bias", "grad_hidden_bias",
+                          "grad_hy", "workspace"},
+                         5,
+                         2, {3, 3, 1, 3, 3, 1, 5}, {0, 0, 0, 1, 1, 0, 0}, {0, 0, 0, 1, 1, 0, 0},
                          {-1, -1, -1, 0, 1, -1, -1}, 6, 5},
 };
 
@@ -44,23 +53,24 @@ int ral_rnn_check(ral_rnn_kind kind, const ral_tensor* const* ts, int64_t* B, in
   const ral_tensor *g = ts[L->gates], *s = ts[L->state];
   for (int i = 0; i < L->n_out + L->n_in; i++) {
     const ral_tensor* t = ts[i];
-    if (!t && !L->optional[i]) return snprintf(why, n, "tensor %d is required", i), 0;
+    if (!t && !L->optional[i]) return snprintf(why, n, "%s is required", L->names[i]), 0;
     if (t && t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_FLOAT16 && t->dtype != RAL_DTYPE_BFLOAT16)
-      return snprintf(why, n, "tensor %d: only float32, float16 and bfloat16", i), 0;
-    if (t && !is_contiguous(t)) return snprintf(why, n, "tensor %d must be contiguous", i), 0;
+      return snprintf(why, n, "%s: only float32, float16 and bfloat16", L->names[i]), 0;
+    if (t && !is_contiguous(t)) return snprintf(why, n, "%s must be contiguous", L->names[i]), 0;
   }
   int w = L->width[L->gates];
   if (g->ndim != 2 || s->ndim != 2 || g->sizes[0] != s->sizes[0] || g->sizes[1] != w * s->sizes[1])
-    return snprintf(why, n, "expected gates [B, %dH] and state [B, H], got %lld x %lld gates for a %dd state", w,
-                    (long long)(g->ndim > 0 ? g->sizes[0] : 1), (long long)(g->ndim > 1 ? g->sizes[1] : 1),
-                    (int)s->ndim),
+    return snprintf(why, n, "expected %s [B, %dH] and %s [B, H], got [%lld, %lld] (%dd) and %dd", L->names[L->gates], w,
+                    L->names[L->state], (long long)(g->ndim > 0 ? g->sizes[0] : 1),
+                    (long long)(g->ndim > 1 ? g->sizes[1] : 1), (int)g->ndim, (int)s->ndim),
            0;
   *B = s->sizes[0];
   *H = s->sizes[1];
   for (int i = 0; i < L->n_out + L->n_in; i++) {
     int64_t want = L->width[i] * *H * (L->bias[i] ? 1 : *B);
     if (ts[i] && numel(ts[i]) != want)
-      return snprintf(why, n, "tensor %d has %lld elements, expected %lld", i, (long long)numel(ts[i]), (long long)want),
+      return snprintf(why, n, "%s has %lld elements, expected %lld", L->names[i], (long long)numel(ts[i]),
+                      (long long)want),
              0;
   }
   return 1;

@@ -20,7 +20,7 @@
 typedef enum { RAL_RNN_LSTM, RAL_RNN_LSTM_BWD, RAL_RNN_GRU, RAL_RNN_GRU_BWD, RAL_RNN_KINDS } ral_rnn_kind;
 enum { RAL_RNN_MAX_TENSORS = 8 };
 typedef struct {
-  const char* what;
+  const char* names[RAL_RNN_MAX_TENSORS]; /* ATen's argument and result names, for errors */
   int n_out, n_in;
   int width[RAL_RNN_MAX_TENSORS];    /* row width in units of H */
   int bias[RAL_RNN_MAX_TENSORS];     /* 1: one row (a bias or a bias gradient), not B rows */

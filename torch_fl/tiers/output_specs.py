@@ -32,6 +32,14 @@ def _lstm_cell(full):
     return _meta((b, h), full[2].dtype), _meta((b, h), full[2].dtype), _meta((b, 4 * h), full[0].dtype)
 
 
+def _lstm_cell_backward(full):
+    """(grad_gates, grad_cx, grad_bias?) as CUDA allocates them: like workspace, like cx, and
+    [4H] when has_bias (the meta kernel's bad-shape errors carry no message)."""
+    b, h = _rows("_thnn_fused_lstm_cell_backward_impl", full[2], "cx")
+    ws = full[4].dtype
+    return _meta((b, 4 * h), ws), _meta((b, h), full[2].dtype), _meta((4 * h,), ws) if full[5] else None
+
+
 def _gru_cell(full):
     """(hy, workspace): like hx, and [B, 5H] of hx's dtype (torch has no meta kernel)."""
     b, h = _rows("_thnn_fused_gru_cell", full[2], "hx")
@@ -50,6 +58,7 @@ def _gru_cell_backward(full):
 # op name -> full arguments -> output meta tensors (None: an undefined output)
 OUTPUT_SPECS = {
     "aten::_thnn_fused_lstm_cell": _lstm_cell,
+    "aten::_thnn_fused_lstm_cell_backward_impl": _lstm_cell_backward,
     "aten::_thnn_fused_gru_cell": _gru_cell,
     "aten::_thnn_fused_gru_cell_backward": _gru_cell_backward,
 }
