@@ -46,7 +46,8 @@
   X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
   X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_upsample_nearest2d)       \
   X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
-  X(host_lstm_cell) X(host_lstm_cell_backward)
+  X(host_lstm_cell) X(host_lstm_cell_backward) \
+  X(host_gru_cell) X(host_gru_cell_backward)
 
 #define HOST_KERNELS_INDEX(X)                                                        \
   X(host_embedding) X(host_embedding_dense_backward) X(host_gather) X(host_scatter_src) \

@@ -46,9 +46,13 @@
   X(ocl_convolution) X(ocl_convolution_backward) X(ocl_batch_norm) X(ocl_batch_norm_backward) \
   X(ocl_max_pool2d_with_indices) X(ocl_max_pool2d_with_indices_backward)
 
+#define OCL_KERNELS_RNN(X) \
+  X(ocl_lstm_cell) X(ocl_lstm_cell_backward) X(ocl_gru_cell) X(ocl_gru_cell_backward)
+
 #define OCL_KERNELS(X)                                                                    \
   OCL_KERNELS_EW(X) OCL_KERNELS_COPY(X) OCL_KERNELS_REDUCE(X) OCL_KERNELS_BLAS(X)         \
-  OCL_KERNELS_NN(X) OCL_KERNELS_INDEX(X) OCL_KERNELS_RANDOM(X) OCL_KERNELS_CNN(X)
+  OCL_KERNELS_NN(X) OCL_KERNELS_INDEX(X) OCL_KERNELS_RANDOM(X) OCL_KERNELS_CNN(X)         \
+  OCL_KERNELS_RNN(X)
 
 #define OCL_DECLARE_KERNEL(name) \
   __attribute__((visibility("hidden"))) ral_status name(const ral_kernel_call* call);

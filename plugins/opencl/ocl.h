@@ -21,7 +21,8 @@
 #define OCL_MAX_DEVICES 16
 
 /* Built-in programs: one per kernels/<family>.cl, each built on first use per device. */
-#define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random) X(conv) X(bn) X(pool)
+#define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random) X(conv) X(bn) X(pool) \
+  X(rnn)
 #define OCL_FAMILY_ENUM(name) OCL_FAM_##name,
 enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 #undef OCL_FAMILY_ENUM
@@ -39,6 +40,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(index, embedding_fwd) X(index, embedding_bwd) X(index, gather_k) X(index, index_select_k) \
   X(index, scatter_k) X(index, tri_k) X(index, tri_c) X(index, pad_k) X(index, slice_bwd_k)                \
   X(random, random_k)                                                                       \
+  X(rnn, lstm_cell_fwd) X(rnn, lstm_cell_bwd) X(rnn, gru_cell_fwd) X(rnn, gru_cell_bwd) X(rnn, rnn_bias_grad) \
   X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
   X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)

@@ -2,7 +2,9 @@
 
 ATen's nn.LSTM/nn.GRU call `_thnn_fused_lstm_cell`/`_thnn_fused_gru_cell` (and their
 backward ops) for every non-CPU device, CUDA's kernels being the only ones; CPU has no
-kernel, so the cpu tier cannot serve them. These decompositions follow CUDA's
+kernel, so the cpu tier cannot serve them. Both plugins serve them as vendor kernels
+(plugins/host/rnn.c, plugins/opencl/rnn.c); these decompositions are the fallback for a
+device or dtype without them, and follow CUDA's
 (aten/src/ATen/native/cuda/RNN.cu): the same gate order and the same workspace layout
 that the backward op reads, so forward and backward may run on different tiers.
 """

@@ -21,6 +21,8 @@ from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
 from torch_fl.tiers.cpu import ROW_MAJOR_RESULTS
 from torch_fl.tiers.launch import launch_packed
+from torch_fl.tiers.output_specs import OUTPUT_SPECS
+from torch_fl.tiers.output_specs import adjust as adjust_output_specs
 from torch_fl.tiers.packing import (
     TAG_BOOL,
     TAG_FLOAT,
@@ -39,7 +41,12 @@ _aten = torch.ops.aten
 # Ops whose kernels take an absent descriptor for an output the op leaves undefined (the
 # gradients output_mask does not ask for); other ops with such outputs decline.
 ABSENT_OUTPUT_OPS = frozenset(
-    {"aten::convolution_backward", "aten::native_batch_norm_backward", "aten::_thnn_fused_lstm_cell_backward_impl"}
+    {
+        "aten::convolution_backward",
+        "aten::native_batch_norm_backward",
+        "aten::_thnn_fused_lstm_cell_backward_impl",
+        "aten::_thnn_fused_gru_cell_backward",
+    }
 )
 rt_launch = lib.rt_launch  # the fast path calls it directly (launch.py's launch, inlined)
 
@@ -501,16 +508,6 @@ def _contig_prep(inner):
     return prep
 
 
-def _bn_stat_spec(spec, full):
-    """save_mean/save_invstd as CPU types them: the input's dtype unless a float32 weight,
-    bias or running statistic makes the call mixed (the meta kernel always says float32)."""
-    x, params = full[0], [t for t in full[1:5] if t is not None]
-    if x.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype == torch.float32 for t in params):
-        return spec
-    shape, strides, _, numel = spec[0], spec[1], spec[2], math.prod(spec[0])
-    return (shape, strides, x.dtype, numel * x.dtype.itemsize)
-
-
 def build(sch, args, kwargs, full, dev):
     """Plan a vendor-tier run for this call, or raise Declined with the reason."""
     entries = REGISTRY.entries(dev, sch.name)
@@ -522,11 +519,11 @@ def build(sch, args, kwargs, full, dev):
         raise Declined("view op")
     fresh = not (sch.is_inplace or sch.is_out)
     if fresh:
+        spec = OUTPUT_SPECS.get(sch.name)
         try:
-            res = meta_run(sch.func, args, kwargs)
+            res = spec(full) if spec is not None else meta_run(sch.func, args, kwargs)
         except (NotImplementedError, AttributeError) as e:
-            # no meta kernel, or a broken one (torch's _thnn_fused_lstm_cell meta reads
-            # .device of the optional biases): another tier serves the call
+            # no meta kernel, or a broken one: another tier serves the call
             raise Declined(f"meta kernel fails: {type(e).__name__}") from e
         metas = res if isinstance(res, (list, tuple)) else (res,)
         if any(m is None for m in metas) and sch.name not in ABSENT_OUTPUT_OPS:
@@ -540,13 +537,7 @@ def build(sch, args, kwargs, full, dev):
             shape = tuple(m.shape)
             out_specs.append((shape, contiguous_strides(shape), m.dtype, m.numel() * m.dtype.itemsize))
         out_pos = ()
-        if sch.name == "aten::native_batch_norm" and not full[5]:
-            # eval mode: CPU (and CUDA) return empty save_mean/save_invstd; the meta kernel
-            # gives them C elements. Results must look like CPU's.
-            for k in (1, 2):
-                out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
-        if sch.name == "aten::native_batch_norm":
-            out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
+        adjust_output_specs(sch.name, out_specs, full)
         present = [sp for sp in out_specs if sp is not None]
         out_shape = present[0][0] if present else ()
         out_dtype = present[0][2] if present else None

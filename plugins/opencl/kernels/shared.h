@@ -54,6 +54,15 @@ typedef struct {
   float eps, f0;
 } ocl_rows;
 
+/* Fused LSTM/GRU cells (rnn.c): a B x H grid; buffer i is the call's tensor i (outputs
+ * first) at element offset off[i] of dtype dt[i], present iff bit i of `has`. */
+typedef struct {
+  g_i64 B, H;
+  g_i64 off[8];
+  g_i32 dt[8];
+  g_i32 has, pad0;
+} ocl_rnn;
+
 /* Batched matmul: C[b] = beta * Cin[b] + alpha * A[b] @ B[b], any strides. */
 typedef struct {
   g_i64 M, N, K, batch;

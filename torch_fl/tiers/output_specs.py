@@ -1,0 +1,86 @@
+"""Output geometry the vendor tier sets itself, per op: for ops whose meta kernel is
+missing or broken, and where a meta kernel types or sizes results unlike CPU's.
+
+Everything else takes its output shapes and dtypes from PyTorch's meta kernel. These specs
+live with the vendor tier (no kernel is registered into torch's aten namespace, so other
+programs see PyTorch unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _meta(shape, dtype):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _rows(op, t, what):
+    """(B, H) of a [B, H] state or gradient; a RuntimeError naming the op otherwise."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        got = f"{t.dim()}-d" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise RuntimeError(f"{op}: expected {what} of shape [batch, hidden], got {got}")
+    return tuple(t.shape)
+
+
+def _lstm_cell(full):
+    """(hy, cy, workspace) as CUDA allocates them: like cx, cx, input_gates (no meta kernel
+    copes with absent biases)."""
+    b, h = _rows("_thnn_fused_lstm_cell", full[2], "cx")
+    return _meta((b, h), full[2].dtype), _meta((b, h), full[2].dtype), _meta((b, 4 * h), full[0].dtype)
+
+
+def _lstm_cell_backward(full):
+    """(grad_gates, grad_cx, grad_bias?) as CUDA allocates them: like workspace, like cx, and
+    [4H] when has_bias (the meta kernel's bad-shape errors carry no message)."""
+    b, h = _rows("_thnn_fused_lstm_cell_backward_impl", full[2], "cx")
+    ws = full[4].dtype
+    return _meta((b, 4 * h), ws), _meta((b, h), full[2].dtype), _meta((4 * h,), ws) if full[5] else None
+
+
+def _gru_cell(full):
+    """(hy, workspace): like hx, and [B, 5H] of hx's dtype (torch has no meta kernel)."""
+    b, h = _rows("_thnn_fused_gru_cell", full[2], "hx")
+    return _meta((b, h), full[2].dtype), _meta((b, 5 * h), full[2].dtype)
+
+
+def _gru_cell_backward(full):
+    """(grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias?, grad_hidden_bias?);
+    the bias gradients are undefined without biases, as CUDA returns them."""
+    b, h = _rows("_thnn_fused_gru_cell_backward", full[0], "grad_hy")
+    gates = full[1].dtype
+    bias = _meta((3 * h,), gates) if full[2] else None
+    return _meta((b, 3 * h), gates), _meta((b, 3 * h), gates), _meta((b, h), full[0].dtype), bias, bias
+
+
+# op name -> full arguments -> output meta tensors (None: an undefined output)
+OUTPUT_SPECS = {
+    "aten::_thnn_fused_lstm_cell": _lstm_cell,
+    "aten::_thnn_fused_lstm_cell_backward_impl": _lstm_cell_backward,
+    "aten::_thnn_fused_gru_cell": _gru_cell,
+    "aten::_thnn_fused_gru_cell_backward": _gru_cell_backward,
+}
+
+
+def _bn_stat_spec(spec, full):
+    """save_mean/save_invstd as CPU types them: the input's dtype unless a float32 weight,
+    bias or running statistic makes the call mixed (the meta kernel always says float32)."""
+    x, params = full[0], [t for t in full[1:5] if t is not None]
+    if x.dtype not in (torch.float16, torch.bfloat16) or any(t.dtype == torch.float32 for t in params):
+        return spec
+    shape, strides, _, numel = spec[0], spec[1], spec[2], math.prod(spec[0])
+    return (shape, strides, x.dtype, numel * x.dtype.itemsize)
+
+
+def adjust(name, out_specs, full):
+    """Correct (shape, strides, dtype, nbytes) specs taken from a meta kernel in place where
+    CPU's results differ from it."""
+    if name == "aten::native_batch_norm":
+        if not full[5]:
+            # eval mode: CPU (and CUDA) return empty save_mean/save_invstd; the meta kernel
+            # gives them C elements. Results must look like CPU's.
+            for k in (1, 2):
+                out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
+        out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
