@@ -1,8 +1,8 @@
 """Inductor's C++ kernels on ral:0 launched in stream order (torch_fl/jit/inductor_async.py).
 
 The default backend on a host-mappable device used to call each C++ kernel on the Python
-thread after draining the stream; now kernels that cannot raise run on the device's stream
-behind the GEMMs queued before them. Results against eager CPU float32; the counters say which
+thread after draining the stream; now they run on the device's stream behind the GEMMs
+queued before them (kernels that can raise through a guard that reports their exception). Results against eager CPU float32; the counters say which
 path ran. ral:1 compiles through the extern call (no C++ kernels): its default-backend tests
 are tests/test_compile_default_backend.py."""
 
@@ -12,7 +12,7 @@ import copy
 
 import pytest
 import torch
-from compile_models import Block
+from compile_models import Block, host_waits
 
 import torch_fl
 from torch_fl.jit import inductor_async
@@ -30,15 +30,6 @@ def _fresh():
     torch._dynamo.reset()
     with iconfig.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
         yield
-
-
-def _waits():
-    """A list that receives the reason of every host wait on a device while the fixture runs."""
-    from torch_fl.device import sync
-
-    seen: list = []
-    sync.SYNC_OBSERVERS.append(lambda dev, reason: seen.append(reason))
-    return seen, lambda: sync.SYNC_OBSERVERS.pop()
 
 
 @pytest.mark.parametrize("style", ["to_device", "ral_mode"])
@@ -63,7 +54,7 @@ def test_training_runs_kernels_on_the_stream(style):
     for _ in range(2):
         want = step(ref, opt_ref, x)
     before = dict(inductor_async.STATS)
-    seen, stop = _waits()
+    seen, stop = host_waits()
     try:
         if style == "to_device":
             m.to("ral:0")
@@ -111,9 +102,9 @@ def test_in_place_write_into_an_input_and_a_view():
     torch.testing.assert_close(got.cpu(), want, **TOL)
 
 
-def test_kernels_that_can_raise_keep_the_direct_call():
-    """A bounds check (embedding) or integer division raises a Python exception from the kernel
-    on the calling thread, and the process keeps working."""
+def test_kernels_that_can_raise_report_their_error():
+    """A bounds check (embedding) or integer division raises a Python exception (launched on
+    the stream, reported at the sync that reads the value), and the process keeps working."""
     w = torch.randn(10, 4)
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     with pytest.raises(RuntimeError, match="index out of bounds"):
