@@ -196,7 +196,13 @@ def test_variance_rewrite_keeps_large_and_dynamic_reductions():
         torch.testing.assert_close(g.cpu(), w, **TOL)
 
 
-# --- kernels with index bounds checks, launched on the stream (inductor_async.guard) ---------
+# --- kernels with index bounds checks, launched on the stream (inductor_async.guard, opt-in) ---
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: kernels with bounds checks are launched too."""
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
 
 
 class _EmbedLoss(torch.nn.Module):
@@ -213,7 +219,7 @@ class _EmbedLoss(torch.nn.Module):
 
 
 @pytest.mark.parametrize("style", ["to_device", "ral_mode"])
-def test_checked_kernels_run_on_the_stream(style):
+def test_checked_kernels_run_on_the_stream(style, checked):
     """The embedding's and the loss's kernels (index bounds checks) are launched in stream order
     like the others: a training step waits for the device only where the test reads a value,
     and loss, gradients and updated weights match CPU."""
@@ -259,7 +265,7 @@ def test_checked_kernels_run_on_the_stream(style):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
 
 
-def test_bad_index_raises_at_sync_and_the_process_keeps_working():
+def test_bad_index_raises_at_sync_and_the_process_keeps_working(checked):
     """An out-of-range token id (embedding) and an out-of-range class (nll_loss) in a compiled
     graph raise a RuntimeError naming inductor's check when the value is read, as CUDA reports
     a device-side assert; the same compiled function, and other tensors, keep working after."""
@@ -282,7 +288,7 @@ def test_bad_index_raises_at_sync_and_the_process_keeps_working():
     torch.testing.assert_close((kept * 2).cpu(), keep * 2)
 
 
-def test_bad_index_on_ral1_raises_and_good_ones_match_cpu():
+def test_bad_index_on_ral1_raises_and_good_ones_match_cpu(checked):
     """ral:1 (extern call, no C++ kernels) is unaffected: the same graph matches CPU and a bad
     token id raises a RuntimeError there too."""
     if torch.ral.device_count() < 2:
@@ -319,3 +325,25 @@ def test_guard_wraps_the_kernel_and_keeps_its_definition_last():
     assert f"void {GUARDED}(char* ral_error, const int64_t* in_ptr0, float* out_ptr0, const int64_t ks0) {{" in out
     assert guard(out) == out
     assert guard("int x;") == "int x;"
+
+
+def test_checked_switch_off_calls_directly_and_changes_the_cache_key(monkeypatch):
+    """By default (and with TORCH_FL_INDUCTOR_ASYNC_CHECKED=0) a kernel with a bounds check keeps
+    the direct call and its Python error; the switch is part of inductor's cache key."""
+    from torch_fl.jit import inductor_async
+
+    monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
+    off = inductor_key.digest()
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
+    assert inductor_key.digest() != off
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0")
+    assert inductor_key.digest() == off
+    w, idx = torch.randn(10, 4), torch.tensor([3, 2])
+    f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
+    before = dict(inductor_async.STATS)
+    torch.testing.assert_close(f(idx.to("ral:0"), w.to("ral:0")).cpu(), torch.nn.functional.embedding(idx, w) * 2)
+    assert inductor_async.STATS["direct"] > before["direct"]
+    assert inductor_async.STATS["guarded"] == before["guarded"]
+    with pytest.raises(RuntimeError, match="index out of bounds") as err:
+        f(torch.tensor([1, 20]).to("ral:0"), w.to("ral:0")).cpu()
+    assert not isinstance(err.value, torch_fl.KernelError)

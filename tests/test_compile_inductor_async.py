@@ -1,8 +1,8 @@
 """Inductor's C++ kernels on ral:0 launched in stream order (torch_fl/jit/inductor_async.py).
 
 The default backend on a host-mappable device used to call each C++ kernel on the Python
-thread after draining the stream; now they run on the device's stream behind the GEMMs
-queued before them (kernels that can raise through a guard that reports their exception). Results against eager CPU float32; the counters say which
+thread after draining the stream; now kernels that cannot raise run on the device's stream
+behind the GEMMs queued before them. Results against eager CPU float32; the counters say which
 path ran. ral:1 compiles through the extern call (no C++ kernels): its default-backend tests
 are tests/test_compile_default_backend.py."""
 
@@ -102,9 +102,10 @@ def test_in_place_write_into_an_input_and_a_view():
     torch.testing.assert_close(got.cpu(), want, **TOL)
 
 
-def test_kernels_that_can_raise_report_their_error():
-    """A bounds check (embedding) or integer division raises a Python exception (launched on
-    the stream, reported at the sync that reads the value), and the process keeps working."""
+def test_kernels_that_can_raise_keep_the_direct_call():
+    """A bounds check (embedding) or integer division raises a Python exception from the kernel
+    on the calling thread, and the process keeps working (launched on the stream instead with
+    TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: tests/test_compile_host_speed.py)."""
     w = torch.randn(10, 4)
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     with pytest.raises(RuntimeError, match="index out of bounds"):

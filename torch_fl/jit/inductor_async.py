@@ -13,16 +13,21 @@ OpenMP loops get the caller's thread count (what they would get on the Python th
 `torch.get_num_threads()`), restored afterwards (the worker keeps OpenBLAS single-threaded).
 
 Kernels that can raise (inductor's index bounds checks, integer division by zero: `may_raise`)
-are launched too, through `ral_guarded_kernel`, a C++ function `guard` adds to their source
-that calls the kernel and catches its exception (a C++ exception cannot cross the C
-trampoline). The trampoline returns the exception's message as the launch's failure: the
-stream reports it at the next sync as a `torch_fl.KernelError` (a RuntimeError), as CUDA
-reports a device-side assert, and marks the stream so that later inductor kernels queued on
-it are skipped (their inputs may be the failed kernel's unwritten outputs: a garbage index
-must not reach another bounds check) until the Python side has seen the error (`_settle`).
-A check inside an OpenMP parallel region cannot be caught (its exception ends the process,
-as with a direct call and on CPU). A call with any argument other than tensors of one ral
-device whose plugin compiles C, and Python ints, takes the direct call.
+keep the direct call, whose error is a Python exception: a C++ exception cannot cross the C
+trampoline. With `TORCH_FL_INDUCTOR_ASYNC_CHECKED=1` (opt-in, part of inductor's cache key)
+they are launched too, through `ral_guarded_kernel`, a C++ function `guard` adds to their
+source that calls the kernel and catches its exception. The trampoline returns the
+exception's message as the launch's failure: the stream reports it at the next sync as a
+`torch_fl.KernelError` (a RuntimeError), as CUDA reports a device-side assert, and marks the
+stream so that later inductor kernels queued on it are skipped (their inputs may be the
+failed kernel's unwritten outputs: a garbage index must not reach another bounds check)
+until the Python side has seen the error (`_settle`). A check inside an OpenMP parallel
+region cannot be caught (its exception ends the process, as with a direct call and on CPU).
+Opt-in because with no OpenMP region left on the Python thread, libgomp's helper of the
+worker's team spins after every kernel on the core the next GEMM needs (GPT-2 on 2 cores:
+steps 3-6x slower) unless `GOMP_SPINCOUNT` is set low (1000) before Python starts
+(docs/compile.md). A call with any argument other than tensors of one ral device whose
+plugin compiles C, and Python ints, takes the direct call.
 `TORCH_FL_INDUCTOR_ASYNC=0` turns the path off (the switch is part of inductor's cache key).
 """
 
@@ -54,6 +59,11 @@ def enabled() -> bool:
     return os.environ.get("TORCH_FL_INDUCTOR_ASYNC", "1") != "0"
 
 
+def checked_enabled() -> bool:
+    """Whether wrappers generated now launch kernels that may raise too (`guard`; opt-in)."""
+    return enabled() and os.environ.get("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0") == "1"
+
+
 # Constructs of inductor's C++ kernels that throw a C++ exception: TORCH_CHECK (index bounds
 # asserts) and the integer division helpers of cpp_prefix.h (they flag division by zero and the
 # kernel throws after its loops).
@@ -61,7 +71,7 @@ _RAISES = re.compile(r"\b(?:AOTI_)?TORCH_CHECK\b|\bfloor_divide_integral\b|\brem
 
 
 def may_raise(src_code: str) -> bool:
-    """Whether an inductor C++ kernel's source can throw (then it is launched `guard`ed)."""
+    """Whether an inductor C++ kernel's source can throw (direct call, or `guard`ed launch)."""
     return bool(_RAISES.search(src_code))
 
 

@@ -154,7 +154,7 @@ def register() -> None:
                 raise UnsupportedError(_config_message(wrong))
             src_code = inductor_math.rewrite(src_code)  # eager ral:0's vector tanh
             raises = inductor_async.may_raise(src_code)
-            if raises and inductor_async.enabled():
+            if raises and inductor_async.checked_enabled():
                 src_code = inductor_async.guard(src_code)  # launched too, its exception caught
             name = super().define_kernel(src_code, nodes, kernel_args)
             checked = getattr(V.graph.wrapper_code, "ral_checked", None)
@@ -173,8 +173,9 @@ def register() -> None:
 
         def __init__(self):
             super().__init__()
-            self.ral_checked = set()  # kernels that may raise (inductor_async.may_raise): guarded
+            self.ral_checked = set()  # kernels that may raise (inductor_async.may_raise)
             self.ral_async = inductor_async.enabled()
+            self.ral_async_checked = inductor_async.checked_enabled()
 
         def write_header(self) -> None:
             super().write_header()
@@ -192,10 +193,11 @@ def register() -> None:
             if triton or device.type != "ral":
                 return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kw)
             _check_device(device)
-            if self.ral_async:
+            checked = kernel_name in self.ral_checked
+            if self.ral_async and (self.ral_async_checked or not checked):
                 # in stream order on the device (inductor_async), no wait for queued GEMMs;
-                # a kernel that may raise reports its error at the next sync
-                call = "_ral_guarded" if kernel_name in self.ral_checked else "_ral_async"
+                # a kernel that may raise (opt-in) reports its error at the next sync
+                call = "_ral_guarded" if checked else "_ral_async"
                 self.writeline(f"{call}({', '.join([kernel_name, *call_args])}){self.ending}")
             else:
                 self.writeline(f"_ral_direct({', '.join([kernel_name, *call_args])}){self.ending}")
