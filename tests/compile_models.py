@@ -5,6 +5,15 @@ from __future__ import annotations
 import torch
 
 
+def host_waits():
+    """A list that receives the reason of every host wait on a device, and its remover."""
+    from torch_fl.device import sync
+
+    seen: list = []
+    sync.SYNC_OBSERVERS.append(lambda dev, reason: seen.append(reason))
+    return seen, lambda: sync.SYNC_OBSERVERS.pop()
+
+
 class Block(torch.nn.Module):
     """Linear, pointwise chain, layer norm, softmax: small but touches every tier."""
 

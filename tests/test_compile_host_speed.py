@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from compile_models import host_waits
 from torch._inductor.utils import run_and_get_code
 
 import torch_fl
@@ -193,3 +194,156 @@ def test_variance_rewrite_keeps_large_and_dynamic_reductions():
     assert "Welford<" in "\n".join(code)  # the 2048-element rows keep Welford, as on CPU
     for g, w in zip(got, fn(x)):
         torch.testing.assert_close(g.cpu(), w, **TOL)
+
+
+# --- kernels with index bounds checks, launched on the stream (inductor_async.guard, opt-in) ---
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: kernels with bounds checks are launched too."""
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
+
+
+class _EmbedLoss(torch.nn.Module):
+    """GPT-2's ends: an embedding lookup and a cross-entropy loss (nll_loss's target check)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 8)
+        self.head = torch.nn.Linear(8, 6)
+
+    def forward(self, ids, target):
+        logits = self.head(self.emb(ids))
+        return torch.nn.functional.cross_entropy(logits.view(-1, 6), target.view(-1))
+
+
+@pytest.mark.parametrize("style", ["to_device", "ral_mode"])
+def test_checked_kernels_run_on_the_stream(style, checked):
+    """The embedding's and the loss's kernels (index bounds checks) are launched in stream order
+    like the others: a training step waits for the device only where the test reads a value,
+    and loss, gradients and updated weights match CPU."""
+    from torch_fl.jit import inductor_async
+
+    torch.manual_seed(0)
+    model = _EmbedLoss()
+    ids, target = torch.randint(0, 10, (4, 5)), torch.randint(0, 6, (4, 5))
+    ref, m = copy.deepcopy(model), copy.deepcopy(model)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+
+    def train(fn, o, *args):
+        o.zero_grad()
+        loss = fn(*args)
+        loss.backward()
+        o.step()
+        return loss
+
+    want = [train(ref, opt_ref, ids, target).detach() for _ in range(2)]
+    before = dict(inductor_async.STATS)
+    if style == "to_device":
+        f = torch.compile(m.to("ral:0"))
+        got = [train(f, opt, ids.to("ral:0"), target.to("ral:0")) for _ in range(2)]
+        waits, done = host_waits()
+        got.append(train(f, opt, ids.to("ral:0"), target.to("ral:0")))
+        done()
+    else:
+        with torch_fl.ral_mode("ral:0"):
+            m.to("ral:0")
+            f = torch.compile(m)
+            got = [train(f, opt, ids, target) for _ in range(2)]
+            waits, done = host_waits()
+            got.append(train(f, opt, ids, target))
+            done()
+    want.append(train(ref, opt_ref, ids, target).detach())
+    assert waits == [], f"host waits inside a compiled step: {waits}"
+    assert inductor_async.STATS["guarded"] > before["guarded"]
+    assert inductor_async.STATS["direct"] == before["direct"]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.detach().cpu(), w, **TOL)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), **TOL)
+
+
+def test_bad_index_raises_at_sync_and_the_process_keeps_working(checked):
+    """An out-of-range token id (embedding) and an out-of-range class (nll_loss) in a compiled
+    graph raise a RuntimeError naming inductor's check when the value is read, as CUDA reports
+    a device-side assert; the same compiled function, and other tensors, keep working after."""
+    torch.manual_seed(0)
+    model = _EmbedLoss()
+    ids, target = torch.randint(0, 10, (4, 5)), torch.randint(0, 6, (4, 5))
+    want = model(ids, target)
+    keep = torch.randn(3, 3)
+    kept = keep.to("ral:0")
+    f = torch.compile(copy.deepcopy(model).to("ral:0"))
+    torch.testing.assert_close(f(ids.to("ral:0"), target.to("ral:0")).detach().cpu(), want.detach(), **TOL)
+    bad_ids, bad_target = ids.clone(), target.clone()
+    bad_ids[1, 2], bad_target[3, 4] = 10, 7
+    for i, t in ((bad_ids, target), (ids, bad_target)):
+        with pytest.raises(RuntimeError, match="index out of bounds") as err:
+            f(i.to("ral:0"), t.to("ral:0")).detach().cpu()
+        assert isinstance(err.value, torch_fl.KernelError), "reported by the stream, not a direct call"
+        torch.testing.assert_close(f(ids.to("ral:0"), target.to("ral:0")).detach().cpu(), want.detach(), **TOL)
+    torch.testing.assert_close(kept.cpu(), keep)
+    torch.testing.assert_close((kept * 2).cpu(), keep * 2)
+
+
+def test_bad_index_on_ral1_raises_and_good_ones_match_cpu(checked):
+    """ral:1 (extern call, no C++ kernels) is unaffected: the same graph matches CPU and a bad
+    token id raises a RuntimeError there too."""
+    if torch.ral.device_count() < 2:
+        pytest.skip("ral:1 is not present")
+    torch.manual_seed(0)
+    model = _EmbedLoss()
+    ids, target = torch.randint(0, 10, (4, 5)), torch.randint(0, 6, (4, 5))
+    want = model(ids, target)
+    f = torch.compile(copy.deepcopy(model).to("ral:1"))
+    torch.testing.assert_close(f(ids.to("ral:1"), target.to("ral:1")).detach().cpu(), want.detach(), **TOL)
+    bad = ids.clone()
+    bad[0, 0] = 12
+    with pytest.raises(RuntimeError):
+        f(bad.to("ral:1"), target.to("ral:1")).detach().cpu()
+    torch.testing.assert_close(f(ids.to("ral:1"), target.to("ral:1")).detach().cpu(), want.detach(), **TOL)
+
+
+def test_guard_wraps_the_kernel_and_keeps_its_definition_last():
+    """`guard` declares ral_guarded_kernel before the kernel (inductor reads the source's last
+    `extern "C"` as the kernel's definition) and defines it after, calling the kernel with its
+    parameters; a source without inductor's prefix or kernel is left alone."""
+    from torch_fl.jit.inductor_async import GUARDED, guard
+
+    src = (
+        "#include <torch/csrc/inductor/cpp_prefix.h>\n"
+        'extern "C"  void  Placeholder.KERNEL_NAME(const int64_t* in_ptr0,\n      float* out_ptr0,\n'
+        '      const int64_t ks0)\n{\n  TORCH_CHECK(false, "index out of bounds");\n}\n'
+    )
+    out = guard(src)
+    tail = out[out.rfind('extern "C"') :]
+    assert tail.startswith('extern "C"  void  Placeholder.KERNEL_NAME(')
+    assert out.index(GUARDED) < out.rfind('extern "C"')
+    assert "Placeholder.KERNEL_NAME(in_ptr0, out_ptr0, ks0);" in out
+    assert f"void {GUARDED}(char* ral_error, const int64_t* in_ptr0, float* out_ptr0, const int64_t ks0) {{" in out
+    assert guard(out) == out
+    assert guard("int x;") == "int x;"
+
+
+def test_checked_switch_off_calls_directly_and_changes_the_cache_key(monkeypatch):
+    """By default (and with TORCH_FL_INDUCTOR_ASYNC_CHECKED=0) a kernel with a bounds check keeps
+    the direct call and its Python error; the switch is part of inductor's cache key."""
+    from torch_fl.jit import inductor_async
+
+    monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
+    off = inductor_key.digest()
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
+    assert inductor_key.digest() != off
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0")
+    assert inductor_key.digest() == off
+    w, idx = torch.randn(10, 4), torch.tensor([3, 2])
+    f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
+    before = dict(inductor_async.STATS)
+    torch.testing.assert_close(f(idx.to("ral:0"), w.to("ral:0")).cpu(), torch.nn.functional.embedding(idx, w) * 2)
+    assert inductor_async.STATS["direct"] > before["direct"]
+    assert inductor_async.STATS["guarded"] == before["guarded"]
+    with pytest.raises(RuntimeError, match="index out of bounds") as err:
+        f(torch.tensor([1, 20]).to("ral:0"), w.to("ral:0")).cpu()
+    assert not isinstance(err.value, torch_fl.KernelError)

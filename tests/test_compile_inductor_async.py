@@ -12,7 +12,7 @@ import copy
 
 import pytest
 import torch
-from compile_models import Block
+from compile_models import Block, host_waits
 
 import torch_fl
 from torch_fl.jit import inductor_async
@@ -30,15 +30,6 @@ def _fresh():
     torch._dynamo.reset()
     with iconfig.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
         yield
-
-
-def _waits():
-    """A list that receives the reason of every host wait on a device while the fixture runs."""
-    from torch_fl.device import sync
-
-    seen: list = []
-    sync.SYNC_OBSERVERS.append(lambda dev, reason: seen.append(reason))
-    return seen, lambda: sync.SYNC_OBSERVERS.pop()
 
 
 @pytest.mark.parametrize("style", ["to_device", "ral_mode"])
@@ -63,7 +54,7 @@ def test_training_runs_kernels_on_the_stream(style):
     for _ in range(2):
         want = step(ref, opt_ref, x)
     before = dict(inductor_async.STATS)
-    seen, stop = _waits()
+    seen, stop = host_waits()
     try:
         if style == "to_device":
             m.to("ral:0")
@@ -113,7 +104,8 @@ def test_in_place_write_into_an_input_and_a_view():
 
 def test_kernels_that_can_raise_keep_the_direct_call():
     """A bounds check (embedding) or integer division raises a Python exception from the kernel
-    on the calling thread, and the process keeps working."""
+    on the calling thread, and the process keeps working (launched on the stream instead with
+    TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: tests/test_compile_host_speed.py)."""
     w = torch.randn(10, 4)
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     with pytest.raises(RuntimeError, match="index out of bounds"):

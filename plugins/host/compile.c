@@ -36,6 +36,11 @@
  *                                    void (*body)(int64_t begin, int64_t end, void* ctx), void* ctx);
  *     gets it set to this plugin's pool (pool.h host_parallel_for_light) after loading, so its
  *     loops share the plugin's one thread budget instead of starting an OpenMP team.
+ *   - optional: a module that exports the data symbol
+ *       ral_status (*ral_jit_fail)(ral_status status, const char* message);
+ *     gets it set to a function that makes `message` this thread's last error and returns
+ *     `status`: a kernel that fails on a stream's worker returns it, and the stream reports
+ *     the kernel's own reason at the next sync (torch_fl/jit/inductor_async.py).
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -496,6 +501,11 @@ static ral_status prepare(job* j, const char* source, const char* options) {
   return RAL_OK;
 }
 
+/* The ral_jit_fail slot's function: a module's own failure message as this thread's error. */
+static ral_status jit_fail(ral_status status, const char* message) {
+  return host_error(status, "%s", message ? message : "kernel failed");
+}
+
 ral_status host_compile(int32_t device, const char* lang, const char* source,
                                const char* options, ral_module* module) {
   if (!module || !lang || !source)
@@ -540,6 +550,8 @@ ral_status host_compile(int32_t device, const char* lang, const char* source,
    * that exports the slot gets host_parallel_for_light; one without it runs its loops inline. */
   void (**parallel_slot)(int64_t, int64_t, host_range_fn, void*) = dlsym(handle, "ral_jit_parallel_for");
   if (parallel_slot) *parallel_slot = host_parallel_for_light;
+  ral_status (**fail_slot)(ral_status, const char*) = dlsym(handle, "ral_jit_fail");
+  if (fail_slot) *fail_slot = jit_fail;
   *module = m;
   return RAL_OK;
 }

@@ -153,10 +153,13 @@ def register() -> None:
             if wrong:
                 raise UnsupportedError(_config_message(wrong))
             src_code = inductor_math.rewrite(src_code)  # eager ral:0's vector tanh
+            raises = inductor_async.may_raise(src_code)
+            if raises and inductor_async.checked_enabled():
+                src_code = inductor_async.guard(src_code)  # launched too, its exception caught
             name = super().define_kernel(src_code, nodes, kernel_args)
-            direct = getattr(V.graph.wrapper_code, "ral_direct", None)
-            if direct is not None and inductor_async.may_raise(src_code):
-                direct.add(name)
+            checked = getattr(V.graph.wrapper_code, "ral_checked", None)
+            if checked is not None and raises:
+                checked.add(name)
             return name
 
     class RalWrapper(PythonWrapperCodegen):
@@ -170,14 +173,17 @@ def register() -> None:
 
         def __init__(self):
             super().__init__()
-            self.ral_direct = set()  # kernels called directly on the host (inductor_async.may_raise)
+            self.ral_checked = set()  # kernels that may raise (inductor_async.may_raise)
             self.ral_async = inductor_async.enabled()
+            self.ral_async_checked = inductor_async.checked_enabled()
 
         def write_header(self) -> None:
             super().write_header()
             # After the header's own `reinterpret_tensor = ...`, which this one replaces.
             self.header.writeline("from torch_fl.jit.inductor_device import reinterpret_tensor")
-            self.header.writeline("from torch_fl.jit.inductor_async import call as _ral_async, direct as _ral_direct")
+            self.header.writeline(
+                "from torch_fl.jit.inductor_async import call as _ral_async, direct as _ral_direct, guarded as _ral_guarded"
+            )
             # Define torch_fl::ral_graph and the GEMM operators, which a wrapper loaded from
             # inductor's cache may call before any pass of this process has imported them.
             self.header.writeline("import torch_fl.jit.inductor_graph, torch_fl.jit.inductor_gemm")
@@ -187,9 +193,12 @@ def register() -> None:
             if triton or device.type != "ral":
                 return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton, **kw)
             _check_device(device)
-            if self.ral_async and kernel_name not in self.ral_direct:
-                # in stream order on the device (inductor_async), no wait for queued GEMMs
-                self.writeline(f"_ral_async({', '.join([kernel_name, *call_args])}){self.ending}")
+            checked = kernel_name in self.ral_checked
+            if self.ral_async and (self.ral_async_checked or not checked):
+                # in stream order on the device (inductor_async), no wait for queued GEMMs;
+                # a kernel that may raise (opt-in) reports its error at the next sync
+                call = "_ral_guarded" if checked else "_ral_async"
+                self.writeline(f"{call}({', '.join([kernel_name, *call_args])}){self.ending}")
             else:
                 self.writeline(f"_ral_direct({', '.join([kernel_name, *call_args])}){self.ending}")
 

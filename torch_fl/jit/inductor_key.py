@@ -12,6 +12,7 @@ registers a pass for "ral" whose `uuid()` is `digest()`. Its components:
   dtype mask and whether its memory is host-mappable (the device kind: host C++ or the extern
   graph call);
 - `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream);
+- `TORCH_FL_INDUCTOR_ASYNC_CHECKED` (whether kernels with bounds checks are launched too, guarded);
 - `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh).
 """
 
@@ -66,13 +67,14 @@ def devices() -> tuple:
 def components() -> dict:
     """Every input of the key, by name (what `digest()` hashes)."""
     from torch_fl.jit import inductor_math
-    from torch_fl.jit.inductor_async import enabled
+    from torch_fl.jit.inductor_async import checked_enabled, enabled
 
     return {
         "codegen_version": CODEGEN_VERSION,
         "sources": source_digest(),
         "devices": devices(),
         "inductor_async": enabled(),  # TORCH_FL_INDUCTOR_ASYNC changes the wrapper's kernel calls
+        "inductor_async_checked": checked_enabled(),  # TORCH_FL_INDUCTOR_ASYNC_CHECKED: guarded kernels
         "inductor_fast_math": inductor_math.enabled(),  # TORCH_FL_INDUCTOR_FAST_MATH: the kernels' tanh
     }
 
