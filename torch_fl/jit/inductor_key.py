@@ -12,7 +12,8 @@ registers a pass for "ral" whose `uuid()` is `digest()`. Its components:
   dtype mask and whether its memory is host-mappable (the device kind: host C++ or the extern
   graph call);
 - `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream);
-- `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh).
+- `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh);
+- `TORCH_FL_CAUSAL_MASK` (whether the joint-graph pass rewrites constant causal masks).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def devices() -> tuple:
 
 def components() -> dict:
     """Every input of the key, by name (what `digest()` hashes)."""
-    from torch_fl.jit import inductor_math
+    from torch_fl.jit import causal_mask, inductor_math
     from torch_fl.jit.inductor_async import enabled
 
     return {
@@ -74,6 +75,7 @@ def components() -> dict:
         "devices": devices(),
         "inductor_async": enabled(),  # TORCH_FL_INDUCTOR_ASYNC changes the wrapper's kernel calls
         "inductor_fast_math": inductor_math.enabled(),  # TORCH_FL_INDUCTOR_FAST_MATH: the kernels' tanh
+        "causal_mask": causal_mask.enabled(),  # TORCH_FL_CAUSAL_MASK: constant causal masks as is_causal
     }
 
 
