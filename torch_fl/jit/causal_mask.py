@@ -27,7 +27,8 @@ import torch
 
 _aten = torch.ops.aten
 _MAX_BYTES = 64 << 20  # masks larger than this are not evaluated at compile time
-STATS = {"rewritten": 0}  # attention calls rewritten in this process (tests read it)
+STATS = {"rewritten": 0}  # attention calls rewritten in this process
+OBSERVERS: list = []  # callables given each graph after the pass (tests count its attention calls)
 
 
 def enabled() -> bool:
@@ -173,8 +174,23 @@ def rewrite(graph: torch.fx.Graph) -> int:
     `attn_mask=None, is_causal=True`; returns how many calls changed."""
     if isinstance(graph, torch.fx.GraphModule):
         graph = graph.graph
-    if not enabled():
-        return 0
+    done = _rewrite(graph) if enabled() else 0
+    for observe in OBSERVERS:
+        observe(graph)
+    return done
+
+
+def attention_calls(graph: torch.fx.Graph) -> list[tuple[str, bool, bool]]:
+    """(op name, is_causal, has a mask) of each attention call on ral tensors in `graph`."""
+    out = []
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target in _CALLS and _ral(node):
+            mask = _arg(node, _CALLS[node.target])
+            out.append((node.target.name(), bool(_arg(node, "is_causal")), mask is not None))
+    return out
+
+
+def _rewrite(graph: torch.fx.Graph) -> int:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     values, done, masks = {}, 0, []
