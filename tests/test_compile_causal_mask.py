@@ -327,5 +327,7 @@ def test_inductor_runs_the_pass_keyed_by_torch_fl():
     from torch_fl.jit import inductor_device, inductor_key
 
     inductor_device.register()
-    ours = [p for p in get_custom_graph_passes(iconfig.joint_custom_pre_pass) if type(p).__name__ == "RalCausalMaskPass"]
+    ours = [
+        p for p in get_custom_graph_passes(iconfig.joint_custom_pre_pass) if type(p).__name__ == "RalCausalMaskPass"
+    ]
     assert len(ours) == 1 and ours[0].uuid() == inductor_key.digest()

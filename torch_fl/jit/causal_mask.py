@@ -15,7 +15,7 @@ is_causal=True` (forward and backward alike; they read the same mask node). Anyt
 is left as it was: padding masks, any other pattern, L != S (PyTorch's `is_causal` aligns
 top-left, HF's masks with a cache bottom-right), dropout, a mask that wants a gradient.
 Runs before the joint graph is partitioned: `backend="ral"` calls it in its partition
-function, inductor as its `joint_custom_pre_pass` (installed by `inductor_device`, keyed by
+function, inductor as its `joint_custom_pre_pass` (`inductor_joint`, keyed by
 `inductor_key`). `TORCH_FL_CAUSAL_MASK=0` turns it off.
 """
 
@@ -220,34 +220,3 @@ def _rewrite(graph: torch.fx.Graph) -> int:
             graph.owning_module.recompile()
         STATS["rewritten"] += done
     return done
-
-
-def install_inductor_pass() -> bool:
-    """Make `rewrite` inductor's `joint_custom_pre_pass` (next to a user's own where this torch
-    takes a list of passes; a user's single pass is kept and ours left out). Its `uuid()` is
-    torch_fl's cache key component, which holds `enabled()` and this file's source."""
-    import torch._inductor.config as iconfig
-    from torch._inductor import custom_graph_pass as cgp
-
-    class RalCausalMaskPass(cgp.CustomGraphPass):
-        """Inductor's joint-graph pass for ral graphs: constant causal masks as is_causal."""
-
-        def __call__(self, graph: torch.fx.Graph) -> None:
-            rewrite(graph)
-
-        def uuid(self) -> str:
-            from torch_fl.jit.inductor_key import digest
-
-            return digest()
-
-    current = iconfig.joint_custom_pre_pass
-    if current is None:
-        iconfig.joint_custom_pre_pass = RalCausalMaskPass()
-        return True
-    if not hasattr(cgp, "get_custom_graph_passes"):
-        return False  # this torch runs one joint pass: the user's
-    passes = cgp.get_custom_graph_passes(current)
-    if any(type(p).__name__ == "RalCausalMaskPass" for p in passes):
-        return True
-    iconfig.joint_custom_pre_pass = [*passes, RalCausalMaskPass()]
-    return True
