@@ -322,14 +322,13 @@ def test_inductor_runs_the_pass_keyed_by_torch_fl():
     """The pass is inductor's joint-graph pre-pass once a ral graph was compiled, and its
     uuid is torch_fl's cache key component (so the FX-graph cache sees the switch)."""
     import torch._inductor.config as iconfig
-    from torch._inductor.custom_graph_pass import get_custom_graph_passes
 
     from torch_fl.jit import inductor_device, inductor_key
 
     inductor_device.register()
-    ours = [
-        p for p in get_custom_graph_passes(iconfig.joint_custom_pre_pass) if type(p).__name__ == "RalCausalMaskPass"
-    ]
+    installed = iconfig.joint_custom_pre_pass
+    installed = installed if isinstance(installed, (list, tuple)) else [installed]
+    ours = [p for p in installed if type(p).__name__ == "RalCausalMaskPass"]
     assert len(ours) == 1 and ours[0].uuid() == inductor_key.digest()
 
 
@@ -347,3 +346,27 @@ def test_inference_graph_is_rewritten(backend):
             got = torch.compile(m, backend=backend)(x.to(device))
     torch.testing.assert_close(got.cpu(), want, **LOSS_TOL)
     assert seen.calls and all(causal and not has_mask for _, causal, has_mask in seen.calls), seen.calls
+
+
+def test_a_users_joint_pass_is_kept(monkeypatch):
+    """Installing ours next to a user's own joint pass keeps the user's (first, as set)."""
+    import torch._inductor.config as iconfig
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    from torch_fl.jit import inductor_joint
+
+    class UserPass(CustomGraphPass):
+        def __call__(self, graph):
+            pass
+
+        def uuid(self):
+            return "user"
+
+    user = UserPass()
+    monkeypatch.setattr(iconfig, "joint_custom_pre_pass", user)
+    inductor_joint.install()
+    installed = iconfig.joint_custom_pre_pass
+    installed = installed if isinstance(installed, (list, tuple)) else [installed]
+    assert installed[0] is user
+    if hasattr(torch._inductor.custom_graph_pass, "get_custom_graph_passes"):  # torch runs a list
+        assert [type(p).__name__ for p in installed] == ["UserPass", "RalCausalMaskPass"]
