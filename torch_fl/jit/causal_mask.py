@@ -4,8 +4,9 @@ Transformers' GPT-2 builds its attention mask from shapes (arange, cumsum, compa
 a compiled graph holds it as a value that depends on no graph input. Passed as a mask, it
 costs every step: the device's fused attention reads an [L, S] mask (ral:1: 7.0 against
 4.9 ms per GPT-2 step with `is_causal`), the backward adds it again, and the joint graph's
-partition saves it for the backward. Eager GPT-2 on the same device gets the same mask, so
-this is a compile-time change only.
+partition saves it for the backward. Eager GPT-2 passes no mask and `is_causal=True` (its
+mask helper drops a purely causal mask when it is not being traced); this gives the compiled
+step the same call.
 
 `rewrite(graph)` evaluates, once, the mask argument of each attention call on ral tensors
 whose mask depends on no graph input, and where its values are exactly PyTorch's causal
