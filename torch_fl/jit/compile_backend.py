@@ -311,6 +311,9 @@ def _joint_partition(joint, joint_inputs, **kwargs):
     backward's fused kernel could recompute from their inputs; constant fills do the same."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    from torch_fl.jit.causal_mask import rewrite
+
+    rewrite(joint)  # a constant causal mask as is_causal, before the backward is cut off
     drop_detaches(joint)
     inline_fills(joint)
     joint.recompile()
@@ -390,6 +393,9 @@ def partition(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Group fusible pointwise nodes into submodules that run as fusion regions."""
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
+    from torch_fl.jit.causal_mask import rewrite
+
+    rewrite(gm)  # inference graphs (no joint graph): a constant causal mask as is_causal
     drop_detaches(gm)
     inline_fills(gm)
     drop_clones(gm)

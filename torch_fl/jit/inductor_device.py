@@ -228,5 +228,8 @@ def register() -> None:
             return digest()
 
     register_backend_for_device("ral", RalScheduling, RalWrapper, device_custom_pass=RalGraphPass())
+    from torch_fl.jit.inductor_joint import install
+
+    install()  # joint-graph pass: a constant causal mask as is_causal (docs/compile.md)
     register_device_op_overrides("ral", CpuDeviceOpOverrides())
     # Dynamo's device interface for "ral" is the device layer's (device/dynamo_interface.py).

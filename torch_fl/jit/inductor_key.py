@@ -13,7 +13,8 @@ registers a pass for "ral" whose `uuid()` is `digest()`. Its components:
   graph call);
 - `TORCH_FL_INDUCTOR_ASYNC` (whether the wrapper launches C++ kernels on the stream);
 - `TORCH_FL_INDUCTOR_ASYNC_CHECKED` (whether kernels with bounds checks are launched too, guarded);
-- `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh).
+- `TORCH_FL_INDUCTOR_FAST_MATH` (whether C++ kernels take ral_fastmath.h's vector tanh);
+- `TORCH_FL_CAUSAL_MASK` (whether the joint-graph pass rewrites constant causal masks).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def devices() -> tuple:
 
 def components() -> dict:
     """Every input of the key, by name (what `digest()` hashes)."""
-    from torch_fl.jit import inductor_math
+    from torch_fl.jit import causal_mask, inductor_math
     from torch_fl.jit.inductor_async import checked_enabled, enabled
 
     return {
@@ -76,6 +77,7 @@ def components() -> dict:
         "inductor_async": enabled(),  # TORCH_FL_INDUCTOR_ASYNC changes the wrapper's kernel calls
         "inductor_async_checked": checked_enabled(),  # TORCH_FL_INDUCTOR_ASYNC_CHECKED: guarded kernels
         "inductor_fast_math": inductor_math.enabled(),  # TORCH_FL_INDUCTOR_FAST_MATH: the kernels' tanh
+        "causal_mask": causal_mask.enabled(),  # TORCH_FL_CAUSAL_MASK: constant causal masks as is_causal
     }
 
 
