@@ -108,12 +108,22 @@ typedef struct {
   float momentum, eps;
 } ocl_bn;
 
-/* 2-d pooling over [B, H, W] planes (B = N * C), input and output contiguous. */
+/* 2-d pooling over [B, H, W] planes (B = N * C), input and output contiguous. Average
+ * pooling: divisor (0: none), count_include_pad, adaptive (windows from the sizes alone). */
 typedef struct {
   g_i64 B, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
-  g_i64 off_x, off_y, off_i;
-  g_i32 dt, pad0;
+  g_i64 off_x, off_y, off_i, divisor;
+  g_i32 dt, count_include_pad, adaptive, pad0;
 } ocl_pool;
+
+/* 2-d nearest / bilinear upsampling of contiguous [B, H, W] planes into [B, OH, OW]:
+ * step_h/w are the source steps (plugins/common/resample.c: ral_up_scale, and for bilinear
+ * ral_up_linear_step), computed on the host so both sides round alike. */
+typedef struct {
+  g_i64 B, H, W, OH, OW, off_x, off_y;
+  float step_h, step_w;
+  g_i32 dt, linear, align, pad0;
+} ocl_upsample;
 
 /* Fault sites of the bounds-checked index kernels: the code they record in their
  * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,

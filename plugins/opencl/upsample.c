@@ -1,0 +1,81 @@
+/*
+ * upsample.c -- upsample_nearest2d and upsample_bilinear2d with their backward over
+ * contiguous [N, C, H, W] float32 (the manifest asks for contiguous operands):
+ * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
+ * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
+ * plugin uses too, so both plugins pick the same source indices as CPU.
+ */
+#include <string.h>
+
+#include "ocl.h"
+#include "resample.h"
+
+/* ral_up_scale of the optional scale at scalar `at` (None: from the sizes). */
+static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out) {
+  double f = 0;
+  int64_t v;
+  int given = ocl_scalar_num(c, at, &f, &v); /* before f is read: argument order is unspecified */
+  return ral_up_scale(given, f, in, out);
+}
+
+/* lo: the low-resolution operand (input, or grad_input), hi the other; scales at scalar
+ * `at`, align_corners at `align_at` (-1: nearest). */
+static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const ral_tensor* hi, int at, int align_at,
+                           int backward) {
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (t->dtype != RAL_DTYPE_FLOAT32)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
+    if (!ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
+  }
+  if (lo->ndim != 4 || hi->ndim != 4) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d operands");
+  if (lo->sizes[0] != hi->sizes[0] || lo->sizes[1] != hi->sizes[1])
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "batch or channel sizes differ");
+  ocl_upsample g;
+  memset(&g, 0, sizeof g);
+  g.B = lo->sizes[0] * lo->sizes[1], g.H = lo->sizes[2], g.W = lo->sizes[3], g.OH = hi->sizes[2], g.OW = hi->sizes[3];
+  if ((g.H == 0 || g.W == 0) && g.OH * g.OW > 0)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
+  if (ocl_numel(lo) == 0) return RAL_OK;
+  if (ocl_numel(hi) == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "output sizes must be greater than 0");
+  g.linear = align_at >= 0;
+  g.align = g.linear ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
+  float sh = scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + 1, g.W, g.OW);
+  g.step_h = g.linear ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
+  g.step_w = g.linear ? ral_up_linear_step(g.W, g.OW, g.align, sw) : sw;
+  g.dt = lo->dtype;
+  g.off_x = ocl_elem_off(lo);
+  g.off_y = ocl_elem_off(hi);
+  if (ocl_inline_upsample(c, &g, lo, hi, backward)) return RAL_OK; /* a CPU runtime with host-unified buffers */
+  ocl_arg a[4] = {ocl_mem(backward ? lo : hi), ocl_mem(backward ? hi : lo), OCL_VAL(g)};
+  if (backward) {
+    int64_t per = g.OH / (g.H ? g.H : 1) + 2, pw = g.OW / (g.W ? g.W : 1) + 2;
+    return ocl_enqueue_rows(c, OCL_K_upsample2d_bwd, 3, a, g.B * g.H, g.W * per * pw);
+  }
+  return ocl_enqueue_rows(c, OCL_K_upsample2d_fwd, 3, a, g.B * g.OH, g.OW * 4);
+}
+
+/* upsample_nearest2d(self, output_size, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_nearest2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 1);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 1, -1, 0);
+}
+
+/* upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?) */
+ral_status ocl_upsample_nearest2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 2, -1, 1);
+}
+
+/* upsample_bilinear2d(self, output_size, align_corners, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_bilinear2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 2, 1, 0);
+}
+
+/* upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
+ * scales_h?, scales_w?) -> grad_input */
+ral_status ocl_upsample_bilinear2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 3);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 3, 2, 1);
+}
