@@ -26,7 +26,8 @@ inline long up_src(long o, long in, long out, float step, int linear, int align,
 }
 
 /* First output index along an axis whose second source index reaches i (both source
- * indices grow with the output index, so the outputs reading i follow from there). */
+ * indices grow with the output index, so the outputs reading i follow from there); a
+ * binary search for a row, a pointer advanced along the row for the columns. */
 inline long up_first(long i, long in, long out, float step, int linear, int align) {
   long lo = 0, hi = out, i1;
   float l0;
@@ -67,9 +68,17 @@ __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
   long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
   for (long r = r0; r < r1; r++) {
     long b = r / g.H, ih = r % g.H;
-    long oh0 = up_first(ih, g.H, g.OH, g.step_h, g.linear, g.align);
+    long oh0 = up_first(ih, g.H, g.OH, g.step_h, g.linear, g.align), ow0 = 0;
     for (long iw = 0; iw < g.W; iw++) {
-      long ow0 = up_first(iw, g.W, g.OW, g.step_w, g.linear, g.align);
+      /* the first output column reading iw: up_first, advanced from the previous column's */
+      for (;;) {
+        long c1;
+        float w0;
+        if (ow0 >= g.OW) break;
+        up_src(ow0, g.W, g.OW, g.step_w, g.linear, g.align, &c1, &w0);
+        if (c1 >= iw) break;
+        ow0++;
+      }
       float acc = 0.0f;
       for (long oh = oh0; oh < g.OH; oh++) {
         long a1;
