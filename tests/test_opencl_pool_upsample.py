@@ -11,8 +11,8 @@ Every case runs forward and backward (loss: a fixed random weighting of the outp
 styles (`.to` and `ral_mode`) and compares output and input gradient with PyTorch's CPU result:
 rtol 1e-5, atol 1e-5 of the largest value (pooling sums in CPU's order, but adaptive pooling
 divides once where CPU divides twice, and bilinear weights are products of float weights).
-Inputs: contiguous, channels_last, and sliced (offset, non-unit strides; the manifest asks for
-contiguous operands, so the dispatcher copies it first). `torch_fl.coverage()` must show both
+Inputs: contiguous, channels_last, and sliced (offset, non-unit strides): the kernels take any
+strides, so results are laid out as CPU's (asserted in `.to` style). `torch_fl.coverage()` must show both
 ops in the vendor tier and none in the cpu tier; the plugin's counters (`ral_opencl_counters`)
 say which path ran: on the host path the op makes no OpenCL kernel launch, queued it does.
 """
@@ -90,7 +90,8 @@ def _leaf(layout: str, special: bool = False) -> tuple[torch.Tensor, object]:
 
 
 def _run(fn, view, leaf, dev, style):
-    """Forward and backward of fn(view(leaf)) on dev in style (CPU for dev "cpu"): y, grad."""
+    """Forward and backward of fn(view(leaf)) on dev in style (CPU for dev "cpu"): y, grad
+    (on CPU), and their strides."""
     x = leaf.detach().clone(memory_format=torch.preserve_format)
     if style == "to" and dev != "cpu":
         x = x.to(dev)
@@ -100,7 +101,7 @@ def _run(fn, view, leaf, dev, style):
         y = fn(view(x))
         w = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
         (y * w.to(y.device)).sum().backward()
-        return y.detach().cpu(), x.grad.cpu()
+        return y.detach().cpu(), x.grad.cpu(), y.stride(), x.grad.stride()
 
     if style == "mode" and dev != "cpu":
         with torch_fl.ral_mode(dev):
@@ -126,6 +127,8 @@ def check(case: str, layout: str, style: str, dev: str, special: bool = False) -
         got = _run(fn, view, leaf, dev, style)
     _close(got[0], want[0], f"{case} output")
     _close(got[1], want[1], f"{case} input gradient")
+    if style == "to":  # laid out as CPU's (channels_last stays channels_last), so views work alike
+        assert got[2:] == want[2:], (got[2:], want[2:])
     ran = cov.ops_in_tier("vendor")
     assert op in ran and f"{op}_backward" in ran, cov.counts
     assert not cov.ops_in_tier("cpu"), cov.counts

@@ -6,10 +6,14 @@
  * on PyTorch's OpenMP team beats a round trip through the runtime's worker threads.
  *
  * The plane math is the host plugin's (plugins/common/resample.c), one source for both
- * plugins; ordering and fallbacks are inline_cnn.c's (ocl_inline_begin_drained: outstanding
- * work finishes first; GPUs, TORCH_FL_OPENCL_INLINE=0, kernel profiling and buffers without
- * host memory keep the OpenCL kernels of pool.cl / upsample.cl).
+ * plugins. Operands have any strides: a plane whose rows are not dense (channels_last,
+ * sliced) is gathered into, or scattered from, a per-thread scratch plane. Ordering and
+ * fallbacks are inline_cnn.c's (ocl_inline_begin_drained: outstanding work finishes first;
+ * GPUs, TORCH_FL_OPENCL_INLINE=0, kernel profiling and buffers without host memory keep the
+ * OpenCL kernels of pool.cl / upsample.cl).
  */
+#include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ocl.h"
@@ -18,64 +22,107 @@
 /* Split the planes over PyTorch's OpenMP team only when it is worth waking it. */
 #define POOL_PARALLEL_WORK ((int64_t)1 << 15)
 
-/* Host addresses of big and small (float32), or 0. */
-static int host_pair(const ral_kernel_call* c, const ral_tensor* big, const ral_tensor* small, float** pb,
-                     float** ps) {
+/* One side's planes: host address of element 0, element strides over (n, c, h, w). */
+typedef struct {
+  float* p;
+  const int64_t* s;
+  int64_t C, H, W;
+} planes_of;
+
+static float* plane_at(const planes_of* v, int64_t b) { return v->p + (b / v->C) * v->s[0] + (b % v->C) * v->s[1]; }
+static int rows_dense(const planes_of* v) { return v->s[3] == 1 && (v->s[2] == v->W || v->H == 1); }
+
+/* Plane b into dst[H][W] (gather) or from src[H][W] back (scatter). */
+static void plane_copy(const planes_of* v, int64_t b, float* dense, int to_dense) {
+  float* q = plane_at(v, b);
+  for (int64_t h = 0; h < v->H; h++)
+    for (int64_t w = 0; w < v->W; w++) {
+      float* e = q + h * v->s[2] + w * v->s[3];
+      if (to_dense) dense[h * v->W + w] = *e;
+      else *e = dense[h * v->W + w];
+    }
+}
+
+/* One plane: forward reads big (x) and writes small (y); backward adds small's gradient
+ * into big (zeroed first). */
+typedef void (*plane_body)(const void* job, float* big, float* small, int backward);
+
+static void avg_body(const void* job, float* big, float* small, int backward) {
+  if (backward) ral_avg_pool_plane_backward(job, big, small);
+  else ral_avg_pool_plane(job, big, small);
+}
+
+static void up_body(const void* job, float* big, float* small, int backward) {
+  if (backward) ral_upsample_plane_backward(job, big, small);
+  else ral_upsample_plane(job, big, small);
+}
+
+/* body over B planes of big and small on PyTorch's OpenMP team, after the stream drained;
+ * 0 (nothing done: queue the command) when there is no host path or no scratch. */
+static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
+                      plane_body body, const void* job) {
+  int64_t hw = big->H * big->W, ohw = small->H * small->W;
+  int dense_big = rows_dense(big), dense_small = rows_dense(small);
+  int team = omp_get_max_threads();
+  float* scratch = NULL;
+  if (!dense_big || !dense_small) {
+    scratch = malloc((size_t)team * (size_t)(hw + ohw) * sizeof(float));
+    if (!scratch) return 0;
+  }
+  if (!ocl_inline_begin_drained(c->stream)) {
+    free(scratch);
+    return 0;
+  }
+#pragma omp parallel for schedule(static) num_threads(team) if (B * (hw + ohw) >= POOL_PARALLEL_WORK)
+  for (int64_t b = 0; b < B; b++) {
+    float* mine = scratch ? scratch + (size_t)omp_get_thread_num() * (size_t)(hw + ohw) : NULL;
+    float* pb = dense_big ? plane_at(big, b) : mine;
+    float* ps = dense_small ? plane_at(small, b) : mine + hw;
+    if (backward) { /* grad_input written, grad_output read */
+      memset(pb, 0, (size_t)hw * sizeof(float));
+      if (!dense_small) plane_copy(small, b, ps, 1);
+    } else if (!dense_big) {
+      plane_copy(big, b, pb, 1);
+    }
+    body(job, pb, ps, backward);
+    if (backward && !dense_big) plane_copy(big, b, pb, 0);
+    if (!backward && !dense_small) plane_copy(small, b, ps, 0);
+  }
+  ocl_inline_end(c->stream);
+  free(scratch);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* Host addresses of big and small (float32) as plane views, or 0. */
+static int host_planes(const ral_kernel_call* c, const ral_tensor* big, const ral_tensor* small, int64_t C,
+                       const int64_t* xs, const int64_t* ys, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                       planes_of* pb, planes_of* ps) {
   if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32) return 0;
-  *pb = ocl_tensor_host(big);
-  *ps = ocl_tensor_host(small);
-  return *pb && *ps;
+  *pb = (planes_of){ocl_tensor_host(big), xs, C, H, W};
+  *ps = (planes_of){ocl_tensor_host(small), ys, C, OH, OW};
+  return pb->p && ps->p;
 }
 
 int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* small,
                        int backward) {
-  float *pb, *ps;
-  if (!host_pair(c, big, small, &pb, &ps) || !ocl_inline_begin_drained(c->stream)) return 0;
+  planes_of pb, ps;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
   ral_avg_pool a = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .kh = g->kh, .kw = g->kw, .sh = g->sh,
                     .sw = g->sw, .ph = g->ph, .pw = g->pw, .divisor = g->divisor,
                     .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
-  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
-#pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= POOL_PARALLEL_WORK)
-  for (int64_t b = 0; b < g->B; b++) {
-    if (!backward) {
-      ral_avg_pool_plane(&a, pb + b * hw, ps + b * ohw);
-      continue;
-    }
-    memset(pb + b * hw, 0, (size_t)hw * sizeof(float));
-    ral_avg_pool_plane_backward(&a, pb + b * hw, ps + b * ohw);
-  }
-  ocl_inline_end(c->stream);
-  ocl_count(OCL_CNT_inline_ops);
-  return 1;
+  return run_planes(c, g->B, &pb, &ps, backward, avg_body, &a);
 }
 
 int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const ral_tensor* big,
                         const ral_tensor* small, int backward) {
-  float *pb, *ps;
-  if (!host_pair(c, big, small, &pb, &ps)) return 0;
-  /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step, and
-   * a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
+  planes_of pb, ps;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
+  /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
+   * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
   ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear};
-  if (!ral_upsample_tables(&u, g->align, g->step_h, g->step_w)) {
-    ral_upsample_free(&u);
-    return 0; /* out of memory for two small tables: the queued kernels need none */
-  }
-  if (!ocl_inline_begin_drained(c->stream)) {
-    ral_upsample_free(&u);
-    return 0;
-  }
-  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
-#pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= POOL_PARALLEL_WORK)
-  for (int64_t b = 0; b < g->B; b++) {
-    if (!backward) {
-      ral_upsample_plane(&u, pb + b * hw, ps + b * ohw);
-      continue;
-    }
-    memset(pb + b * hw, 0, (size_t)hw * sizeof(float));
-    ral_upsample_plane_backward(&u, pb + b * hw, ps + b * ohw);
-  }
-  ocl_inline_end(c->stream);
+  int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) &&
+             run_planes(c, g->B, &pb, &ps, backward, up_body, &u); /* no tables: the queued kernels need none */
   ral_upsample_free(&u);
-  ocl_count(OCL_CNT_inline_ops);
-  return 1;
+  return done;
 }

@@ -1,7 +1,7 @@
 /*
- * pool.c -- 2-d pooling and its backward over contiguous [C, H, W] or [N, C, H, W] float32
- * (the manifest asks for contiguous operands): max_pool2d_with_indices, avg_pool2d,
- * _adaptive_avg_pool2d; kernels/pool.cl, or on a CPU runtime with host-unified buffers the
+ * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
+ * max_pool2d_with_indices (contiguous operands, as its manifest entry asks), avg_pool2d and
+ * _adaptive_avg_pool2d (any strides, so outputs take CPU's layout); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
  * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
  * so ceil_mode needs no code here.
  */
@@ -22,17 +22,24 @@ static int pair(const ral_kernel_call* c, int at, const int64_t* dflt, int64_t o
   return 1;
 }
 
-/* Plane geometry from input-side x and output-side y (sizes and offsets); every tensor of
- * the call float32 (int64: indices) and contiguous. */
+/* Element strides of a 3-d or 4-d operand over (n, c, h, w); a 3-d one has one sample. */
+static void plane_strides(const ral_tensor* t, int64_t s[4]) {
+  int r = t->ndim;
+  s[0] = r == 4 ? t->strides[0] : 0;
+  for (int i = 1; i < 4; i++) s[i] = t->strides[r - 4 + i];
+}
+
+/* Plane geometry from input-side x and output-side y (sizes, offsets, strides); every
+ * tensor of the call float32 (int64: indices), and contiguous unless `strided`. */
 static ral_status planes(const ral_kernel_call* c, const char* op, const ral_tensor* x, const ral_tensor* y,
-                         ocl_pool* g) {
+                         ocl_pool* g, int strided) {
   memset(g, 0, sizeof *g);
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (ocl_absent(t)) continue;
     if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_INT64)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "%s takes float32, tensor %d is %s", op, i, ocl_dtype_name(t->dtype));
-    if (!ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
+    if (!strided && !ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
   }
   if ((x->ndim != 3 && x->ndim != 4) || y->ndim != x->ndim)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d input, got %d-d", x->ndim);
@@ -43,6 +50,9 @@ static ral_status planes(const ral_kernel_call* c, const char* op, const ral_ten
     if (x->sizes[i] != y->sizes[i]) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input and output batch/channels differ");
     g->B *= x->sizes[i];
   }
+  g->C = x->sizes[r - 3];
+  plane_strides(x, g->xs);
+  plane_strides(y, g->ys);
   g->dt = x->dtype;
   g->off_x = ocl_elem_off(x);
   g->off_y = ocl_elem_off(y);
@@ -67,7 +77,7 @@ ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
   ocl_pool g;
-  if ((st = planes(c, "max pooling", x, y, &g)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", x, y, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
   if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(y))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
   if (ocl_numel(y) == 0) return RAL_OK;
@@ -85,7 +95,7 @@ ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
   ocl_pool g;
-  if ((st = planes(c, "max pooling", x, go, &g)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", x, go, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
   if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(go) || ocl_numel(gi) != ocl_numel(x))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices/grad_input do not match the pooling");
   if (ocl_numel(gi) == 0) return RAL_OK;
@@ -131,7 +141,8 @@ ral_status ocl_avg_pool2d(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 1, 5);
   if (st != RAL_OK) return st;
   ocl_pool g;
-  if ((st = planes(c, "avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g)) != RAL_OK || (st = avg_options(c, &g)) != RAL_OK)
+  if ((st = planes(c, "avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g, 1)) != RAL_OK ||
+      (st = avg_options(c, &g)) != RAL_OK)
     return st;
   return avg_run(c, &g, ocl_in(c, 0), ocl_out(c, 0), 0);
 }
@@ -142,7 +153,7 @@ ral_status ocl_avg_pool2d_backward(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 5);
   if (st != RAL_OK) return st;
   ocl_pool g;
-  if ((st = planes(c, "avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g)) != RAL_OK ||
+  if ((st = planes(c, "avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g, 1)) != RAL_OK ||
       (st = avg_options(c, &g)) != RAL_OK)
     return st;
   if (ocl_numel(ocl_out(c, 0)) != ocl_numel(ocl_in(c, 1)))
@@ -155,7 +166,7 @@ ral_status ocl_adaptive_avg_pool2d(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 1, 0);
   if (st != RAL_OK) return st;
   ocl_pool g;
-  if ((st = planes(c, "_adaptive_avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g)) != RAL_OK) return st;
+  if ((st = planes(c, "_adaptive_avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g, 1)) != RAL_OK) return st;
   g.adaptive = 1;
   return avg_run(c, &g, ocl_in(c, 0), ocl_out(c, 0), 0);
 }
@@ -165,7 +176,7 @@ ral_status ocl_adaptive_avg_pool2d_backward(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   if (st != RAL_OK) return st;
   ocl_pool g;
-  if ((st = planes(c, "_adaptive_avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g)) != RAL_OK) return st;
+  if ((st = planes(c, "_adaptive_avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g, 1)) != RAL_OK) return st;
   if (ocl_numel(ocl_out(c, 0)) != ocl_numel(ocl_in(c, 1)))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
   g.adaptive = 1;

@@ -1,6 +1,6 @@
 /*
  * upsample.c -- upsample_nearest2d and upsample_bilinear2d with their backward over
- * contiguous [N, C, H, W] float32 (the manifest asks for contiguous operands):
+ * [N, C, H, W] float32 of any strides (so outputs take CPU's layout, channels_last included):
  * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
  * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
  * plugin uses too, so both plugins pick the same source indices as CPU.
@@ -26,13 +26,14 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
     const ral_tensor* t = &c->tensors[i];
     if (t->dtype != RAL_DTYPE_FLOAT32)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
-    if (!ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
   }
   if (lo->ndim != 4 || hi->ndim != 4) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d operands");
   if (lo->sizes[0] != hi->sizes[0] || lo->sizes[1] != hi->sizes[1])
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "batch or channel sizes differ");
   ocl_upsample g;
   memset(&g, 0, sizeof g);
+  g.C = lo->sizes[1];
+  for (int i = 0; i < 4; i++) g.xs[i] = lo->strides[i], g.ys[i] = hi->strides[i];
   g.B = lo->sizes[0] * lo->sizes[1], g.H = lo->sizes[2], g.W = lo->sizes[3], g.OH = hi->sizes[2], g.OW = hi->sizes[3];
   if ((g.H == 0 || g.W == 0) && g.OH * g.OW > 0)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");

@@ -86,17 +86,18 @@ inline void avg_outputs(const ocl_pool* g, int w_axis, long i, long* o0, long* o
   *o1 = min((i + p) / s, out - 1);
 }
 
-/* Output rows r = b * OH + oh: the window sums over the divisor (0 for an empty window). */
+/* Output rows r = b * OH + oh: the window sums over the divisor (0 for an empty window).
+ * Both operands of any strides (OCL_PLANE_AT). */
 __kernel void avgpool2d_fwd(gbuf y, gcbuf x, ocl_pool g, long chunk) {
   long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
   for (long r = r0; r < r1; r++) {
-    long b = r / g.OH, oh = r % g.OH, pb = g.off_x + b * g.H * g.W;
+    long b = r / g.OH, oh = r % g.OH, pb = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, 0, 0);
     for (long ow = 0; ow < g.OW; ow++) {
       long h0, h1, w0, w1;
       float d = avg_window(&g, oh, ow, &h0, &h1, &w0, &w1), s = 0.0f;
       for (long ih = h0; ih < h1; ih++)
-        for (long iw = w0; iw < w1; iw++) s += ld_f(x, pb + ih * g.W + iw, g.dt);
-      st_f(y, g.off_y + r * g.OW + ow, g.dt, h0 < h1 && w0 < w1 ? s / d : 0.0f);
+        for (long iw = w0; iw < w1; iw++) s += ld_f(x, pb + ih * g.xs[2] + iw * g.xs[3], g.dt);
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, h0 < h1 && w0 < w1 ? s / d : 0.0f);
     }
   }
 }
@@ -117,9 +118,9 @@ __kernel void avgpool2d_bwd(gbuf gi, gcbuf go, ocl_pool g, long chunk) {
           long h0, h1, w0, w1;
           float d = avg_window(&g, oh, ow, &h0, &h1, &w0, &w1);
           if (ih >= h0 && ih < h1 && iw >= w0 && iw < w1)
-            acc += ld_f(go, g.off_y + (b * g.OH + oh) * g.OW + ow, g.dt) / d;
+            acc += ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt) / d;
         }
-      st_f(gi, g.off_x + r * g.W + iw, g.dt, acc);
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
     }
   }
 }

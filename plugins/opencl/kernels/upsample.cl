@@ -1,5 +1,5 @@
-/* upsample.cl -- 2-d nearest and bilinear upsampling of contiguous [B, H, W] planes into
- * [B, OH, OW] (upsample.c), `chunk` rows per work-item. Source indices and weights are those
+/* upsample.cl -- 2-d nearest and bilinear upsampling of [B, H, W] planes into [B, OH, OW]
+ * (upsample.c), both of any strides (OCL_PLANE_AT), `chunk` rows per work-item. Source indices and weights are those
  * of plugins/common/resample.c (ATen's CPU formulas in float), from steps the host computed;
  * contraction into fma is off so every product rounds as on the host. The backward is a
  * gather: each input element sums, in output order, the weighted gradients of the outputs
@@ -47,17 +47,18 @@ __kernel void upsample2d_fwd(gbuf y, gcbuf x, ocl_upsample g, long chunk) {
     long b = r / g.OH, oh = r % g.OH, a1, c1;
     float h0, w0;
     long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, g.align, &a1, &h0);
-    long p0 = g.off_x + (b * g.H + a0) * g.W, p1 = g.off_x + (b * g.H + a1) * g.W;
+    long p0 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a0, 0), p1 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a1, 0);
     for (long ow = 0; ow < g.OW; ow++) {
       long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.align, &c1, &w0);
       float v;
-      if (!g.linear) v = ld_f(x, p0 + c0, g.dt);
+      long e0 = c0 * g.xs[3], e1 = c1 * g.xs[3];
+      if (!g.linear) v = ld_f(x, p0 + e0, g.dt);
       else {
         float h1 = 1.0f - h0, w1 = 1.0f - w0;
-        v = h0 * (w0 * ld_f(x, p0 + c0, g.dt) + w1 * ld_f(x, p0 + c1, g.dt)) +
-            h1 * (w0 * ld_f(x, p1 + c0, g.dt) + w1 * ld_f(x, p1 + c1, g.dt));
+        v = h0 * (w0 * ld_f(x, p0 + e0, g.dt) + w1 * ld_f(x, p0 + e1, g.dt)) +
+            h1 * (w0 * ld_f(x, p1 + e0, g.dt) + w1 * ld_f(x, p1 + e1, g.dt));
       }
-      st_f(y, g.off_y + r * g.OW + ow, g.dt, v);
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, v);
     }
   }
 }
@@ -92,7 +93,7 @@ __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
           float w0;
           long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.align, &c1, &w0);
           if (c0 > iw) break;
-          float v = ld_f(go, g.off_y + (b * g.OH + oh) * g.OW + ow, g.dt), w1 = 1.0f - w0;
+          float v = ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt), w1 = 1.0f - w0;
           if (!g.linear) {
             if (c0 == iw) acc += v;
             continue;
@@ -107,7 +108,7 @@ __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
           }
         }
       }
-      st_f(gi, g.off_x + r * g.W + iw, g.dt, acc);
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
     }
   }
 }
