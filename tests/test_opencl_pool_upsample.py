@@ -60,6 +60,14 @@ CASES = {
     "nearest_x2.5": (lambda t: F.interpolate(t, scale_factor=2.5, mode="nearest"), "aten::upsample_nearest2d"),
     "nearest_x2": (lambda t: F.interpolate(t, scale_factor=2, mode="nearest"), "aten::upsample_nearest2d"),
     "nearest_size_18x7": (lambda t: F.interpolate(t, size=(18, 7), mode="nearest"), "aten::upsample_nearest2d"),
+    "nearest_exact_x1.7": (
+        lambda t: F.interpolate(t, scale_factor=1.7, mode="nearest-exact"),
+        "aten::_upsample_nearest_exact2d",
+    ),
+    "nearest_exact_size_5x20": (
+        lambda t: F.interpolate(t, size=(5, 20), mode="nearest-exact"),
+        "aten::_upsample_nearest_exact2d",
+    ),
     "bilinear_x1.7": (lambda t: F.interpolate(t, scale_factor=1.7, mode="bilinear"), "aten::upsample_bilinear2d"),
     "bilinear_x0.6_corners": (
         lambda t: F.interpolate(t, scale_factor=0.6, mode="bilinear", align_corners=True),
@@ -182,7 +190,7 @@ def test_nan_and_inf_propagate_as_on_cpu(case, path):
 
 
 def test_each_op_alone_launches_nothing_on_the_host_path(path):
-    """Counted per op: on the host path each of the 8 ops is one host command and no OpenCL
+    """Counted per op: on the host path each of the 10 ops is one host command and no OpenCL
     kernel (the stream drained first); queued, each one launches a kernel."""
     x = torch.randn(2, 3, 8, 10, generator=torch.Generator().manual_seed(2))
     xd = x.to(DEV)
@@ -192,11 +200,15 @@ def test_each_op_alone_launches_nothing_on_the_host_path(path):
         (aten._adaptive_avg_pool2d, lambda t: (t, [3, 4]), [2, 3, 3, 4]),
         (aten.upsample_nearest2d, lambda t: (t, [13, 17], None, None), [2, 3, 13, 17]),
         (aten.upsample_bilinear2d, lambda t: (t, [13, 17], False, None, None), [2, 3, 13, 17]),
+        (aten._upsample_nearest_exact2d, lambda t: (t, [13, 17], None, None), [2, 3, 13, 17]),
     ]
     backward = {
         aten.avg_pool2d: lambda g, t: aten.avg_pool2d_backward(g, t, [3, 3], [2, 2], [1, 1], True, False, None),
         aten._adaptive_avg_pool2d: lambda g, t: aten._adaptive_avg_pool2d_backward(g, t),
         aten.upsample_nearest2d: lambda g, t: aten.upsample_nearest2d_backward(g, [13, 17], list(t.shape), None, None),
+        aten._upsample_nearest_exact2d: lambda g, t: aten._upsample_nearest_exact2d_backward(
+            g, [13, 17], list(t.shape), None, None
+        ),
         aten.upsample_bilinear2d: lambda g, t: aten.upsample_bilinear2d_backward(
             g, [13, 17], list(t.shape), False, None, None
         ),
@@ -237,6 +249,7 @@ def test_queued_kernels_on_plain_runtime_buffers():
             ("adaptive_4x3", "channels_last", "to"), ("adaptive_up_13x12", "contiguous", "mode"),
             ("nearest_x2.5", "contiguous", "to"), ("nearest_size_18x7", "sliced", "mode"),
             ("bilinear_x1.7", "channels_last", "to"), ("bilinear_size_13x20_corners", "contiguous", "mode"),
+            ("nearest_exact_x1.7", "sliced", "to"),
         ]:
             c = t.check(case, layout, style, t.DEV)
             assert c["kernels"] > 0 and c["inline_ops"] == 0, (case, c)
@@ -264,3 +277,20 @@ def test_bad_geometry_raises_and_the_device_keeps_working(which):
     with pytest.raises(RuntimeError, match="divisor"):
         F.avg_pool2d(x.to(dev), 2, divisor_override=0)
     torch.testing.assert_close(F.avg_pool2d(x.to(dev), 2).cpu(), F.avg_pool2d(x, 2))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 1e-2), (torch.bfloat16, 4e-2)])
+def test_ral0_nearest_exact_half_types(dtype, tol):
+    """ral:0 declares float16/bfloat16 for nearest-exact too: output bit-equal to CPU's half
+    kernel (a copy), input gradient within tol of the largest value (the host kernel adds in
+    float and rounds once, CPU's half kernel rounds per addition), vendor tier."""
+    dev = plugin_device("host")
+    fn, op = CASES["nearest_exact_size_5x20"]
+    x = torch.randn(2, 5, 9, 11, generator=torch.Generator().manual_seed(4)).to(dtype)
+    want = _run(fn, lambda t: t, x, "cpu", "to")
+    with torch_fl.coverage() as cov:
+        got = _run(fn, lambda t: t, x, dev, "to")
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    scale = want[1].float().abs().max().item()
+    torch.testing.assert_close(got[1].float(), want[1].float(), rtol=0, atol=tol * scale)
+    assert op in cov.ops_in_tier("vendor") and f"{op}_backward" in cov.ops_in_tier("vendor"), cov.counts

@@ -61,11 +61,15 @@ float ral_up_linear_step(int64_t in, int64_t out, int align, float scale) {
   return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
 }
 
-/* nearest_idx: identity at 1x, a shift at 2x, else floor(o * scale) clamped. */
-static void nearest_axis(ral_up_axis* m, int64_t in, int64_t out, float scale) {
+/* nearest_idx: identity at 1x, a shift at 2x, else floor(o * scale) clamped;
+ * nearest_exact_idx (exact): floor((o + 0.5) * scale) clamped, no shortcuts. ATen computes
+ * (o + 0.5) * scale in double and floorf rounds it to float first: the correctly rounded
+ * float product, which is what the float product here is (o + 0.5 is exact below 2^23). */
+static void nearest_axis(ral_up_axis* m, int64_t in, int64_t out, float scale, int exact) {
   for (int64_t o = 0; o < out; o++) {
     int64_t s;
-    if (out == in) s = o;
+    if (exact) s = imin((int64_t)floorf(((float)o + 0.5f) * scale), in - 1);
+    else if (out == in) s = o;
     else if (out == 2 * in) s = o >> 1;
     else s = imin((int64_t)floorf((float)o * scale), in - 1);
     m->i0[o] = m->i1[o] = s;
@@ -109,8 +113,8 @@ int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w
     linear_axis(&g->h, g->H, g->OH, align, scale_h);
     linear_axis(&g->w, g->W, g->OW, align, scale_w);
   } else {
-    nearest_axis(&g->h, g->H, g->OH, scale_h);
-    nearest_axis(&g->w, g->W, g->OW, scale_w);
+    nearest_axis(&g->h, g->H, g->OH, scale_h, g->exact);
+    nearest_axis(&g->w, g->W, g->OW, scale_w, g->exact);
   }
   return 1;
 }

@@ -36,11 +36,12 @@ typedef struct {
   float* l0;
 } ral_up_axis;
 
-/* Upsampling of an [H, W] plane into [OH, OW] through two axis tables. */
+/* Upsampling of an [H, W] plane into [OH, OW] through two axis tables; nearest (linear 0)
+ * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). */
 typedef struct {
   int64_t H, W, OH, OW;
   ral_up_axis h, w;
-  int linear;
+  int linear, exact;
 } ral_upsample;
 
 /*! ATen's compute_scales_value<float>: 1 / scale when one is given (`given`) and positive,
@@ -49,7 +50,7 @@ float ral_up_scale(int given, double scale, int64_t in, int64_t out);
 /*! The source step of a linear axis: (in - 1) / (out - 1) with align_corners, else `scale`. */
 float ral_up_linear_step(int64_t in, int64_t out, int align, float scale);
 /*! Fills g->h and g->w (allocated; 0 when out of memory) for sizes H, W, OH, OW, g->linear,
- *  align_corners and the scales of ral_up_scale; free with ral_upsample_free. */
+ *  g->exact, align_corners and the scales of ral_up_scale; free with ral_upsample_free. */
 int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w);
 void ral_upsample_free(ral_upsample* g);
 /*! y[OH, OW] from x[H, W]. */

@@ -46,6 +46,7 @@
   X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
   X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_upsample_nearest2d)       \
   X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
+  X(host_upsample_nearest_exact2d) X(host_upsample_nearest_exact2d_backward)  \
   X(host_lstm_cell) X(host_lstm_cell_backward)
 
 #define HOST_KERNELS_INDEX(X)                                                        \

@@ -1,5 +1,6 @@
 /*
- * upsample.c -- upsample_nearest2d and upsample_bilinear2d with their backward over
+ * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
+ * their backward over
  * [N, C, H, W] operands of any strides, float32/float16/bfloat16 (computed in float). One
  * pool task per block of whole planes (planes.h). The per-axis source indices and weights and
  * the plane loops are plugins/common/resample.c (ATen's CPU formulas, shared with the OpenCL
@@ -36,10 +37,10 @@ static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out)
 }
 
 /* in_t: the low-resolution operand (input or grad_input), out_t the other; scales at `at`,
- * align_corners at `align_at` (-1: nearest). */
+ * align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
 static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, const ral_tensor* out_t, int at,
                            int align_at, int is_backward) {
-  up_job j = {.g.linear = align_at >= 0};
+  up_job j = {.g.linear = align_at >= 0, .g.exact = align_at == -2};
   const ral_tensor* ts[] = {in_t, out_t};
   for (int k = 0; k < 2; k++)
     if (ts[k]->dtype != RAL_DTYPE_FLOAT32 && ts[k]->dtype != RAL_DTYPE_FLOAT16 && ts[k]->dtype != RAL_DTYPE_BFLOAT16)
@@ -88,4 +89,16 @@ ral_status host_upsample_bilinear2d(const ral_kernel_call* c) {
 ral_status host_upsample_bilinear2d_backward(const ral_kernel_call* c) {
   ral_status s = host_check_arity(c, 1, 1, 3);
   return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 3, 2, 1);
+}
+
+/* _upsample_nearest_exact2d(self, output_size, scales_h?, scales_w?) -> out. */
+ral_status host_upsample_nearest_exact2d(const ral_kernel_call* c) {
+  ral_status s = host_check_arity(c, 1, 1, 1);
+  return s != RAL_OK ? s : upsample(c, host_in(c, 0), host_out(c, 0), 1, -2, 0);
+}
+
+/* _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?). */
+ral_status host_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
+  ral_status s = host_check_arity(c, 1, 1, 2);
+  return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 2, -2, 1);
 }

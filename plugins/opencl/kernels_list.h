@@ -47,7 +47,8 @@
   X(ocl_max_pool2d_with_indices) X(ocl_max_pool2d_with_indices_backward)                  \
   X(ocl_avg_pool2d) X(ocl_avg_pool2d_backward) X(ocl_adaptive_avg_pool2d)                 \
   X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
-  X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward)
+  X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
+  X(ocl_upsample_nearest_exact2d_backward)
 
 #define OCL_KERNELS(X)                                                                    \
   OCL_KERNELS_EW(X) OCL_KERNELS_COPY(X) OCL_KERNELS_REDUCE(X) OCL_KERNELS_BLAS(X)         \

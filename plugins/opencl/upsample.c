@@ -1,5 +1,6 @@
 /*
- * upsample.c -- upsample_nearest2d and upsample_bilinear2d with their backward over
+ * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
+ * their backward over
  * [N, C, H, W] float32 of any strides (so outputs take CPU's layout, channels_last included):
  * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
  * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
@@ -19,7 +20,7 @@ static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out)
 }
 
 /* lo: the low-resolution operand (input, or grad_input), hi the other; scales at scalar
- * `at`, align_corners at `align_at` (-1: nearest). */
+ * `at`, align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
 static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const ral_tensor* hi, int at, int align_at,
                            int backward) {
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
@@ -40,6 +41,7 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
   if (ocl_numel(lo) == 0) return RAL_OK;
   if (ocl_numel(hi) == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "output sizes must be greater than 0");
   g.linear = align_at >= 0;
+  g.exact = align_at == -2;
   g.align = g.linear ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
   float sh = scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + 1, g.W, g.OW);
   g.step_h = g.linear ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
@@ -79,4 +81,16 @@ ral_status ocl_upsample_bilinear2d(const ral_kernel_call* c) {
 ral_status ocl_upsample_bilinear2d_backward(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 1, 3);
   return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 3, 2, 1);
+}
+
+/* _upsample_nearest_exact2d(self, output_size, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_nearest_exact2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 1);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 1, -2, 0);
+}
+
+/* _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?) */
+ral_status ocl_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 2, -2, 1);
 }

@@ -131,7 +131,7 @@ typedef struct {
   g_i64 B, C, H, W, OH, OW, off_x, off_y;
   g_i64 xs[4], ys[4];
   float step_h, step_w;
-  g_i32 dt, linear, align, pad0;
+  g_i32 dt, linear, align, exact; /* exact: nearest-exact (linear 0) */
 } ocl_upsample;
 
 /* Fault sites of the bounds-checked index kernels: the code they record in their
