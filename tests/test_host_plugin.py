@@ -766,6 +766,7 @@ def test_pooling_upsampling_and_lstm_cell_kernels():
         x = x.detach().requires_grad_()
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1) + F.adaptive_avg_pool2d(x, 4)
         z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
+        z = z + F.interpolate(y, scale_factor=2, mode="nearest-exact")
         out, _ = lstm(z.flatten(2).permute(2, 0, 1))
         out.square().sum().backward()
         return [z, out, x.grad, *[p.grad for p in lstm.parameters()]]
