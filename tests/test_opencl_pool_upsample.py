@@ -19,6 +19,7 @@ say which path ran: on the host path the op makes no OpenCL kernel launch, queue
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import sys
 from pathlib import Path
@@ -294,3 +295,44 @@ def test_ral0_nearest_exact_half_types(dtype, tol):
     scale = want[1].float().abs().max().item()
     torch.testing.assert_close(got[1].float(), want[1].float(), rtol=0, atol=tol * scale)
     assert op in cov.ops_in_tier("vendor") and f"{op}_backward" in cov.ops_in_tier("vendor"), cov.counts
+
+
+@pytest.mark.parametrize("which", ["host", "opencl"])
+@pytest.mark.parametrize("style", ["to", "mode"])
+def test_module_training_step_matches_cpu(which, style):
+    """A CPU nn.Module with AvgPool2d, Upsample (nearest and bilinear) and AdaptiveAvgPool2d:
+    loss and every parameter gradient equal CPU's (rtol/atol 1e-4: the convolutions add in other
+    orders) with `model.to(dev)` and under `ral_mode(dev)`, the pooling and upsampling ops
+    forward and backward in the vendor tier."""
+    dev = plugin_device(which)
+    nn = torch.nn
+    torch.manual_seed(5)
+    ref = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.AvgPool2d(2, ceil_mode=True),
+        nn.Upsample(scale_factor=1.5, mode="bilinear"),
+        nn.Conv2d(4, 4, 3),
+        nn.Upsample(scale_factor=2, mode="nearest"),
+        nn.AdaptiveAvgPool2d((3, 5)),
+        nn.Flatten(),
+        nn.Linear(60, 2),
+    )
+    x = torch.randn(2, 3, 11, 9, generator=torch.Generator().manual_seed(6))
+    ref(x).square().sum().backward()
+    model = copy.deepcopy(ref)
+    model.zero_grad()
+    with torch_fl.coverage() as cov:
+        if style == "to":
+            model = model.to(dev)
+            loss = model(x.to(dev)).square().sum()
+            loss.backward()
+        else:
+            with torch_fl.ral_mode(dev):
+                loss = model(x).square().sum()
+                loss.backward()
+    torch.testing.assert_close(loss.detach().cpu(), ref(x).square().sum().detach(), rtol=1e-4, atol=1e-4)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-4, msg=name)
+    ran = cov.ops_in_tier("vendor")
+    for op in ("avg_pool2d", "upsample_bilinear2d", "upsample_nearest2d", "_adaptive_avg_pool2d"):
+        assert f"aten::{op}" in ran and f"aten::{op}_backward" in ran, (op, cov.counts)
