@@ -81,18 +81,35 @@ CASES = {
     "bilinear_size_7x5": (lambda t: F.interpolate(t, size=(7, 5), mode="bilinear"), "aten::upsample_bilinear2d"),
 }
 
+# The 1-d forms over [N, C, L] (planes of one row); "special" layout: NaN and infinities.
+CASES_1D = {
+    "nearest1d_x2.5": (lambda t: F.interpolate(t, scale_factor=2.5, mode="nearest"), "aten::upsample_nearest1d"),
+    "nearest_exact1d_size_7": (
+        lambda t: F.interpolate(t, size=7, mode="nearest-exact"),
+        "aten::_upsample_nearest_exact1d",
+    ),
+    "linear1d_x1.7": (lambda t: F.interpolate(t, scale_factor=1.7, mode="linear"), "aten::upsample_linear1d"),
+    "linear1d_size_20_corners": (
+        lambda t: F.interpolate(t, size=20, mode="linear", align_corners=True),
+        "aten::upsample_linear1d",
+    ),
+}
 
-def _leaf(layout: str, special: bool = False) -> tuple[torch.Tensor, object]:
-    """The leaf tensor of a case and the view of it the op sees ([2, 5, 9, 11] either way)."""
+
+def _leaf(layout: str, special: bool = False, one_d: bool = False) -> tuple[torch.Tensor, object]:
+    """The leaf tensor of a case and the view of it the op sees ([2, 5, 9, 11] either way;
+    [2, 5, 11] for a 1-d case)."""
     g = torch.Generator().manual_seed(0)
     if layout == "sliced":  # offset, and a width stride of 2
+        if one_d:
+            return torch.randn(3, 7, 22, generator=g), lambda t: t[1:, 1:6, ::2]
         base = torch.randn(3, 7, 10, 22, generator=g)
         return base, lambda t: t[1:, 1:6, 1:, ::2]
-    x = torch.randn(2, 5, 9, 11, generator=g)
+    x = torch.randn((2, 5, 11) if one_d else (2, 5, 9, 11), generator=g)
     if special:  # NaN and infinities propagate as on CPU
-        x[0, 1, 2, 3] = float("nan")
-        x[1, 2, 4, 4] = float("inf")
-        x[1, 3, 0, 0] = float("-inf")
+        x.view(10, -1)[1, 3] = float("nan")
+        x.view(10, -1)[7, 4] = float("inf")
+        x.view(10, -1)[8, 0] = float("-inf")
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
     return x, lambda t: t
@@ -126,8 +143,8 @@ def _close(got, want, what):
 def check(case: str, layout: str, style: str, dev: str, special: bool = False) -> dict:
     """Output and input gradient of a case on dev equal CPU's, both ops in the vendor tier and
     none in the cpu tier; returns the OpenCL counter increments of the device run (ral:1)."""
-    fn, op = CASES[case]
-    leaf, view = _leaf(layout, special)
+    fn, op = (CASES | CASES_1D)[case]
+    leaf, view = _leaf(layout, special, case in CASES_1D)
     want = _run(fn, view, leaf, "cpu", style)
     if dev == DEV:
         torch.ral.synchronize(DEV)
@@ -234,6 +251,23 @@ def _one_op(path, name, fn, dev_args, cpu_args):
         assert c["kernels"] >= 1, (name, c)
 
 
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "special"])
+@pytest.mark.parametrize("case", sorted(CASES_1D))
+def test_ral1_1d_matches_cpu(case, layout, style, path):
+    """The 1-d forms on ral:1, both styles, both paths, NaN and infinities included."""
+    c = check(case, "contiguous" if layout == "special" else layout, style, DEV, special=layout == "special")
+    _assert_path(path, c, layout)
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("layout", ["sliced", "special"])
+@pytest.mark.parametrize("case", sorted(CASES_1D))
+def test_ral0_1d_matches_cpu(case, layout, style):
+    """The 1-d forms on ral:0."""
+    check(case, "contiguous" if layout == "special" else layout, style, plugin_device("host"), layout == "special")
+
+
 def test_queued_kernels_on_plain_runtime_buffers():
     """TORCH_FL_OPENCL_INLINE=0 (plain runtime buffers, every command queued): the OpenCL
     kernels of every op match CPU forward and backward, in both styles, and launch kernels."""
@@ -250,7 +284,8 @@ def test_queued_kernels_on_plain_runtime_buffers():
             ("adaptive_4x3", "channels_last", "to"), ("adaptive_up_13x12", "contiguous", "mode"),
             ("nearest_x2.5", "contiguous", "to"), ("nearest_size_18x7", "sliced", "mode"),
             ("bilinear_x1.7", "channels_last", "to"), ("bilinear_size_13x20_corners", "contiguous", "mode"),
-            ("nearest_exact_x1.7", "sliced", "to"),
+            ("nearest_exact_x1.7", "sliced", "to"), ("linear1d_x1.7", "sliced", "to"),
+            ("nearest1d_x2.5", "contiguous", "mode"),
         ]:
             c = t.check(case, layout, style, t.DEV)
             assert c["kernels"] > 0 and c["inline_ops"] == 0, (case, c)

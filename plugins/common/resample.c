@@ -141,6 +141,15 @@ static void interpolate(const ral_upsample* g, float* x, float* y, int backward)
     for (int64_t ow = 0; ow < OW; ow++) {
       int64_t x0 = mw->i0[ow], x1 = mw->i1[ow];
       float w0 = mw->l0[ow], w1 = 1.0f - w0, v = q[ow];
+      if (g->one_d) { /* linear1d */
+        if (!backward) {
+          q[ow] = w0 * r0[x0] + w1 * r0[x1];
+          continue;
+        }
+        r0[x0] += w0 * v;
+        r0[x1] += w1 * v;
+        continue;
+      }
       if (!backward) {
         q[ow] = h0 * (w0 * r0[x0] + w1 * r0[x1]) + h1 * (w0 * r1[x0] + w1 * r1[x1]);
         continue;

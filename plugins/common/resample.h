@@ -37,11 +37,13 @@ typedef struct {
 } ral_up_axis;
 
 /* Upsampling of an [H, W] plane into [OH, OW] through two axis tables; nearest (linear 0)
- * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). */
+ * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). one_d:
+ * a 1-d signal (H = OH = 1), linear along W alone (CPU's linear1d: no row weights, so an
+ * infinity is not multiplied by a zero row weight). */
 typedef struct {
   int64_t H, W, OH, OW;
   ral_up_axis h, w;
-  int linear, exact;
+  int linear, exact, one_d;
 } ral_upsample;
 
 /*! ATen's compute_scales_value<float>: 1 / scale when one is given (`given`) and positive,

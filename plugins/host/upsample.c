@@ -1,6 +1,7 @@
 /*
  * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
- * their backward over
+ * their backward, and their 1-d forms (upsample_nearest1d, _upsample_nearest_exact1d,
+ * upsample_linear1d: [N, C, L] as planes of one row), over
  * [N, C, H, W] operands of any strides, float32/float16/bfloat16 (computed in float). One
  * pool task per block of whole planes (planes.h). The per-axis source indices and weights and
  * the plane loops are plugins/common/resample.c (ATen's CPU formulas, shared with the OpenCL
@@ -36,8 +37,14 @@ static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out)
   return ral_up_scale(given, f, in, out);
 }
 
-/* in_t: the low-resolution operand (input or grad_input), out_t the other; scales at `at`,
- * align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
+/* [N, C, L] as [N, C, 1, L] planes. */
+static void one_row_planes(plane_operand* p, const ral_tensor* t) {
+  *p = (plane_operand){.t = t, .n = t->sizes[0], .c = t->sizes[1], .h = 1, .w = t->sizes[2],
+                       .sn = t->strides[0], .sc = t->strides[1], .sh = 0, .sw = t->strides[2]};
+}
+
+/* in_t: the low-resolution operand (input or grad_input), out_t the other; scales at `at`
+ * (1-d: one scale), align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
 static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, const ral_tensor* out_t, int at,
                            int align_at, int is_backward) {
   up_job j = {.g.linear = align_at >= 0, .g.exact = align_at == -2};
@@ -46,13 +53,19 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, con
     if (ts[k]->dtype != RAL_DTYPE_FLOAT32 && ts[k]->dtype != RAL_DTYPE_FLOAT16 && ts[k]->dtype != RAL_DTYPE_BFLOAT16)
       return host_fail(c, RAL_ERROR_UNSUPPORTED, "dtype %s; float32/float16/bfloat16 only", host_dtype_name(ts[k]->dtype));
   if (in_t->dtype != out_t->dtype) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input and output dtypes differ");
-  if (in_t->ndim != 4 || out_t->ndim != 4 || !plane_operand_of(&j.a, in_t) || !plane_operand_of(&j.b, out_t))
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d operands");
+  j.g.one_d = in_t->ndim == 3;
+  if (in_t->ndim != out_t->ndim) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "operands of different ranks");
+  if (j.g.one_d) {
+    one_row_planes(&j.a, in_t);
+    one_row_planes(&j.b, out_t);
+  } else if (in_t->ndim != 4 || !plane_operand_of(&j.a, in_t) || !plane_operand_of(&j.b, out_t)) {
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d operands");
+  }
   if (j.a.n != j.b.n || j.a.c != j.b.c) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "batch or channel sizes differ");
   if ((j.a.h == 0 || j.a.w == 0) && j.b.h * j.b.w > 0)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
   j.g.H = j.a.h, j.g.W = j.a.w, j.g.OH = j.b.h, j.g.OW = j.b.w;
-  float sh = scale_of(c, at, j.a.h, j.b.h), sw = scale_of(c, at + 1, j.a.w, j.b.w);
+  float sh = j.g.one_d ? 1.0f : scale_of(c, at, j.a.h, j.b.h), sw = scale_of(c, at + !j.g.one_d, j.a.w, j.b.w);
   int align = j.g.linear ? (int)host_scalar_int(c, align_at, 0) : 0;
   ral_status s = RAL_OK;
   if (!ral_upsample_tables(&j.g, align, sh, sw)) {
@@ -102,3 +115,15 @@ ral_status host_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
   ral_status s = host_check_arity(c, 1, 1, 2);
   return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 2, -2, 1);
 }
+
+/* The 1-d forms: the 2-d entry points' scalar layout with one scale. upsample_nearest1d(self,
+ * output_size, scales?), upsample_linear1d(self, output_size, align_corners, scales?), their
+ * backward(grad_output, output_size, input_size[, align_corners], scales?). */
+ral_status host_upsample_nearest1d(const ral_kernel_call* c) { return host_upsample_nearest2d(c); }
+ral_status host_upsample_nearest1d_backward(const ral_kernel_call* c) { return host_upsample_nearest2d_backward(c); }
+ral_status host_upsample_nearest_exact1d(const ral_kernel_call* c) { return host_upsample_nearest_exact2d(c); }
+ral_status host_upsample_nearest_exact1d_backward(const ral_kernel_call* c) {
+  return host_upsample_nearest_exact2d_backward(c);
+}
+ral_status host_upsample_linear1d(const ral_kernel_call* c) { return host_upsample_bilinear2d(c); }
+ral_status host_upsample_linear1d_backward(const ral_kernel_call* c) { return host_upsample_bilinear2d_backward(c); }

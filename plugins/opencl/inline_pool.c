@@ -120,7 +120,8 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
   if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
   /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
    * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
-  ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact};
+  ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
+                    .one_d = g->one_d};
   int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) &&
              run_planes(c, g->B, &pb, &ps, backward, up_body, &u); /* no tables: the queued kernels need none */
   ral_upsample_free(&u);

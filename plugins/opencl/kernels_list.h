@@ -48,7 +48,9 @@
   X(ocl_avg_pool2d) X(ocl_avg_pool2d_backward) X(ocl_adaptive_avg_pool2d)                 \
   X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
   X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
-  X(ocl_upsample_nearest_exact2d_backward)
+  X(ocl_upsample_nearest_exact2d_backward) X(ocl_upsample_nearest1d) X(ocl_upsample_nearest1d_backward)   \
+  X(ocl_upsample_nearest_exact1d) X(ocl_upsample_nearest_exact1d_backward) X(ocl_upsample_linear1d)        \
+  X(ocl_upsample_linear1d_backward)
 
 #define OCL_KERNELS(X)                                                                    \
   OCL_KERNELS_EW(X) OCL_KERNELS_COPY(X) OCL_KERNELS_REDUCE(X) OCL_KERNELS_BLAS(X)         \

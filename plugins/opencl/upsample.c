@@ -28,14 +28,22 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
     if (t->dtype != RAL_DTYPE_FLOAT32)
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
   }
-  if (lo->ndim != 4 || hi->ndim != 4) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d operands");
+  if ((lo->ndim != 4 && lo->ndim != 3) || hi->ndim != lo->ndim)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d operands of one rank");
   if (lo->sizes[0] != hi->sizes[0] || lo->sizes[1] != hi->sizes[1])
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "batch or channel sizes differ");
   ocl_upsample g;
   memset(&g, 0, sizeof g);
+  g.one_d = lo->ndim == 3; /* [N, C, L]: planes of one row (H stride unused) */
   g.C = lo->sizes[1];
-  for (int i = 0; i < 4; i++) g.xs[i] = lo->strides[i], g.ys[i] = hi->strides[i];
-  g.B = lo->sizes[0] * lo->sizes[1], g.H = lo->sizes[2], g.W = lo->sizes[3], g.OH = hi->sizes[2], g.OW = hi->sizes[3];
+  for (int i = 0; i < 4; i++) {
+    int d = g.one_d ? (i < 2 ? i : i - 1) : i;
+    g.xs[i] = g.one_d && i == 2 ? 0 : lo->strides[d];
+    g.ys[i] = g.one_d && i == 2 ? 0 : hi->strides[d];
+  }
+  g.B = lo->sizes[0] * lo->sizes[1];
+  g.H = g.one_d ? 1 : lo->sizes[2], g.W = lo->sizes[lo->ndim - 1];
+  g.OH = g.one_d ? 1 : hi->sizes[2], g.OW = hi->sizes[hi->ndim - 1];
   if ((g.H == 0 || g.W == 0) && g.OH * g.OW > 0)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
   if (ocl_numel(lo) == 0) return RAL_OK;
@@ -43,7 +51,7 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
   g.linear = align_at >= 0;
   g.exact = align_at == -2;
   g.align = g.linear ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
-  float sh = scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + 1, g.W, g.OW);
+  float sh = g.one_d ? 1.0f : scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + !g.one_d, g.W, g.OW);
   g.step_h = g.linear ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
   g.step_w = g.linear ? ral_up_linear_step(g.W, g.OW, g.align, sw) : sw;
   g.dt = lo->dtype;
@@ -94,3 +102,13 @@ ral_status ocl_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 1, 2);
   return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 2, -2, 1);
 }
+
+/* The 1-d forms ([N, C, L]): the 2-d entry points' scalar layout with one scale. */
+ral_status ocl_upsample_nearest1d(const ral_kernel_call* c) { return ocl_upsample_nearest2d(c); }
+ral_status ocl_upsample_nearest1d_backward(const ral_kernel_call* c) { return ocl_upsample_nearest2d_backward(c); }
+ral_status ocl_upsample_nearest_exact1d(const ral_kernel_call* c) { return ocl_upsample_nearest_exact2d(c); }
+ral_status ocl_upsample_nearest_exact1d_backward(const ral_kernel_call* c) {
+  return ocl_upsample_nearest_exact2d_backward(c);
+}
+ral_status ocl_upsample_linear1d(const ral_kernel_call* c) { return ocl_upsample_bilinear2d(c); }
+ral_status ocl_upsample_linear1d_backward(const ral_kernel_call* c) { return ocl_upsample_bilinear2d_backward(c); }

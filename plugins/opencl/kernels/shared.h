@@ -132,6 +132,7 @@ typedef struct {
   g_i64 xs[4], ys[4];
   float step_h, step_w;
   g_i32 dt, linear, align, exact; /* exact: nearest-exact (linear 0) */
+  g_i32 one_d, pad0;              /* one_d: [N, C, L] as planes of one row, linear along W alone */
 } ocl_upsample;
 
 /* Fault sites of the bounds-checked index kernels: the code they record in their

@@ -56,6 +56,7 @@ __kernel void upsample2d_fwd(gbuf y, gcbuf x, ocl_upsample g, long chunk) {
       float v;
       long e0 = c0 * g.xs[3], e1 = c1 * g.xs[3];
       if (!g.linear) v = ld_f(x, p0 + e0, g.dt);
+      else if (g.one_d) v = w0 * ld_f(x, p0 + e0, g.dt) + (1.0f - w0) * ld_f(x, p0 + e1, g.dt); /* linear1d */
       else {
         float h1 = 1.0f - h0, w1 = 1.0f - w0;
         v = h0 * (w0 * ld_f(x, p0 + e0, g.dt) + w1 * ld_f(x, p0 + e1, g.dt)) +
@@ -105,7 +106,7 @@ __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
             if (c0 == iw) acc += h0 * w0 * v;
             if (c1 == iw) acc += h0 * w1 * v;
           }
-          if (a1 == ih) {
+          if (a1 == ih && !g.one_d) { /* linear1d has no second row */
             if (c0 == iw) acc += h1 * w0 * v;
             if (c1 == iw) acc += h1 * w1 * v;
           }
