@@ -167,3 +167,83 @@ void ral_upsample_plane(const ral_upsample* g, const float* x, float* y) { inter
 void ral_upsample_plane_backward(const ral_upsample* g, float* gi, const float* go) {
   interpolate(g, gi, (float*)go, 1);
 }
+
+/* ---------------------------------------------------------------- channels-last forms */
+void ral_avg_pool_cl(const ral_avg_pool* g, int64_t C, const float* x, float* y) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float d = ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1), *o = y + (oh * g->OW + ow) * C;
+      for (int64_t c = 0; c < C; c++) o[c] = 0.0f;
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+          const float* p = x + (h * g->W + w) * C;
+          for (int64_t c = 0; c < C; c++) o[c] += p[c];
+        }
+      int empty = !(h0 < h1 && w0 < w1);
+      for (int64_t c = 0; c < C; c++) o[c] = empty ? 0.0f : o[c] / d;
+    }
+}
+
+void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const float* go) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float d = ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+      const float* q = go + (oh * g->OW + ow) * C;
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+          float* p = gi + (h * g->W + w) * C;
+          for (int64_t c = 0; c < C; c++) p[c] += q[c] / d;
+        }
+    }
+}
+
+/* interpolate() with the channels innermost. */
+static void interpolate_cl(const ral_upsample* g, int64_t C, float* x, float* y, int backward) {
+  const ral_up_axis *mh = &g->h, *mw = &g->w;
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    float *r0 = x + mh->i0[oh] * g->W * C, *r1 = x + mh->i1[oh] * g->W * C;
+    float h0 = mh->l0[oh], h1 = 1.0f - h0;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      float *q = y + (oh * g->OW + ow) * C, *a = r0 + mw->i0[ow] * C, *b = r0 + mw->i1[ow] * C;
+      float *e = r1 + mw->i0[ow] * C, *f = r1 + mw->i1[ow] * C;
+      float w0 = mw->l0[ow], w1 = 1.0f - w0;
+      if (!g->linear) {
+        for (int64_t c = 0; c < C; c++) {
+          if (backward) a[c] += q[c];
+          else q[c] = a[c];
+        }
+      } else if (g->one_d) {
+        for (int64_t c = 0; c < C; c++) {
+          if (!backward) {
+            q[c] = w0 * a[c] + w1 * b[c];
+            continue;
+          }
+          a[c] += w0 * q[c];
+          b[c] += w1 * q[c];
+        }
+      } else {
+        for (int64_t c = 0; c < C; c++) {
+          if (!backward) {
+            q[c] = h0 * (w0 * a[c] + w1 * b[c]) + h1 * (w0 * e[c] + w1 * f[c]);
+            continue;
+          }
+          float v = q[c];
+          a[c] += h0 * w0 * v;
+          b[c] += h0 * w1 * v;
+          e[c] += h1 * w0 * v;
+          f[c] += h1 * w1 * v;
+        }
+      }
+    }
+  }
+}
+
+void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y) {
+  interpolate_cl(g, C, (float*)x, y, 0);
+}
+
+void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go) {
+  interpolate_cl(g, C, gi, (float*)go, 1);
+}

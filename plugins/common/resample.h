@@ -60,4 +60,12 @@ void ral_upsample_plane(const ral_upsample* g, const float* x, float* y);
 /*! gi[H, W] += the gradient go[OH, OW] spread back, in output order (CPU's). */
 void ral_upsample_plane_backward(const ral_upsample* g, float* gi, const float* go);
 
+/*! Channels-last forms over one sample: x [H][W][C] and y [OH][OW][C] (channels dense),
+ *  the same windows and indices with each output's C channels at once, so every element sees
+ *  the same operations in the same order as in the plane forms. Backward forms add into gi. */
+void ral_avg_pool_cl(const ral_avg_pool* g, int64_t C, const float* x, float* y);
+void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const float* go);
+void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y);
+void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go);
+
 #endif /* RAL_RESAMPLE_H */

@@ -6,8 +6,10 @@
  * on PyTorch's OpenMP team beats a round trip through the runtime's worker threads.
  *
  * The plane math is the host plugin's (plugins/common/resample.c), one source for both
- * plugins. Operands have any strides: a plane whose rows are not dense (channels_last,
- * sliced) is gathered into, or scattered from, a per-thread scratch plane. Ordering and
+ * plugins. Operands have any strides: when both sides are dense channels_last, the
+ * channels-last forms run one sample per task with the channels innermost (as ATen's CPU
+ * kernels for that layout); otherwise a plane whose rows are not dense (sliced, mixed
+ * layouts) is gathered into, or scattered from, a per-thread scratch plane. Ordering and
  * fallbacks are inline_cnn.c's (ocl_inline_begin_drained: outstanding work finishes first;
  * GPUs, TORCH_FL_OPENCL_INLINE=0, kernel profiling and buffers without host memory keep the
  * OpenCL kernels of pool.cl / upsample.cl).
@@ -55,6 +57,40 @@ static void avg_body(const void* job, float* big, float* small, int backward) {
 static void up_body(const void* job, float* big, float* small, int backward) {
   if (backward) ral_upsample_plane_backward(job, big, small);
   else ral_upsample_plane(job, big, small);
+}
+
+/* One channels_last sample ([H][W][C] and [OH][OW][C]), as plane_body. */
+typedef void (*sample_body)(const void* job, int64_t C, float* big, float* small, int backward);
+
+static void avg_sample(const void* job, int64_t C, float* big, float* small, int backward) {
+  if (backward) ral_avg_pool_cl_backward(job, C, big, small);
+  else ral_avg_pool_cl(job, C, big, small);
+}
+
+static void up_sample(const void* job, int64_t C, float* big, float* small, int backward) {
+  if (backward) ral_upsample_cl_backward(job, C, big, small);
+  else ral_upsample_cl(job, C, big, small);
+}
+
+/* Whether v's samples are dense channels_last [H][W][C] blocks (any sample stride). */
+static int channels_last(const planes_of* v) {
+  return v->C > 1 && v->s[1] == 1 && v->s[3] == v->C && (v->s[2] == v->W * v->C || v->H == 1);
+}
+
+/* body over the N = B / C channels_last samples, one task each, after the stream drained. */
+static int run_samples(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
+                       sample_body body, const void* job) {
+  int64_t C = big->C, N = B / C, hwc = big->H * big->W * C, ohwc = small->H * small->W * C;
+  if (!ocl_inline_begin_drained(c->stream)) return 0;
+#pragma omp parallel for schedule(static) if (N > 1 && N * (hwc + ohwc) >= POOL_PARALLEL_WORK)
+  for (int64_t n = 0; n < N; n++) {
+    float *pb = big->p + n * big->s[0], *ps = small->p + n * small->s[0];
+    if (backward) memset(pb, 0, (size_t)hwc * sizeof(float));
+    body(job, C, pb, ps, backward);
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
 }
 
 /* body over B planes of big and small on PyTorch's OpenMP team, after the stream drained;
@@ -111,6 +147,7 @@ int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
   ral_avg_pool a = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .kh = g->kh, .kw = g->kw, .sh = g->sh,
                     .sw = g->sw, .ph = g->ph, .pw = g->pw, .divisor = g->divisor,
                     .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
+  if (channels_last(&pb) && channels_last(&ps)) return run_samples(c, g->B, &pb, &ps, backward, avg_sample, &a);
   return run_planes(c, g->B, &pb, &ps, backward, avg_body, &a);
 }
 
@@ -122,8 +159,10 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
    * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
   ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
                     .one_d = g->one_d};
-  int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) &&
-             run_planes(c, g->B, &pb, &ps, backward, up_body, &u); /* no tables: the queued kernels need none */
+  int cl = channels_last(&pb) && channels_last(&ps);
+  int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) && /* else the queued kernels (no tables) */
+             (cl ? run_samples(c, g->B, &pb, &ps, backward, up_sample, &u)
+                 : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));
   ral_upsample_free(&u);
   return done;
 }
