@@ -201,10 +201,12 @@ def test_ral1_mode_matches_cpu(case, path):
     _assert_path(path, check(case, "channels_last", "mode", DEV))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
 @pytest.mark.parametrize("case", ["avg_k3s1p1_pad", "avg_divisor", "adaptive_5x7", "bilinear_x1.7"])
-def test_nan_and_inf_propagate_as_on_cpu(case, path):
-    """A NaN and two infinities in the input give CPU's NaN/inf pattern, forward and backward."""
-    _assert_path(path, check(case, "contiguous", "to", DEV, special=True))
+def test_nan_and_inf_propagate_as_on_cpu(case, layout, path):
+    """A NaN and two infinities in the input give CPU's NaN/inf pattern, forward and backward
+    (channels_last: the host path's channels-last loops)."""
+    _assert_path(path, check(case, layout, "to", DEV, special=True))
 
 
 def test_each_op_alone_launches_nothing_on_the_host_path(path):
