@@ -766,9 +766,12 @@ def test_pooling_upsampling_and_lstm_cell_kernels():
         x = x.detach().requires_grad_()
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1) + F.adaptive_avg_pool2d(x, 4)
         z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
+        z = z + F.interpolate(y, scale_factor=2, mode="nearest-exact")
+        s = z.flatten(2)  # the 1-d forms
+        w = sum(F.interpolate(s, scale_factor=1.5, mode=m) for m in ("linear", "nearest", "nearest-exact"))
         out, _ = lstm(z.flatten(2).permute(2, 0, 1))
-        out.square().sum().backward()
-        return [z, out, x.grad, *[p.grad for p in lstm.parameters()]]
+        (out.square().sum() + w.square().sum()).backward()
+        return [z, w, out, x.grad, *[p.grad for p in lstm.parameters()]]
 
     torch.manual_seed(0)
     ref = torch.nn.LSTM(4, 5)

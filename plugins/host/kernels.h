@@ -46,6 +46,9 @@
   X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
   X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_upsample_nearest2d)       \
   X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
+  X(host_upsample_nearest_exact2d) X(host_upsample_nearest_exact2d_backward) X(host_upsample_nearest1d)  \
+  X(host_upsample_nearest1d_backward) X(host_upsample_nearest_exact1d) X(host_upsample_nearest_exact1d_backward) \
+  X(host_upsample_linear1d) X(host_upsample_linear1d_backward) \
   X(host_lstm_cell) X(host_lstm_cell_backward) \
   X(host_gru_cell) X(host_gru_cell_backward)
 

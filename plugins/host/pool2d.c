@@ -3,13 +3,15 @@
  * strides, float32/float16/bfloat16 (computed in float): max_pool2d_with_indices,
  * avg_pool2d, _adaptive_avg_pool2d. One pool task per block of whole planes (planes.h);
  * windows, index, NaN and divisor rules follow ATen's CPU kernels, so values and indices
- * match CPU's.
+ * match CPU's; the average-pooling plane math is plugins/common/resample.c (shared with the
+ * OpenCL plugin's host path).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "planes.h"
 #include "pool.h"
+#include "resample.h"
 
 typedef struct {
   plane_operand x, y, idx; /* the larger and smaller planes' operands (input/output, or grad_input/grad_output), indices */
@@ -62,7 +64,6 @@ static ral_status operands(const ral_kernel_call* c, pool_job* j, plane_operand*
 }
 
 static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* ---------------------------------------------------------------- max pooling */
 
@@ -158,38 +159,20 @@ ral_status host_max_pool2d_backward(const ral_kernel_call* c) {
 
 /* ---------------------------------------------------------------- average pooling */
 
-/* Window [h0, h1) x [w0, w1) of output (oh, ow), clipped to the input, and its divisor. */
-static float avg_window(const pool_job* j, int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t oh, int64_t ow,
-                        int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1) {
-  if (j->adaptive) { /* floor(o * I / O) .. ceil((o + 1) * I / O) */
-    *h0 = oh * H / OH, *h1 = ((oh + 1) * H + OH - 1) / OH;
-    *w0 = ow * W / OW, *w1 = ((ow + 1) * W + OW - 1) / OW;
-    return (float)((*h1 - *h0) * (*w1 - *w0));
-  }
-  int64_t hs = oh * j->sh - j->ph, ws = ow * j->sw - j->pw;
-  int64_t he = imin(hs + j->kh, H + j->ph), we = imin(ws + j->kw, W + j->pw);
-  int64_t padded = (he - hs) * (we - ws);
-  *h0 = imax(hs, 0), *w0 = imax(ws, 0), *h1 = imin(he, H), *w1 = imin(we, W);
-  if (j->divisor) return (float)j->divisor;
-  return (float)(j->count_include_pad ? padded : (*h1 - *h0) * (*w1 - *w0));
+/* The shared plane math (plugins/common/resample.c) for this job's planes. */
+static ral_avg_pool avg_geom(const pool_job* j) {
+  return (ral_avg_pool){.H = j->x.h, .W = j->x.w, .OH = j->y.h, .OW = j->y.w, .kh = j->kh, .kw = j->kw,
+                        .sh = j->sh, .sw = j->sw, .ph = j->ph, .pw = j->pw, .divisor = j->divisor,
+                        .count_include_pad = j->count_include_pad, .adaptive = j->adaptive};
 }
 
-/* One loop over the windows: forward sums x into y, backward spreads y's gradient over x. */
+/* Forward averages x's planes into y's; backward spreads y's gradient over x's (zeroed) planes. */
 static void avg_windows(pool_job* j, int64_t cb, float* x, float* y, int backward) {
-  int64_t H = j->x.h, W = j->x.w, OH = j->y.h, OW = j->y.w;
-  for (int64_t cc = 0; cc < cb; cc++)
-    for (int64_t oh = 0; oh < OH; oh++)
-      for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t h0, h1, w0, w1;
-        float d = avg_window(j, H, W, OH, OW, oh, ow, &h0, &h1, &w0, &w1), s = 0.0f;
-        float *p = x + cc * H * W, *o = y + (cc * OH + oh) * OW + ow, v = backward ? *o / d : 0.0f;
-        for (int64_t h = h0; h < h1; h++)
-          for (int64_t w = w0; w < w1; w++) {
-            if (backward) p[h * W + w] += v;
-            else s += p[h * W + w];
-          }
-        if (!backward) *o = h0 < h1 && w0 < w1 ? s / d : 0.0f;
-      }
+  ral_avg_pool g = avg_geom(j);
+  for (int64_t cc = 0; cc < cb; cc++) {
+    if (backward) ral_avg_pool_plane_backward(&g, x + cc * g.H * g.W, y + cc * g.OH * g.OW);
+    else ral_avg_pool_plane(&g, x + cc * g.H * g.W, y + cc * g.OH * g.OW);
+  }
 }
 
 static void avg_forward(void* job, int64_t n, int64_t c0, int64_t cb, const float* x, float* y) {

@@ -38,7 +38,7 @@
 /* Host address of a tensor's first element, with every element it reaches inside its
  * buffer; NULL when the buffer has no host memory (or the view leaves it: the queued
  * path then reports the error). */
-static void* tensor_host(const ral_tensor* t) {
+void* ocl_tensor_host(const ral_tensor* t) {
   if (!t || !t->data) return NULL;
   int64_t last = 0;
   for (int d = 0; d < t->ndim; d++) {
@@ -57,7 +57,7 @@ int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl
   const ral_tensor* t[RAL_DNNL_N_OPERANDS] = {x, w, bias, y};
   void* host[RAL_DNNL_N_OPERANDS] = {0};
   for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
-    if (t[i] && (t[i]->dtype != RAL_DTYPE_FLOAT32 || !(host[i] = tensor_host(t[i])))) return 0;
+    if (t[i] && (t[i]->dtype != RAL_DTYPE_FLOAT32 || !(host[i] = ocl_tensor_host(t[i])))) return 0;
   if (!ocl_inline_begin_drained(c->stream)) return 0;
   int r = ral_dnnl_conv(kind, g, t, host, omp_get_max_threads());
   ocl_inline_end(c->stream);
@@ -73,7 +73,7 @@ static int bn_host(const ral_tensor* const ts[BN_N], float* p[BN_N]) {
   for (int i = 0; i < BN_N; i++) {
     p[i] = NULL;
     if (!ts[i]) continue;
-    if (ts[i]->dtype != RAL_DTYPE_FLOAT32 || !(p[i] = tensor_host(ts[i]))) return 0;
+    if (ts[i]->dtype != RAL_DTYPE_FLOAT32 || !(p[i] = ocl_tensor_host(ts[i]))) return 0;
   }
   return 1;
 }
@@ -275,8 +275,8 @@ int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
   if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32 ||
       idx->dtype != RAL_DTYPE_INT64)
     return 0;
-  float *pb = tensor_host(big), *ps = tensor_host(small);
-  int64_t* pi = tensor_host(idx);
+  float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
+  int64_t* pi = ocl_tensor_host(idx);
   if (!pb || !ps || !pi || !ocl_inline_begin_drained(c->stream)) return 0;
   int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
 #pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= CNN_PARALLEL_WORK)

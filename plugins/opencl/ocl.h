@@ -22,7 +22,7 @@
 
 /* Built-in programs: one per kernels/<family>.cl, each built on first use per device. */
 #define OCL_FAMILIES(X) X(ew) X(reduce) X(nn) X(blas) X(index) X(random) X(conv) X(bn) X(pool) \
-  X(rnn)
+  X(upsample) X(rnn)
 #define OCL_FAMILY_ENUM(name) OCL_FAM_##name,
 enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 #undef OCL_FAMILY_ENUM
@@ -43,7 +43,8 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(rnn, lstm_cell_fwd) X(rnn, lstm_cell_bwd) X(rnn, gru_cell_fwd) X(rnn, gru_cell_bwd) X(rnn, rnn_bias_grad) \
   X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
-  X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)
+  X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)                          \
+  X(pool, avgpool2d_fwd) X(pool, avgpool2d_bwd) X(upsample, upsample2d_fwd) X(upsample, upsample2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
 #undef OCL_KERNEL_ENUM
@@ -196,6 +197,14 @@ int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* c
 /*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; contiguous. */
 int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
                        const ral_tensor* small, int backward);
+/*! Average pooling and upsampling on the host (inline_pool.c), as ocl_inline_maxpool: big
+ *  is x or grad_input [B, H, W], small y or grad_output [B, OH, OW]; contiguous. */
+int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* small,
+                       int backward);
+int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const ral_tensor* big,
+                        const ral_tensor* small, int backward);
+/*! Host address of a tensor's every element (inline_cnn.c), NULL when it has none. */
+void* ocl_tensor_host(const ral_tensor* t);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

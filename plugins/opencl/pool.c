@@ -1,7 +1,9 @@
 /*
- * pool.c -- max_pool2d_with_indices and its backward over contiguous [C, H, W] or
- * [N, C, H, W] float32 (the manifest asks for contiguous operands); kernels/pool.cl.
- * The output size comes from the output tensor, so ceil_mode needs no code here.
+ * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
+ * max_pool2d_with_indices (contiguous operands, as its manifest entry asks), avg_pool2d and
+ * _adaptive_avg_pool2d (any strides, so outputs take CPU's layout); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
+ * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
+ * so ceil_mode needs no code here.
  */
 #include <string.h>
 
@@ -20,35 +22,52 @@ static int pair(const ral_kernel_call* c, int at, const int64_t* dflt, int64_t o
   return 1;
 }
 
-/* Geometry from input x, output y (sizes) and the scalars at 0..3. */
-static ral_status geom(const ral_kernel_call* c, const ral_tensor* x, const ral_tensor* y, ocl_pool* g) {
+/* Element strides of a 3-d or 4-d operand over (n, c, h, w); a 3-d one has one sample. */
+static void plane_strides(const ral_tensor* t, int64_t s[4]) {
+  int r = t->ndim;
+  s[0] = r == 4 ? t->strides[0] : 0;
+  for (int i = 1; i < 4; i++) s[i] = t->strides[r - 4 + i];
+}
+
+/* Plane geometry from input-side x and output-side y (sizes, offsets, strides); every
+ * tensor of the call float32 (int64: indices), and contiguous unless `strided`. */
+static ral_status planes(const ral_kernel_call* c, const char* op, const ral_tensor* x, const ral_tensor* y,
+                         ocl_pool* g, int strided) {
   memset(g, 0, sizeof *g);
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (ocl_absent(t)) continue;
     if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_INT64)
-      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "max pooling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
-    if (!ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "%s takes float32, tensor %d is %s", op, i, ocl_dtype_name(t->dtype));
+    if (!strided && !ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
   }
   if ((x->ndim != 3 && x->ndim != 4) || y->ndim != x->ndim)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d input, got %d-d", x->ndim);
   int r = x->ndim;
-  int64_t k[2], s[2], p[2], d[2], zero[2] = {0, 0}, one[2] = {1, 1};
-  if (!pair(c, 0, one, k) || !pair(c, 1, k, s) || !pair(c, 2, zero, p) || !pair(c, 3, one, d))
-    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "kernel_size/stride/padding/dilation must have 1 or 2 entries");
-  if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0 ||
-      2 * p[0] > k[0] || 2 * p[1] > k[1])
-    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "invalid kernel_size/stride/padding/dilation");
   g->H = x->sizes[r - 2], g->W = x->sizes[r - 1], g->OH = y->sizes[r - 2], g->OW = y->sizes[r - 1];
   g->B = 1;
   for (int i = 0; i < r - 2; i++) {
     if (x->sizes[i] != y->sizes[i]) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input and output batch/channels differ");
     g->B *= x->sizes[i];
   }
-  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = d[0], g->dw = d[1];
+  g->C = x->sizes[r - 3];
+  plane_strides(x, g->xs);
+  plane_strides(y, g->ys);
   g->dt = x->dtype;
   g->off_x = ocl_elem_off(x);
   g->off_y = ocl_elem_off(y);
+  return RAL_OK;
+}
+
+/* kernel_size, stride (empty: the kernel size), padding[, dilation] from scalar 0 on. */
+static ral_status window(const ral_kernel_call* c, ocl_pool* g, int with_dilation) {
+  int64_t k[2], s[2], p[2], d[2] = {1, 1}, zero[2] = {0, 0}, one[2] = {1, 1};
+  if (!pair(c, 0, one, k) || !pair(c, 1, k, s) || !pair(c, 2, zero, p) || (with_dilation && !pair(c, 3, one, d)))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "kernel_size/stride/padding/dilation must have 1 or 2 entries");
+  if (k[0] < 1 || k[1] < 1 || s[0] < 1 || s[1] < 1 || d[0] < 1 || d[1] < 1 || p[0] < 0 || p[1] < 0 ||
+      2 * p[0] > k[0] || 2 * p[1] > k[1])
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "invalid kernel_size/stride/padding/dilation");
+  g->kh = k[0], g->kw = k[1], g->sh = s[0], g->sw = s[1], g->ph = p[0], g->pw = p[1], g->dh = d[0], g->dw = d[1];
   return RAL_OK;
 }
 
@@ -58,7 +77,7 @@ ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
   ocl_pool g;
-  if ((st = geom(c, x, y, &g)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", x, y, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
   if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(y))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
   if (ocl_numel(y) == 0) return RAL_OK;
@@ -76,7 +95,7 @@ ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
   ocl_pool g;
-  if ((st = geom(c, x, go, &g)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", x, go, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
   if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(go) || ocl_numel(gi) != ocl_numel(x))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices/grad_input do not match the pooling");
   if (ocl_numel(gi) == 0) return RAL_OK;
@@ -85,4 +104,81 @@ ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
   if (ocl_inline_maxpool(c, &g, gi, idx, go, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W);
+}
+
+/* ---------------------------------------------------------------- average pooling */
+/* Forward (big = x, small = y) or backward (big = grad_input, small = grad_output) of an
+ * average pooling whose geometry g holds everything but the offsets. */
+static ral_status avg_run(const ral_kernel_call* c, ocl_pool* g, const ral_tensor* big, const ral_tensor* small,
+                          int backward) {
+  if (ocl_numel(backward ? big : small) == 0) return RAL_OK;
+  if (!backward && (g->H == 0 || g->W == 0)) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input plane");
+  g->off_x = ocl_elem_off(big);
+  g->off_y = ocl_elem_off(small);
+  if (ocl_inline_avgpool(c, g, big, small, backward)) return RAL_OK; /* a CPU runtime with host-unified buffers */
+  int64_t win = g->adaptive ? (g->H / (g->OH ? g->OH : 1) + 1) * (g->W / (g->OW ? g->OW : 1) + 1) : g->kh * g->kw;
+  ocl_arg a[4] = {ocl_mem(backward ? big : small), ocl_mem(backward ? small : big), OCL_VAL(*g)};
+  if (backward) return ocl_enqueue_rows(c, OCL_K_avgpool2d_bwd, 3, a, g->B * g->H, g->W * win);
+  return ocl_enqueue_rows(c, OCL_K_avgpool2d_fwd, 3, a, g->B * g->OH, g->OW * win);
+}
+
+/* Window, count_include_pad (scalar 4) and divisor_override (scalar 5, None: 0). */
+static ral_status avg_options(const ral_kernel_call* c, ocl_pool* g) {
+  ral_status st = window(c, g, 0);
+  if (st != RAL_OK) return st;
+  double f;
+  int64_t v = 0;
+  g->count_include_pad = ocl_scalar_i(c, 4, 1) != 0;
+  if (ocl_scalar_num(c, 5, &f, &v) && v == 0)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "divisor must be not zero");
+  g->divisor = v;
+  return RAL_OK;
+}
+
+/* avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+ * divisor_override) -> out */
+ral_status ocl_avg_pool2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 5);
+  if (st != RAL_OK) return st;
+  ocl_pool g;
+  if ((st = planes(c, "avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g, 1)) != RAL_OK ||
+      (st = avg_options(c, &g)) != RAL_OK)
+    return st;
+  return avg_run(c, &g, ocl_in(c, 0), ocl_out(c, 0), 0);
+}
+
+/* avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+ * count_include_pad, divisor_override) -> grad_input */
+ral_status ocl_avg_pool2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 2, 5);
+  if (st != RAL_OK) return st;
+  ocl_pool g;
+  if ((st = planes(c, "avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g, 1)) != RAL_OK ||
+      (st = avg_options(c, &g)) != RAL_OK)
+    return st;
+  if (ocl_numel(ocl_out(c, 0)) != ocl_numel(ocl_in(c, 1)))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
+  return avg_run(c, &g, ocl_out(c, 0), ocl_in(c, 0), 1);
+}
+
+/* _adaptive_avg_pool2d(self, output_size) -> out (the size comes with the output) */
+ral_status ocl_adaptive_avg_pool2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 0);
+  if (st != RAL_OK) return st;
+  ocl_pool g;
+  if ((st = planes(c, "_adaptive_avg_pool2d", ocl_in(c, 0), ocl_out(c, 0), &g, 1)) != RAL_OK) return st;
+  g.adaptive = 1;
+  return avg_run(c, &g, ocl_in(c, 0), ocl_out(c, 0), 0);
+}
+
+/* _adaptive_avg_pool2d_backward(grad_output, self) -> grad_input */
+ral_status ocl_adaptive_avg_pool2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 2, 0);
+  if (st != RAL_OK) return st;
+  ocl_pool g;
+  if ((st = planes(c, "_adaptive_avg_pool2d_backward", ocl_out(c, 0), ocl_in(c, 0), &g, 1)) != RAL_OK) return st;
+  if (ocl_numel(ocl_out(c, 0)) != ocl_numel(ocl_in(c, 1)))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
+  g.adaptive = 1;
+  return avg_run(c, &g, ocl_out(c, 0), ocl_in(c, 0), 1);
 }

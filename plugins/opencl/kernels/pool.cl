@@ -1,8 +1,9 @@
-/* pool.cl -- 2-d max pooling over contiguous [B, H, W] planes (pool.c), `chunk` rows per
- * work-item. The forward follows CPU's kernel exactly: the window's first in-bounds element
- * is the index when nothing beats -inf, and NaN wins (val > max || isnan(val)). The
+/* pool.cl -- 2-d max and average pooling over contiguous [B, H, W] planes (pool.c), `chunk`
+ * rows per work-item. Max pooling follows CPU's kernel exactly: the window's first in-bounds
+ * element is the index when nothing beats -inf, and NaN wins (val > max || isnan(val)).
+ * Average pooling takes the windows and divisors of plugins/common/resample.c (CPU's). Each
  * backward is a gather: every input element sums, in output order, the gradients of the
- * outputs whose index names it, so no atomics and CPU's summation order. */
+ * outputs that read it, so no atomics and CPU's summation order. */
 
 /* Output rows r = b * OH + oh. */
 __kernel void maxpool2d_fwd(gbuf y, __global long* idx, gcbuf x, ocl_pool g, long chunk) {
@@ -51,6 +52,75 @@ __kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_poo
           if (idx[g.off_i + o] == me) acc += ld_f(go, g.off_y + o, g.dt);
         }
       st_f(gi, g.off_x + r * g.W + iw, g.dt, acc);
+    }
+  }
+}
+
+/* Window [h0, h1) x [w0, w1) of output (oh, ow), clipped to the input, and its divisor:
+ * ral_avg_pool_window of plugins/common/resample.c. */
+inline float avg_window(const ocl_pool* g, long oh, long ow, long* h0, long* h1, long* w0, long* w1) {
+  if (g->adaptive) {
+    *h0 = oh * g->H / g->OH, *h1 = ((oh + 1) * g->H + g->OH - 1) / g->OH;
+    *w0 = ow * g->W / g->OW, *w1 = ((ow + 1) * g->W + g->OW - 1) / g->OW;
+    return (float)((*h1 - *h0) * (*w1 - *w0));
+  }
+  long hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;
+  long he = min(hs + g->kh, g->H + g->ph), we = min(ws + g->kw, g->W + g->pw);
+  long padded = (he - hs) * (we - ws);
+  *h0 = max(hs, 0L), *w0 = max(ws, 0L), *h1 = min(he, g->H), *w1 = min(we, g->W);
+  if (g->divisor) return (float)g->divisor;
+  return (float)(g->count_include_pad ? padded : (*h1 - *h0) * (*w1 - *w0));
+}
+
+/* First and last output index along an axis whose window may hold input index i. */
+inline void avg_outputs(const ocl_pool* g, int w_axis, long i, long* o0, long* o1) {
+  long in = w_axis ? g->W : g->H, out = w_axis ? g->OW : g->OH;
+  long k = w_axis ? g->kw : g->kh, s = w_axis ? g->sw : g->sh, p = w_axis ? g->pw : g->ph;
+  if (g->adaptive) {
+    *o0 = i * out / in;
+    *o1 = min(((i + 1) * out + in - 1) / in - 1, out - 1);
+    return;
+  }
+  long t = i + p - k + 1;
+  *o0 = t <= 0 ? 0 : (t + s - 1) / s;
+  *o1 = min((i + p) / s, out - 1);
+}
+
+/* Output rows r = b * OH + oh: the window sums over the divisor (0 for an empty window).
+ * Both operands of any strides (OCL_PLANE_AT). */
+__kernel void avgpool2d_fwd(gbuf y, gcbuf x, ocl_pool g, long chunk) {
+  long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.OH, oh = r % g.OH, pb = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, 0, 0);
+    for (long ow = 0; ow < g.OW; ow++) {
+      long h0, h1, w0, w1;
+      float d = avg_window(&g, oh, ow, &h0, &h1, &w0, &w1), s = 0.0f;
+      for (long ih = h0; ih < h1; ih++)
+        for (long iw = w0; iw < w1; iw++) s += ld_f(x, pb + ih * g.xs[2] + iw * g.xs[3], g.dt);
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, h0 < h1 && w0 < w1 ? s / d : 0.0f);
+    }
+  }
+}
+
+/* Input rows r = b * H + ih: grad_input = the sum, in output order, of grad_output / divisor
+ * over the outputs whose window holds the element. */
+__kernel void avgpool2d_bwd(gbuf gi, gcbuf go, ocl_pool g, long chunk) {
+  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.H, ih = r % g.H, oh0, oh1;
+    avg_outputs(&g, 0, ih, &oh0, &oh1);
+    for (long iw = 0; iw < g.W; iw++) {
+      long ow0, ow1;
+      avg_outputs(&g, 1, iw, &ow0, &ow1);
+      float acc = 0.0f;
+      for (long oh = oh0; oh <= oh1; oh++)
+        for (long ow = ow0; ow <= ow1; ow++) {
+          long h0, h1, w0, w1;
+          float d = avg_window(&g, oh, ow, &h0, &h1, &w0, &w1);
+          if (ih >= h0 && ih < h1 && iw >= w0 && iw < w1)
+            acc += ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt) / d;
+        }
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
     }
   }
 }

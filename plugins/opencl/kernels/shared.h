@@ -117,12 +117,32 @@ typedef struct {
   float momentum, eps;
 } ocl_bn;
 
-/* 2-d pooling over [B, H, W] planes (B = N * C), input and output contiguous. */
+/* Element (plane b = n * C + c, h, w) of an operand with element offset `off` and element
+ * strides s[4] over (n, c, h, w). */
+#define OCL_PLANE_AT(off, s, C, b, h, w) ((off) + ((b) / (C)) * (s)[0] + ((b) % (C)) * (s)[1] + (h) * (s)[2] + (w) * (s)[3])
+
+/* 2-d pooling over [B, H, W] planes (B = N * C) of x (the larger side: input, or
+ * grad_input) into y ([B, OH, OW]: output, or grad_output). Max pooling: contiguous
+ * operands. Average pooling: any strides (xs, ys over n, c, h, w), divisor (0: none),
+ * count_include_pad, adaptive (windows from the sizes alone). */
 typedef struct {
   g_i64 B, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
-  g_i64 off_x, off_y, off_i;
-  g_i32 dt, pad0;
+  g_i64 off_x, off_y, off_i, divisor, C;
+  g_i64 xs[4], ys[4];
+  g_i32 dt, count_include_pad, adaptive, pad0;
 } ocl_pool;
+
+/* 2-d nearest / bilinear upsampling of [B, H, W] planes x into [B, OH, OW] planes y (both
+ * of any strides: xs, ys over n, c, h, w): step_h/w are the source steps
+ * (plugins/common/resample.c: ral_up_scale, and for bilinear ral_up_linear_step), computed
+ * on the host so both sides round alike. */
+typedef struct {
+  g_i64 B, C, H, W, OH, OW, off_x, off_y;
+  g_i64 xs[4], ys[4];
+  float step_h, step_w;
+  g_i32 dt, linear, align, exact; /* exact: nearest-exact (linear 0) */
+  g_i32 one_d, pad0;              /* one_d: [N, C, L] as planes of one row, linear along W alone */
+} ocl_upsample;
 
 /* Fault sites of the bounds-checked index kernels: the code they record in their
  * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,

@@ -1,0 +1,249 @@
+/*
+ * resample.c -- 2-d average pooling and nearest / bilinear upsampling of one float plane
+ * (resample.h). Windows, divisors, source indices and weights follow ATen's CPU kernels
+ * (AvgPoolKernel.cpp, AdaptivePooling.h, UpSample.h: float scales, nearest's 1x/2x shortcuts,
+ * align_corners and bilinear's clamp at 0), and each backward adds in CPU's order (output by
+ * output), so results match CPU's.
+ */
+#include "resample.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---------------------------------------------------------------- average pooling */
+float ral_avg_pool_window(const ral_avg_pool* g, int64_t oh, int64_t ow, int64_t* h0, int64_t* h1, int64_t* w0,
+                          int64_t* w1) {
+  if (g->adaptive) { /* floor(o * I / O) .. ceil((o + 1) * I / O) */
+    *h0 = oh * g->H / g->OH, *h1 = ((oh + 1) * g->H + g->OH - 1) / g->OH;
+    *w0 = ow * g->W / g->OW, *w1 = ((ow + 1) * g->W + g->OW - 1) / g->OW;
+    return (float)((*h1 - *h0) * (*w1 - *w0));
+  }
+  int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;
+  int64_t he = imin(hs + g->kh, g->H + g->ph), we = imin(ws + g->kw, g->W + g->pw);
+  int64_t padded = (he - hs) * (we - ws);
+  *h0 = imax(hs, 0), *w0 = imax(ws, 0), *h1 = imin(he, g->H), *w1 = imin(we, g->W);
+  if (g->divisor) return (float)g->divisor;
+  return (float)(g->count_include_pad ? padded : (*h1 - *h0) * (*w1 - *w0));
+}
+
+void ral_avg_pool_plane(const ral_avg_pool* g, const float* x, float* y) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float d = ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1), s = 0.0f;
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) s += x[h * g->W + w];
+      y[oh * g->OW + ow] = h0 < h1 && w0 < w1 ? s / d : 0.0f;
+    }
+}
+
+void ral_avg_pool_plane_backward(const ral_avg_pool* g, float* gi, const float* go) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float v = go[oh * g->OW + ow] / ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) gi[h * g->W + w] += v;
+    }
+}
+
+/* ---------------------------------------------------------------- upsampling */
+float ral_up_scale(int given, double scale, int64_t in, int64_t out) {
+  if (given && scale > 0) return (float)(1.0 / scale);
+  return (float)in / (float)out;
+}
+
+float ral_up_linear_step(int64_t in, int64_t out, int align, float scale) {
+  if (!align) return scale;
+  return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+}
+
+/* nearest_idx: identity at 1x, a shift at 2x, else floor(o * scale) clamped;
+ * nearest_exact_idx (exact): floor((o + 0.5) * scale) clamped, no shortcuts. ATen computes
+ * (o + 0.5) * scale in double and floorf rounds it to float first: the correctly rounded
+ * float product, which is what the float product here is (o + 0.5 is exact below 2^23). */
+static void nearest_axis(ral_up_axis* m, int64_t in, int64_t out, float scale, int exact) {
+  for (int64_t o = 0; o < out; o++) {
+    int64_t s;
+    if (exact) s = imin((int64_t)floorf(((float)o + 0.5f) * scale), in - 1);
+    else if (out == in) s = o;
+    else if (out == 2 * in) s = o >> 1;
+    else s = imin((int64_t)floorf((float)o * scale), in - 1);
+    m->i0[o] = m->i1[o] = s;
+    m->l0[o] = 1.0f;
+  }
+}
+
+/* area_pixel_compute_source_index (non-cubic) and guard_index_and_lambda. */
+static void linear_axis(ral_up_axis* m, int64_t in, int64_t out, int align, float scale) {
+  float sc = ral_up_linear_step(in, out, align, scale);
+  for (int64_t o = 0; o < out; o++) {
+    float r = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
+    if (!align && r < 0) r = 0;
+    int64_t i = imin((int64_t)floorf(r), in - 1);
+    float l = r - (float)i;
+    l = l < 0 ? 0 : (l > 1 ? 1 : l);
+    m->i0[o] = i;
+    m->i1[o] = i + (i < in - 1 ? 1 : 0);
+    m->l0[o] = 1.0f - l;
+  }
+}
+
+static int axis_alloc(ral_up_axis* m, int64_t out) {
+  m->i0 = malloc((size_t)(out + 1) * sizeof(int64_t));
+  m->i1 = malloc((size_t)(out + 1) * sizeof(int64_t));
+  m->l0 = malloc((size_t)(out + 1) * sizeof(float));
+  return m->i0 && m->i1 && m->l0;
+}
+
+static void axis_free(ral_up_axis* m) {
+  free(m->i0);
+  free(m->i1);
+  free(m->l0);
+  m->i0 = m->i1 = NULL;
+  m->l0 = NULL;
+}
+
+int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w) {
+  if (!axis_alloc(&g->h, g->OH) || !axis_alloc(&g->w, g->OW)) return 0;
+  if (g->linear) {
+    linear_axis(&g->h, g->H, g->OH, align, scale_h);
+    linear_axis(&g->w, g->W, g->OW, align, scale_w);
+  } else {
+    nearest_axis(&g->h, g->H, g->OH, scale_h, g->exact);
+    nearest_axis(&g->w, g->W, g->OW, scale_w, g->exact);
+  }
+  return 1;
+}
+
+void ral_upsample_free(ral_upsample* g) {
+  axis_free(&g->h);
+  axis_free(&g->w);
+}
+
+/* One loop over the output: forward gathers x into y, backward scatters y's gradient into x. */
+static void interpolate(const ral_upsample* g, float* x, float* y, int backward) {
+  int64_t W = g->W, OW = g->OW;
+  const ral_up_axis *mh = &g->h, *mw = &g->w;
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    float *r0 = x + mh->i0[oh] * W, *r1 = x + mh->i1[oh] * W, *q = y + oh * OW;
+    if (!g->linear) {
+      for (int64_t ow = 0; ow < OW; ow++) {
+        if (backward) r0[mw->i0[ow]] += q[ow];
+        else q[ow] = r0[mw->i0[ow]];
+      }
+      continue;
+    }
+    float h0 = mh->l0[oh], h1 = 1.0f - h0;
+    for (int64_t ow = 0; ow < OW; ow++) {
+      int64_t x0 = mw->i0[ow], x1 = mw->i1[ow];
+      float w0 = mw->l0[ow], w1 = 1.0f - w0, v = q[ow];
+      if (g->one_d) { /* linear1d */
+        if (!backward) {
+          q[ow] = w0 * r0[x0] + w1 * r0[x1];
+          continue;
+        }
+        r0[x0] += w0 * v;
+        r0[x1] += w1 * v;
+        continue;
+      }
+      if (!backward) {
+        q[ow] = h0 * (w0 * r0[x0] + w1 * r0[x1]) + h1 * (w0 * r1[x0] + w1 * r1[x1]);
+        continue;
+      }
+      r0[x0] += h0 * w0 * v;
+      r0[x1] += h0 * w1 * v;
+      r1[x0] += h1 * w0 * v;
+      r1[x1] += h1 * w1 * v;
+    }
+  }
+}
+
+void ral_upsample_plane(const ral_upsample* g, const float* x, float* y) { interpolate(g, (float*)x, y, 0); }
+
+void ral_upsample_plane_backward(const ral_upsample* g, float* gi, const float* go) {
+  interpolate(g, gi, (float*)go, 1);
+}
+
+/* ---------------------------------------------------------------- channels-last forms */
+void ral_avg_pool_cl(const ral_avg_pool* g, int64_t C, const float* x, float* y) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float d = ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1), *o = y + (oh * g->OW + ow) * C;
+      for (int64_t c = 0; c < C; c++) o[c] = 0.0f;
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+          const float* p = x + (h * g->W + w) * C;
+          for (int64_t c = 0; c < C; c++) o[c] += p[c];
+        }
+      int empty = !(h0 < h1 && w0 < w1);
+      for (int64_t c = 0; c < C; c++) o[c] = empty ? 0.0f : o[c] / d;
+    }
+}
+
+void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const float* go) {
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t h0, h1, w0, w1;
+      float d = ral_avg_pool_window(g, oh, ow, &h0, &h1, &w0, &w1);
+      const float* q = go + (oh * g->OW + ow) * C;
+      for (int64_t h = h0; h < h1; h++)
+        for (int64_t w = w0; w < w1; w++) {
+          float* p = gi + (h * g->W + w) * C;
+          for (int64_t c = 0; c < C; c++) p[c] += q[c] / d;
+        }
+    }
+}
+
+/* interpolate() with the channels innermost. */
+static void interpolate_cl(const ral_upsample* g, int64_t C, float* x, float* y, int backward) {
+  const ral_up_axis *mh = &g->h, *mw = &g->w;
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    float *r0 = x + mh->i0[oh] * g->W * C, *r1 = x + mh->i1[oh] * g->W * C;
+    float h0 = mh->l0[oh], h1 = 1.0f - h0;
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      float *q = y + (oh * g->OW + ow) * C, *a = r0 + mw->i0[ow] * C, *b = r0 + mw->i1[ow] * C;
+      float *e = r1 + mw->i0[ow] * C, *f = r1 + mw->i1[ow] * C;
+      float w0 = mw->l0[ow], w1 = 1.0f - w0;
+      if (!g->linear) {
+        for (int64_t c = 0; c < C; c++) {
+          if (backward) a[c] += q[c];
+          else q[c] = a[c];
+        }
+      } else if (g->one_d) {
+        for (int64_t c = 0; c < C; c++) {
+          if (!backward) {
+            q[c] = w0 * a[c] + w1 * b[c];
+            continue;
+          }
+          a[c] += w0 * q[c];
+          b[c] += w1 * q[c];
+        }
+      } else {
+        for (int64_t c = 0; c < C; c++) {
+          if (!backward) {
+            q[c] = h0 * (w0 * a[c] + w1 * b[c]) + h1 * (w0 * e[c] + w1 * f[c]);
+            continue;
+          }
+          float v = q[c];
+          a[c] += h0 * w0 * v;
+          b[c] += h0 * w1 * v;
+          e[c] += h1 * w0 * v;
+          f[c] += h1 * w1 * v;
+        }
+      }
+    }
+  }
+}
+
+void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y) {
+  interpolate_cl(g, C, (float*)x, y, 0);
+}
+
+void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go) {
+  interpolate_cl(g, C, gi, (float*)go, 1);
+}

@@ -1,0 +1,71 @@
+/*
+ * resample.h -- the per-plane math of 2-d average pooling (plain and adaptive) and of
+ * nearest / bilinear upsampling over one contiguous float [H, W] plane and its [OH, OW]
+ * result (resample.c), with ATen's CPU window, divisor and source-index rules. Shared by the
+ * host plugin (over its float plane blocks, plugins/host/pool2d.c, upsample.c) and the OpenCL
+ * plugin's host path (over host-unified buffers, plugins/opencl/inline_pool.c); each plugin
+ * compiles the source into its own library.
+ */
+#ifndef RAL_RESAMPLE_H
+#define RAL_RESAMPLE_H
+
+#include <stdint.h>
+
+/* Average pooling of an [H, W] plane into [OH, OW]. adaptive: windows
+ * floor(o * I / O) .. ceil((o + 1) * I / O) and no other field used; else kernel, stride,
+ * padding, count_include_pad and divisor (0: none). */
+typedef struct {
+  int64_t H, W, OH, OW;
+  int64_t kh, kw, sh, sw, ph, pw, divisor;
+  int count_include_pad, adaptive;
+} ral_avg_pool;
+
+/*! Window [h0, h1) x [w0, w1) of output (oh, ow), clipped to the input, and its divisor. */
+float ral_avg_pool_window(const ral_avg_pool* g, int64_t oh, int64_t ow, int64_t* h0, int64_t* h1, int64_t* w0,
+                          int64_t* w1);
+/*! y[OH, OW] = the window averages of x[H, W] (an empty window gives 0). */
+void ral_avg_pool_plane(const ral_avg_pool* g, const float* x, float* y);
+/*! gi[H, W] += each output's gradient / divisor over its window, in output order (CPU's). */
+void ral_avg_pool_plane_backward(const ral_avg_pool* g, float* gi, const float* go);
+
+/* Source indices of one axis, per output index o: i0[o], i1[o] (bilinear: i0 or i0 + 1;
+ * nearest: i0) with weights l0[o] and 1 - l0[o]. */
+typedef struct {
+  int64_t* i0;
+  int64_t* i1;
+  float* l0;
+} ral_up_axis;
+
+/* Upsampling of an [H, W] plane into [OH, OW] through two axis tables; nearest (linear 0)
+ * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). one_d:
+ * a 1-d signal (H = OH = 1), linear along W alone (CPU's linear1d: no row weights, so an
+ * infinity is not multiplied by a zero row weight). */
+typedef struct {
+  int64_t H, W, OH, OW;
+  ral_up_axis h, w;
+  int linear, exact, one_d;
+} ral_upsample;
+
+/*! ATen's compute_scales_value<float>: 1 / scale when one is given (`given`) and positive,
+ *  else in / out. */
+float ral_up_scale(int given, double scale, int64_t in, int64_t out);
+/*! The source step of a linear axis: (in - 1) / (out - 1) with align_corners, else `scale`. */
+float ral_up_linear_step(int64_t in, int64_t out, int align, float scale);
+/*! Fills g->h and g->w (allocated; 0 when out of memory) for sizes H, W, OH, OW, g->linear,
+ *  g->exact, align_corners and the scales of ral_up_scale; free with ral_upsample_free. */
+int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w);
+void ral_upsample_free(ral_upsample* g);
+/*! y[OH, OW] from x[H, W]. */
+void ral_upsample_plane(const ral_upsample* g, const float* x, float* y);
+/*! gi[H, W] += the gradient go[OH, OW] spread back, in output order (CPU's). */
+void ral_upsample_plane_backward(const ral_upsample* g, float* gi, const float* go);
+
+/*! Channels-last forms over one sample: x [H][W][C] and y [OH][OW][C] (channels dense),
+ *  the same windows and indices with each output's C channels at once, so every element sees
+ *  the same operations in the same order as in the plane forms. Backward forms add into gi. */
+void ral_avg_pool_cl(const ral_avg_pool* g, int64_t C, const float* x, float* y);
+void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const float* go);
+void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y);
+void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go);
+
+#endif /* RAL_RESAMPLE_H */

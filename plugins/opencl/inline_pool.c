@@ -1,0 +1,168 @@
+/*
+ * inline_pool.c -- 2-d average pooling (plain and adaptive) and nearest / bilinear
+ * upsampling, forward and backward, run on the calling thread over the buffers' host memory
+ * for CPU runtimes whose buffers are host memory (PoCL), as inline_cnn.c does for max
+ * pooling and for the same reasons: the data is host memory already, and a loop over planes
+ * on PyTorch's OpenMP team beats a round trip through the runtime's worker threads.
+ *
+ * The plane math is the host plugin's (plugins/common/resample.c), one source for both
+ * plugins. Operands have any strides: when both sides are dense channels_last, the
+ * channels-last forms run one sample per task with the channels innermost (as ATen's CPU
+ * kernels for that layout); otherwise a plane whose rows are not dense (sliced, mixed
+ * layouts) is gathered into, or scattered from, a per-thread scratch plane. Ordering and
+ * fallbacks are inline_cnn.c's (ocl_inline_begin_drained: outstanding work finishes first;
+ * GPUs, TORCH_FL_OPENCL_INLINE=0, kernel profiling and buffers without host memory keep the
+ * OpenCL kernels of pool.cl / upsample.cl).
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ocl.h"
+#include "resample.h"
+
+/* Split the planes over PyTorch's OpenMP team only when it is worth waking it. */
+#define POOL_PARALLEL_WORK ((int64_t)1 << 15)
+
+/* One side's planes: host address of element 0, element strides over (n, c, h, w). */
+typedef struct {
+  float* p;
+  const int64_t* s;
+  int64_t C, H, W;
+} planes_of;
+
+static float* plane_at(const planes_of* v, int64_t b) { return v->p + (b / v->C) * v->s[0] + (b % v->C) * v->s[1]; }
+static int rows_dense(const planes_of* v) { return v->s[3] == 1 && (v->s[2] == v->W || v->H == 1); }
+
+/* Plane b into dst[H][W] (gather) or from src[H][W] back (scatter). */
+static void plane_copy(const planes_of* v, int64_t b, float* dense, int to_dense) {
+  float* q = plane_at(v, b);
+  for (int64_t h = 0; h < v->H; h++)
+    for (int64_t w = 0; w < v->W; w++) {
+      float* e = q + h * v->s[2] + w * v->s[3];
+      if (to_dense) dense[h * v->W + w] = *e;
+      else *e = dense[h * v->W + w];
+    }
+}
+
+/* One plane: forward reads big (x) and writes small (y); backward adds small's gradient
+ * into big (zeroed first). */
+typedef void (*plane_body)(const void* job, float* big, float* small, int backward);
+
+static void avg_body(const void* job, float* big, float* small, int backward) {
+  if (backward) ral_avg_pool_plane_backward(job, big, small);
+  else ral_avg_pool_plane(job, big, small);
+}
+
+static void up_body(const void* job, float* big, float* small, int backward) {
+  if (backward) ral_upsample_plane_backward(job, big, small);
+  else ral_upsample_plane(job, big, small);
+}
+
+/* One channels_last sample ([H][W][C] and [OH][OW][C]), as plane_body. */
+typedef void (*sample_body)(const void* job, int64_t C, float* big, float* small, int backward);
+
+static void avg_sample(const void* job, int64_t C, float* big, float* small, int backward) {
+  if (backward) ral_avg_pool_cl_backward(job, C, big, small);
+  else ral_avg_pool_cl(job, C, big, small);
+}
+
+static void up_sample(const void* job, int64_t C, float* big, float* small, int backward) {
+  if (backward) ral_upsample_cl_backward(job, C, big, small);
+  else ral_upsample_cl(job, C, big, small);
+}
+
+/* Whether v's samples are dense channels_last [H][W][C] blocks (any sample stride). */
+static int channels_last(const planes_of* v) {
+  return v->C > 1 && v->s[1] == 1 && v->s[3] == v->C && (v->s[2] == v->W * v->C || v->H == 1);
+}
+
+/* body over the N = B / C channels_last samples, one task each, after the stream drained. */
+static int run_samples(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
+                       sample_body body, const void* job) {
+  int64_t C = big->C, N = B / C, hwc = big->H * big->W * C, ohwc = small->H * small->W * C;
+  if (!ocl_inline_begin_drained(c->stream)) return 0;
+#pragma omp parallel for schedule(static) if (N > 1 && N * (hwc + ohwc) >= POOL_PARALLEL_WORK)
+  for (int64_t n = 0; n < N; n++) {
+    float *pb = big->p + n * big->s[0], *ps = small->p + n * small->s[0];
+    if (backward) memset(pb, 0, (size_t)hwc * sizeof(float));
+    body(job, C, pb, ps, backward);
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* body over B planes of big and small on PyTorch's OpenMP team, after the stream drained;
+ * 0 (nothing done: queue the command) when there is no host path or no scratch. */
+static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
+                      plane_body body, const void* job) {
+  int64_t hw = big->H * big->W, ohw = small->H * small->W;
+  int dense_big = rows_dense(big), dense_small = rows_dense(small);
+  int team = omp_get_max_threads();
+  float* scratch = NULL;
+  if (!dense_big || !dense_small) {
+    scratch = malloc((size_t)team * (size_t)(hw + ohw) * sizeof(float));
+    if (!scratch) return 0;
+  }
+  if (!ocl_inline_begin_drained(c->stream)) {
+    free(scratch);
+    return 0;
+  }
+#pragma omp parallel for schedule(static) num_threads(team) if (B * (hw + ohw) >= POOL_PARALLEL_WORK)
+  for (int64_t b = 0; b < B; b++) {
+    float* mine = scratch ? scratch + (size_t)omp_get_thread_num() * (size_t)(hw + ohw) : NULL;
+    float* pb = dense_big ? plane_at(big, b) : mine;
+    float* ps = dense_small ? plane_at(small, b) : mine + hw;
+    if (backward) { /* grad_input written, grad_output read */
+      memset(pb, 0, (size_t)hw * sizeof(float));
+      if (!dense_small) plane_copy(small, b, ps, 1);
+    } else if (!dense_big) {
+      plane_copy(big, b, pb, 1);
+    }
+    body(job, pb, ps, backward);
+    if (backward && !dense_big) plane_copy(big, b, pb, 0);
+    if (!backward && !dense_small) plane_copy(small, b, ps, 0);
+  }
+  ocl_inline_end(c->stream);
+  free(scratch);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
+}
+
+/* Host addresses of big and small (float32) as plane views, or 0. */
+static int host_planes(const ral_kernel_call* c, const ral_tensor* big, const ral_tensor* small, int64_t C,
+                       const int64_t* xs, const int64_t* ys, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                       planes_of* pb, planes_of* ps) {
+  if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32) return 0;
+  *pb = (planes_of){ocl_tensor_host(big), xs, C, H, W};
+  *ps = (planes_of){ocl_tensor_host(small), ys, C, OH, OW};
+  return pb->p && ps->p;
+}
+
+int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* small,
+                       int backward) {
+  planes_of pb, ps;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
+  ral_avg_pool a = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .kh = g->kh, .kw = g->kw, .sh = g->sh,
+                    .sw = g->sw, .ph = g->ph, .pw = g->pw, .divisor = g->divisor,
+                    .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
+  if (channels_last(&pb) && channels_last(&ps)) return run_samples(c, g->B, &pb, &ps, backward, avg_sample, &a);
+  return run_planes(c, g->B, &pb, &ps, backward, avg_body, &a);
+}
+
+int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const ral_tensor* big,
+                        const ral_tensor* small, int backward) {
+  planes_of pb, ps;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
+  /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
+   * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
+  ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
+                    .one_d = g->one_d};
+  int cl = channels_last(&pb) && channels_last(&ps);
+  int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) && /* else the queued kernels (no tables) */
+             (cl ? run_samples(c, g->B, &pb, &ps, backward, up_sample, &u)
+                 : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));
+  ral_upsample_free(&u);
+  return done;
+}

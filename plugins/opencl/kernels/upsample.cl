@@ -1,0 +1,118 @@
+/* upsample.cl -- 2-d nearest and bilinear upsampling of [B, H, W] planes into [B, OH, OW]
+ * (upsample.c), both of any strides (OCL_PLANE_AT), `chunk` rows per work-item. Source indices and weights are those
+ * of plugins/common/resample.c (ATen's CPU formulas in float), from steps the host computed;
+ * contraction into fma is off so every product rounds as on the host. The backward is a
+ * gather: each input element sums, in output order, the weighted gradients of the outputs
+ * that read it (CPU's order of addition, no atomics). */
+#pragma OPENCL FP_CONTRACT OFF
+
+/* Source index i0 of output o along an axis of `in` -> `out` (returned), the second one
+ * (*i1: i0 or i0 + 1) and the weight of i0 (*l0; that of i1 is 1 - l0). `align` of a nearest
+ * axis says nearest-exact. */
+inline long up_src(long o, long in, long out, float step, int linear, int align, long* i1, float* l0) {
+  if (!linear) { /* identity at 1x, a shift at 2x, else floor(o * scale) clamped; exact:
+                  * floor((o + 0.5) * scale) clamped (resample.c's nearest_axis) */
+    long s = align ? min((long)floor(((float)o + 0.5f) * step), in - 1)
+                   : out == in ? o : (out == 2 * in ? o >> 1 : min((long)floor((float)o * step), in - 1));
+    *i1 = s;
+    *l0 = 1.0f;
+    return s;
+  }
+  float rr = align ? step * (float)o : step * ((float)o + 0.5f) - 0.5f;
+  if (!align && rr < 0) rr = 0;
+  long i = min((long)floor(rr), in - 1);
+  float l = rr - (float)i;
+  l = l < 0 ? 0 : (l > 1 ? 1 : l);
+  *i1 = i + (i < in - 1 ? 1 : 0);
+  *l0 = 1.0f - l;
+  return i;
+}
+
+/* First output index along an axis whose second source index reaches i (both source
+ * indices grow with the output index, so the outputs reading i follow from there); a
+ * binary search for a row, a pointer advanced along the row for the columns. */
+inline long up_first(long i, long in, long out, float step, int linear, int align) {
+  long lo = 0, hi = out, i1;
+  float l0;
+  while (lo < hi) {
+    long mid = (lo + hi) / 2;
+    up_src(mid, in, out, step, linear, align, &i1, &l0);
+    if (i1 >= i) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+/* Output rows r = b * OH + oh. */
+__kernel void upsample2d_fwd(gbuf y, gcbuf x, ocl_upsample g, long chunk) {
+  long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.OH, oh = r % g.OH, a1, c1;
+    float h0, w0;
+    long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact, &a1, &h0);
+    long p0 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a0, 0), p1 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a1, 0);
+    for (long ow = 0; ow < g.OW; ow++) {
+      long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
+      float v;
+      long e0 = c0 * g.xs[3], e1 = c1 * g.xs[3];
+      if (!g.linear) v = ld_f(x, p0 + e0, g.dt);
+      else if (g.one_d) v = w0 * ld_f(x, p0 + e0, g.dt) + (1.0f - w0) * ld_f(x, p0 + e1, g.dt); /* linear1d */
+      else {
+        float h1 = 1.0f - h0, w1 = 1.0f - w0;
+        v = h0 * (w0 * ld_f(x, p0 + e0, g.dt) + w1 * ld_f(x, p0 + e1, g.dt)) +
+            h1 * (w0 * ld_f(x, p1 + e0, g.dt) + w1 * ld_f(x, p1 + e1, g.dt));
+      }
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, v);
+    }
+  }
+}
+
+/* Input rows r = b * H + ih: grad_input, each output's contributions in the order CPU's
+ * scatter adds them ((i0, i0), (i0, i1), (i1, i0), (i1, i1) of rows, columns). */
+__kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
+  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.H, ih = r % g.H;
+    long oh0 = up_first(ih, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact), ow0 = 0;
+    for (long iw = 0; iw < g.W; iw++) {
+      /* the first output column reading iw: up_first, advanced from the previous column's */
+      for (;;) {
+        long c1;
+        float w0;
+        if (ow0 >= g.OW) break;
+        up_src(ow0, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
+        if (c1 >= iw) break;
+        ow0++;
+      }
+      float acc = 0.0f;
+      for (long oh = oh0; oh < g.OH; oh++) {
+        long a1;
+        float h0;
+        long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact, &a1, &h0);
+        if (a0 > ih) break;
+        if (a0 != ih && a1 != ih) continue;
+        float h1 = 1.0f - h0;
+        for (long ow = ow0; ow < g.OW; ow++) {
+          long c1;
+          float w0;
+          long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
+          if (c0 > iw) break;
+          float v = ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt), w1 = 1.0f - w0;
+          if (!g.linear) {
+            if (c0 == iw) acc += v;
+            continue;
+          }
+          if (a0 == ih) {
+            if (c0 == iw) acc += h0 * w0 * v;
+            if (c1 == iw) acc += h0 * w1 * v;
+          }
+          if (a1 == ih && !g.one_d) { /* linear1d has no second row */
+            if (c0 == iw) acc += h1 * w0 * v;
+            if (c1 == iw) acc += h1 * w1 * v;
+          }
+        }
+      }
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
+    }
+  }
+}

@@ -1,0 +1,114 @@
+/*
+ * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
+ * their backward over
+ * [N, C, H, W] float32 of any strides (so outputs take CPU's layout, channels_last included):
+ * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
+ * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
+ * plugin uses too, so both plugins pick the same source indices as CPU.
+ */
+#include <string.h>
+
+#include "ocl.h"
+#include "resample.h"
+
+/* ral_up_scale of the optional scale at scalar `at` (None: from the sizes). */
+static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out) {
+  double f = 0;
+  int64_t v;
+  int given = ocl_scalar_num(c, at, &f, &v); /* before f is read: argument order is unspecified */
+  return ral_up_scale(given, f, in, out);
+}
+
+/* lo: the low-resolution operand (input, or grad_input), hi the other; scales at scalar
+ * `at`, align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
+static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const ral_tensor* hi, int at, int align_at,
+                           int backward) {
+  for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
+    const ral_tensor* t = &c->tensors[i];
+    if (t->dtype != RAL_DTYPE_FLOAT32)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
+  }
+  if ((lo->ndim != 4 && lo->ndim != 3) || hi->ndim != lo->ndim)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d operands of one rank");
+  if (lo->sizes[0] != hi->sizes[0] || lo->sizes[1] != hi->sizes[1])
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "batch or channel sizes differ");
+  ocl_upsample g;
+  memset(&g, 0, sizeof g);
+  g.one_d = lo->ndim == 3; /* [N, C, L]: planes of one row (H stride unused) */
+  g.C = lo->sizes[1];
+  for (int i = 0; i < 4; i++) {
+    int d = g.one_d ? (i < 2 ? i : i - 1) : i;
+    g.xs[i] = g.one_d && i == 2 ? 0 : lo->strides[d];
+    g.ys[i] = g.one_d && i == 2 ? 0 : hi->strides[d];
+  }
+  g.B = lo->sizes[0] * lo->sizes[1];
+  g.H = g.one_d ? 1 : lo->sizes[2], g.W = lo->sizes[lo->ndim - 1];
+  g.OH = g.one_d ? 1 : hi->sizes[2], g.OW = hi->sizes[hi->ndim - 1];
+  if ((g.H == 0 || g.W == 0) && g.OH * g.OW > 0)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
+  if (ocl_numel(lo) == 0) return RAL_OK;
+  if (ocl_numel(hi) == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "output sizes must be greater than 0");
+  g.linear = align_at >= 0;
+  g.exact = align_at == -2;
+  g.align = g.linear ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
+  float sh = g.one_d ? 1.0f : scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + !g.one_d, g.W, g.OW);
+  g.step_h = g.linear ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
+  g.step_w = g.linear ? ral_up_linear_step(g.W, g.OW, g.align, sw) : sw;
+  g.dt = lo->dtype;
+  g.off_x = ocl_elem_off(lo);
+  g.off_y = ocl_elem_off(hi);
+  if (ocl_inline_upsample(c, &g, lo, hi, backward)) return RAL_OK; /* a CPU runtime with host-unified buffers */
+  ocl_arg a[4] = {ocl_mem(backward ? lo : hi), ocl_mem(backward ? hi : lo), OCL_VAL(g)};
+  if (backward) {
+    int64_t per = g.OH / (g.H ? g.H : 1) + 2, pw = g.OW / (g.W ? g.W : 1) + 2;
+    return ocl_enqueue_rows(c, OCL_K_upsample2d_bwd, 3, a, g.B * g.H, g.W * per * pw);
+  }
+  return ocl_enqueue_rows(c, OCL_K_upsample2d_fwd, 3, a, g.B * g.OH, g.OW * 4);
+}
+
+/* upsample_nearest2d(self, output_size, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_nearest2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 1);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 1, -1, 0);
+}
+
+/* upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?) */
+ral_status ocl_upsample_nearest2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 2, -1, 1);
+}
+
+/* upsample_bilinear2d(self, output_size, align_corners, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_bilinear2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 2, 1, 0);
+}
+
+/* upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
+ * scales_h?, scales_w?) -> grad_input */
+ral_status ocl_upsample_bilinear2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 3);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 3, 2, 1);
+}
+
+/* _upsample_nearest_exact2d(self, output_size, scales_h?, scales_w?) -> out */
+ral_status ocl_upsample_nearest_exact2d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 1);
+  return st != RAL_OK ? st : upsample(c, ocl_in(c, 0), ocl_out(c, 0), 1, -2, 0);
+}
+
+/* _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?) */
+ral_status ocl_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 2);
+  return st != RAL_OK ? st : upsample(c, ocl_out(c, 0), ocl_in(c, 0), 2, -2, 1);
+}
+
+/* The 1-d forms ([N, C, L]): the 2-d entry points' scalar layout with one scale. */
+ral_status ocl_upsample_nearest1d(const ral_kernel_call* c) { return ocl_upsample_nearest2d(c); }
+ral_status ocl_upsample_nearest1d_backward(const ral_kernel_call* c) { return ocl_upsample_nearest2d_backward(c); }
+ral_status ocl_upsample_nearest_exact1d(const ral_kernel_call* c) { return ocl_upsample_nearest_exact2d(c); }
+ral_status ocl_upsample_nearest_exact1d_backward(const ral_kernel_call* c) {
+  return ocl_upsample_nearest_exact2d_backward(c);
+}
+ral_status ocl_upsample_linear1d(const ral_kernel_call* c) { return ocl_upsample_bilinear2d(c); }
+ral_status ocl_upsample_linear1d_backward(const ral_kernel_call* c) { return ocl_upsample_bilinear2d_backward(c); }
