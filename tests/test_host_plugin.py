@@ -757,28 +757,32 @@ def test_convolution_and_batch_norm_kernels():
         torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=5e-5)
 
 
-def test_pooling_upsampling_and_lstm_cell_kernels():
-    """Pooling, upsampling and the LSTM cell, forward and backward, on the host kernels
-    (their full sweeps: tests/test_pool_kernels.py, tests/test_rnn_kernels.py)."""
+def test_pooling_upsampling_and_recurrent_cell_kernels():
+    """Pooling, upsampling and the LSTM and GRU cells, forward and backward, on the host
+    kernels (their full sweeps: tests/test_pool_kernels.py, tests/test_rnn_kernels.py)."""
     F = torch.nn.functional
 
-    def fn(x, lstm):
+    def fn(x, lstm, gru):
         x = x.detach().requires_grad_()
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1) + F.adaptive_avg_pool2d(x, 4)
         z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
         z = z + F.interpolate(y, scale_factor=2, mode="nearest-exact")
         s = z.flatten(2)  # the 1-d forms
         w = sum(F.interpolate(s, scale_factor=1.5, mode=m) for m in ("linear", "nearest", "nearest-exact"))
-        out, _ = lstm(z.flatten(2).permute(2, 0, 1))
-        (out.square().sum() + w.square().sum()).backward()
-        return [z, w, out, x.grad, *[p.grad for p in lstm.parameters()]]
+        seq = z.flatten(2).permute(2, 0, 1)
+        out, _ = lstm(seq)
+        out_g, _ = gru(seq)
+        (out.square().sum() + out_g.square().sum() + w.square().sum()).backward()
+        params = [*lstm.parameters(), *gru.parameters()]
+        return [z, w, out, out_g, x.grad, *[p.grad for p in params]]
 
     torch.manual_seed(0)
-    ref = torch.nn.LSTM(4, 5)
-    mod = torch.nn.LSTM(4, 5).to(DEV)
+    ref, ref_gru = torch.nn.LSTM(4, 5), torch.nn.GRU(4, 5)
+    mod, mod_gru = torch.nn.LSTM(4, 5).to(DEV), torch.nn.GRU(4, 5).to(DEV)
     mod.load_state_dict(ref.state_dict())
+    mod_gru.load_state_dict(ref_gru.state_dict())
     x = rand((2, 4, 8, 8), torch.float32)
-    for g, w in zip(fn(x.to(DEV), mod), fn(x, ref)):
+    for g, w in zip(fn(x.to(DEV), mod, mod_gru), fn(x, ref, ref_gru)):
         torch.testing.assert_close(g.cpu(), w, rtol=1e-4, atol=1e-4)
 
 
