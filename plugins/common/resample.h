@@ -68,4 +68,27 @@ void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const
 void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y);
 void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go);
 
+/*
+ * The upsampling ops both plugins serve and where their call keeps its scalars (one table, so
+ * the plugins cannot disagree): X(op, scale_at, align_at, backward).
+ * - scale_at: index of the first optional scale (scales_h; scales_w follows for 2-d ops);
+ *   the scalars before it are the sizes and align_corners, so it is also the least scalar count;
+ * - align_at: align_corners' index for linear modes; -1 nearest, -2 nearest-exact;
+ * - backward: 0 = (self) -> out; 1 = (grad_output) -> grad_input.
+ * The 1-d forms ([N, C, L], planes of one row) take the 2-d layouts with a single scale.
+ */
+#define RAL_UPSAMPLE_OPS(X)                                 \
+  X(upsample_nearest2d, 1, -1, 0)                           \
+  X(upsample_nearest2d_backward, 2, -1, 1)                  \
+  X(upsample_bilinear2d, 2, 1, 0)                           \
+  X(upsample_bilinear2d_backward, 3, 2, 1)                  \
+  X(upsample_nearest_exact2d, 1, -2, 0)                     \
+  X(upsample_nearest_exact2d_backward, 2, -2, 1)            \
+  X(upsample_nearest1d, 1, -1, 0)                           \
+  X(upsample_nearest1d_backward, 2, -1, 1)                  \
+  X(upsample_nearest_exact1d, 1, -2, 0)                     \
+  X(upsample_nearest_exact1d_backward, 2, -2, 1)            \
+  X(upsample_linear1d, 2, 1, 0)                             \
+  X(upsample_linear1d_backward, 3, 2, 1)
+
 #endif /* RAL_RESAMPLE_H */

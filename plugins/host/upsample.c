@@ -79,51 +79,13 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, con
   return s;
 }
 
-/* upsample_nearest2d(self, output_size, scales_h?, scales_w?) -> out. */
-ral_status host_upsample_nearest2d(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 1);
-  return s != RAL_OK ? s : upsample(c, host_in(c, 0), host_out(c, 0), 1, -1, 0);
-}
-
-/* upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?). */
-ral_status host_upsample_nearest2d_backward(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 2);
-  return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 2, -1, 1);
-}
-
-/* upsample_bilinear2d(self, output_size, align_corners, scales_h?, scales_w?) -> out. */
-ral_status host_upsample_bilinear2d(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 2);
-  return s != RAL_OK ? s : upsample(c, host_in(c, 0), host_out(c, 0), 2, 1, 0);
-}
-
-/* upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners,
- * scales_h?, scales_w?) -> grad_input. */
-ral_status host_upsample_bilinear2d_backward(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 3);
-  return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 3, 2, 1);
-}
-
-/* _upsample_nearest_exact2d(self, output_size, scales_h?, scales_w?) -> out. */
-ral_status host_upsample_nearest_exact2d(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 1);
-  return s != RAL_OK ? s : upsample(c, host_in(c, 0), host_out(c, 0), 1, -2, 0);
-}
-
-/* _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h?, scales_w?). */
-ral_status host_upsample_nearest_exact2d_backward(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 1, 2);
-  return s != RAL_OK ? s : upsample(c, host_out(c, 0), host_in(c, 0), 2, -2, 1);
-}
-
-/* The 1-d forms: the 2-d entry points' scalar layout with one scale. upsample_nearest1d(self,
- * output_size, scales?), upsample_linear1d(self, output_size, align_corners, scales?), their
- * backward(grad_output, output_size, input_size[, align_corners], scales?). */
-ral_status host_upsample_nearest1d(const ral_kernel_call* c) { return host_upsample_nearest2d(c); }
-ral_status host_upsample_nearest1d_backward(const ral_kernel_call* c) { return host_upsample_nearest2d_backward(c); }
-ral_status host_upsample_nearest_exact1d(const ral_kernel_call* c) { return host_upsample_nearest_exact2d(c); }
-ral_status host_upsample_nearest_exact1d_backward(const ral_kernel_call* c) {
-  return host_upsample_nearest_exact2d_backward(c);
-}
-ral_status host_upsample_linear1d(const ral_kernel_call* c) { return host_upsample_bilinear2d(c); }
-ral_status host_upsample_linear1d_backward(const ral_kernel_call* c) { return host_upsample_bilinear2d_backward(c); }
+/* Each entry point of RAL_UPSAMPLE_OPS (resample.h): its arity, then the shared body. */
+#define HOST_UPSAMPLE_ENTRY(op, scale_at, align_at, backward)                                      \
+  ral_status host_##op(const ral_kernel_call* c) {                                                   \
+    ral_status s = host_check_arity(c, 1, 1, scale_at);                                                   \
+    if (s != RAL_OK) return s;                                                                     \
+    return backward ? upsample(c, host_out(c, 0), host_in(c, 0), scale_at, align_at, 1)                     \
+                    : upsample(c, host_in(c, 0), host_out(c, 0), scale_at, align_at, 0);                    \
+  }
+RAL_UPSAMPLE_OPS(HOST_UPSAMPLE_ENTRY)
+#undef HOST_UPSAMPLE_ENTRY
