@@ -1,4 +1,5 @@
-"""Capability: average pooling (`avg_pool2d`, `_adaptive_avg_pool2d`) and nearest / bilinear
+"""Capability: max and average pooling (`max_pool2d_with_indices`, `avg_pool2d`,
+`_adaptive_avg_pool2d`) and nearest / bilinear
 upsampling (`upsample_nearest2d`, `upsample_bilinear2d`), forward and backward, run as vendor
 kernels on ral:1 (OpenCL plugin: plugins/opencl/pool.c, upsample.c) with CPU's results, on both
 of its paths: the host path over the buffers' host memory on a CPU runtime (PoCL;
@@ -45,6 +46,11 @@ RTOL, ATOL = 1e-5, 1e-5
 
 # name: (fn, aten op); the backward op is f"{op}_backward"
 CASES = {
+    "max_k3s2p1": (lambda t: F.max_pool2d(t, 3, 2, 1), "aten::max_pool2d_with_indices"),
+    "max_rect_dilated_ceil": (
+        lambda t: F.max_pool2d(t, (3, 2), (2, 1), (1, 1), dilation=(2, 1), ceil_mode=True),
+        "aten::max_pool2d_with_indices",
+    ),
     "avg_k3s2p1_ceil_nopad": (
         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
         "aten::avg_pool2d",
@@ -202,11 +208,34 @@ def test_ral1_mode_matches_cpu(case, path):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-@pytest.mark.parametrize("case", ["avg_k3s1p1_pad", "avg_divisor", "adaptive_5x7", "bilinear_x1.7"])
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s1p1_pad", "avg_divisor", "adaptive_5x7", "bilinear_x1.7"])
 def test_nan_and_inf_propagate_as_on_cpu(case, layout, path):
     """A NaN and two infinities in the input give CPU's NaN/inf pattern, forward and backward
     (channels_last: the host path's channels-last loops)."""
     _assert_path(path, check(case, layout, "to", DEV, special=True))
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "sliced"])
+def test_max_pool_indices_are_laid_out_as_on_cpu(layout, path):
+    """max_pool2d's values and indices on ral:1 equal CPU's, strides included (channels_last
+    input: channels_last output and indices, as CPU gives), and the backward through a
+    channels_last gradient."""
+    leaf, view = _leaf(layout)
+    want_y, want_i = F.max_pool2d(view(leaf), 3, 2, 1, return_indices=True)
+    got_y, got_i = F.max_pool2d(view(leaf.to(DEV)), 3, 2, 1, return_indices=True)
+    torch.testing.assert_close(got_y.cpu(), want_y, rtol=0, atol=0)
+    assert torch.equal(got_i.cpu(), want_i)
+    assert (got_y.stride(), got_i.stride()) == (want_y.stride(), want_i.stride())
+    gy = torch.randn(want_y.shape, generator=torch.Generator().manual_seed(4)).contiguous(
+        memory_format=torch.channels_last
+    )
+    x = view(leaf)
+    want_g = torch.ops.aten.max_pool2d_with_indices_backward(gy, x, [3, 3], [2, 2], [1, 1], [1, 1], False, want_i)
+    got_g = torch.ops.aten.max_pool2d_with_indices_backward(
+        gy.to(DEV), view(leaf.to(DEV)), [3, 3], [2, 2], [1, 1], [1, 1], False, got_i
+    )
+    torch.testing.assert_close(got_g.cpu(), want_g, rtol=0, atol=0)
+    assert got_g.stride() == want_g.stride()
 
 
 def test_each_op_alone_launches_nothing_on_the_host_path(path):

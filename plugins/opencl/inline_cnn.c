@@ -232,9 +232,12 @@ int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* c
 }
 
 /* ---------------------------------------------------------------- 2-d max pooling */
-/* One [H, W] plane: the first maximum of each window, NaN winning (ATen CPU's rule, as
- * kernels/pool.cl's maxpool2d_fwd), its index within the plane. */
-static void pool_plane_fwd(const ocl_pool* g, const float* x, float* y, int64_t* idx) {
+/* One [H, W] plane, each operand with its own (row, column) element strides: x (xh, xw), y
+ * (yh, yw), idx (ih_, iw_). The first maximum of each window, NaN winning (ATen CPU's rule,
+ * as kernels/pool.cl's maxpool2d_fwd), its index within the plane. Called with literal unit
+ * column strides for dense planes, so the compiler keeps a contiguous loop for them. */
+static inline void pool_plane_fwd(const ocl_pool* g, const float* x, int64_t xh, int64_t xw, float* y, int64_t yh,
+                                  int64_t yw, int64_t* idx, int64_t ih_, int64_t iw_) {
   for (int64_t oh = 0; oh < g->OH; oh++) {
     int64_t h0 = oh * g->sh - g->ph, h1 = h0 + (g->kh - 1) * g->dh + 1;
     if (h1 > g->H) h1 = g->H;
@@ -247,31 +250,40 @@ static void pool_plane_fwd(const ocl_pool* g, const float* x, float* y, int64_t*
       float m = -INFINITY;
       for (int64_t ih = h0; ih < h1; ih += g->dh)
         for (int64_t iw = w0; iw < w1; iw += g->dw) {
-          float v = x[ih * g->W + iw];
+          float v = x[ih * xh + iw * xw];
           if (v > m || isnan(v)) {
             m = v;
             best = ih * g->W + iw;
           }
         }
-      y[oh * g->OW + ow] = m;
-      idx[oh * g->OW + ow] = best;
+      y[oh * yh + ow * yw] = m;
+      idx[oh * ih_ + ow * iw_] = best;
     }
   }
 }
 
-/* One plane's grad_input: zero, then each output's gradient added at its index, in output
- * order (CPU's order of summation); an index outside the plane is skipped, as the queued
- * kernel's gather never matches it. */
-static void pool_plane_bwd(const ocl_pool* g, float* gi, const float* go, const int64_t* idx) {
-  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
-  memset(gi, 0, (size_t)hw * sizeof(float));
-  for (int64_t o = 0; o < ohw; o++)
-    if (idx[o] >= 0 && idx[o] < hw) gi[idx[o]] += go[o];
+/* One plane's grad_input (strides gh, gw): zero, then each output's gradient (go: gyh, gyw;
+ * idx: ih_, iw_) added at its index, in output order (CPU's order of summation); an index
+ * outside the plane is skipped, as the queued kernel's gather never matches it. */
+static inline void pool_plane_bwd(const ocl_pool* g, float* gi, int64_t gh, int64_t gw, const float* go, int64_t gyh,
+                                  int64_t gyw, const int64_t* idx, int64_t ih_, int64_t iw_) {
+  int64_t hw = g->H * g->W;
+  for (int64_t h = 0; h < g->H; h++)
+    for (int64_t w = 0; w < g->W; w++) gi[h * gh + w * gw] = 0.0f;
+  for (int64_t oh = 0; oh < g->OH; oh++)
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      int64_t i = idx[oh * ih_ + ow * iw_];
+      if (i >= 0 && i < hw) gi[(i / g->W) * gh + (i % g->W) * gw] += go[oh * gyh + ow * gyw];
+    }
 }
+
+/* Whether an operand's planes are row-major and dense (row stride = width, column stride 1). */
+static int dense_planes(const int64_t s[4], int64_t w) { return s[3] == 1 && s[2] == w; }
 
 int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
                        const ral_tensor* small, int backward) {
-  /* big: x (forward) or grad_input (backward), [B, H, W]; small: y or grad_output, [B, OH, OW] */
+  /* big: x (forward) or grad_input (backward), [B, H, W] with strides g->xs; small: y or
+   * grad_output, [B, OH, OW] with g->ys; idx with g->is */
   if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32 ||
       idx->dtype != RAL_DTYPE_INT64)
     return 0;
@@ -279,10 +291,16 @@ int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
   int64_t* pi = ocl_tensor_host(idx);
   if (!pb || !ps || !pi || !ocl_inline_begin_drained(c->stream)) return 0;
   int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  int dense = dense_planes(g->xs, g->W) && dense_planes(g->ys, g->OW) && dense_planes(g->is, g->OW);
 #pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= CNN_PARALLEL_WORK)
   for (int64_t b = 0; b < g->B; b++) {
-    if (backward) pool_plane_bwd(g, pb + b * hw, ps + b * ohw, pi + b * ohw);
-    else pool_plane_fwd(g, pb + b * hw, ps + b * ohw, pi + b * ohw);
+    float* x = pb + OCL_PLANE_AT(0, g->xs, g->C, b, 0, 0);
+    float* y = ps + OCL_PLANE_AT(0, g->ys, g->C, b, 0, 0);
+    int64_t* ix = pi + OCL_PLANE_AT(0, g->is, g->C, b, 0, 0);
+    if (backward && dense) pool_plane_bwd(g, x, g->W, 1, y, g->OW, 1, ix, g->OW, 1);
+    else if (backward) pool_plane_bwd(g, x, g->xs[2], g->xs[3], y, g->ys[2], g->ys[3], ix, g->is[2], g->is[3]);
+    else if (dense) pool_plane_fwd(g, x, g->W, 1, y, g->OW, 1, ix, g->OW, 1);
+    else pool_plane_fwd(g, x, g->xs[2], g->xs[3], y, g->ys[2], g->ys[3], ix, g->is[2], g->is[3]);
   }
   ocl_inline_end(c->stream);
   ocl_count(OCL_CNT_inline_ops);

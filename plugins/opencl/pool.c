@@ -1,7 +1,7 @@
 /*
  * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
- * max_pool2d_with_indices (contiguous operands, as its manifest entry asks), avg_pool2d and
- * _adaptive_avg_pool2d (any strides, so outputs take CPU's layout); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
+ * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d, operands of any strides
+ * (so outputs take CPU's layout, channels_last included); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
  * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
  * so ceil_mode needs no code here.
  */
@@ -27,6 +27,14 @@ static void plane_strides(const ral_tensor* t, int64_t s[4]) {
   int r = t->ndim;
   s[0] = r == 4 ? t->strides[0] : 0;
   for (int i = 1; i < 4; i++) s[i] = t->strides[r - 4 + i];
+}
+
+/* Whether a and b have the same rank and sizes. */
+static int same_sizes(const ral_tensor* a, const ral_tensor* b) {
+  if (a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->sizes[i] != b->sizes[i]) return 0;
+  return 1;
 }
 
 /* Plane geometry from input-side x and output-side y (sizes, offsets, strides); every
@@ -77,12 +85,13 @@ ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
   ocl_pool g;
-  if ((st = planes(c, "max pooling", x, y, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
-  if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(y))
+  if ((st = planes(c, "max pooling", x, y, &g, 1)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if (idx->dtype != RAL_DTYPE_INT64 || !same_sizes(idx, y))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
   if (ocl_numel(y) == 0) return RAL_OK;
   if (g.H == 0 || g.W == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input plane");
   g.off_i = ocl_elem_off(idx);
+  plane_strides(idx, g.is);
   if (ocl_inline_maxpool(c, &g, x, idx, y, 0)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * g.kh * g.kw);
@@ -95,12 +104,14 @@ ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
   if (st != RAL_OK) return st;
   const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
   ocl_pool g;
-  if ((st = planes(c, "max pooling", x, go, &g, 0)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
-  if (idx->dtype != RAL_DTYPE_INT64 || ocl_numel(idx) != ocl_numel(go) || ocl_numel(gi) != ocl_numel(x))
-    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices/grad_input do not match the pooling");
+  /* the geometry of grad_input (x's sizes, its own strides) against grad_output */
+  if (!same_sizes(gi, x)) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input does not match the input");
+  if ((st = planes(c, "max pooling", gi, go, &g, 1)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if (idx->dtype != RAL_DTYPE_INT64 || !same_sizes(idx, go))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices do not match grad_output");
   if (ocl_numel(gi) == 0) return RAL_OK;
-  g.off_x = ocl_elem_off(gi);
   g.off_i = ocl_elem_off(idx);
+  plane_strides(idx, g.is);
   if (ocl_inline_maxpool(c, &g, gi, idx, go, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W);

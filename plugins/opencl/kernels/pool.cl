@@ -1,19 +1,19 @@
-/* pool.cl -- 2-d max and average pooling over contiguous [B, H, W] planes (pool.c), `chunk`
+/* pool.cl -- 2-d max and average pooling over [B, H, W] planes of any strides (pool.c), `chunk`
  * rows per work-item. Max pooling follows CPU's kernel exactly: the window's first in-bounds
  * element is the index when nothing beats -inf, and NaN wins (val > max || isnan(val)).
  * Average pooling takes the windows and divisors of plugins/common/resample.c (CPU's). Each
  * backward is a gather: every input element sums, in output order, the gradients of the
  * outputs that read it, so no atomics and CPU's summation order. */
 
-/* Output rows r = b * OH + oh. */
+/* Output rows r = b * OH + oh; every operand of any strides (OCL_PLANE_AT). The index is
+ * the element's position in its [H, W] plane (ih * W + iw), as CPU's. */
 __kernel void maxpool2d_fwd(gbuf y, __global long* idx, gcbuf x, ocl_pool g, long chunk) {
   long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
   for (long r = r0; r < r1; r++) {
     long b = r / g.OH, oh = r % g.OH;
     long h0 = oh * g.sh - g.ph, h1 = min(h0 + (g.kh - 1) * g.dh + 1, g.H);
     while (h0 < 0) h0 += g.dh;
-    gcbuf plane = x;
-    long pb = g.off_x + b * g.H * g.W;
+    long pb = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, 0, 0);
     for (long ow = 0; ow < g.OW; ow++) {
       long w0 = ow * g.sw - g.pw, w1 = min(w0 + (g.kw - 1) * g.dw + 1, g.W);
       while (w0 < 0) w0 += g.dw;
@@ -21,15 +21,14 @@ __kernel void maxpool2d_fwd(gbuf y, __global long* idx, gcbuf x, ocl_pool g, lon
       float m = -INFINITY;
       for (long ih = h0; ih < h1; ih += g.dh)
         for (long iw = w0; iw < w1; iw += g.dw) {
-          float v = ld_f(plane, pb + ih * g.W + iw, g.dt);
+          float v = ld_f(x, pb + ih * g.xs[2] + iw * g.xs[3], g.dt);
           if (v > m || isnan(v)) {
             m = v;
             best = ih * g.W + iw;
           }
         }
-      long o = r * g.OW + ow;
-      st_f(y, g.off_y + o, g.dt, m);
-      idx[g.off_i + o] = best;
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, m);
+      idx[OCL_PLANE_AT(g.off_i, g.is, g.C, b, oh, ow)] = best;
     }
   }
 }
@@ -47,11 +46,10 @@ __kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_poo
       long me = ih * g.W + iw;
       float acc = 0.0f;
       for (long oh = oh0; oh <= oh1; oh++)
-        for (long ow = ow0; ow <= ow1; ow++) {
-          long o = (b * g.OH + oh) * g.OW + ow;
-          if (idx[g.off_i + o] == me) acc += ld_f(go, g.off_y + o, g.dt);
-        }
-      st_f(gi, g.off_x + r * g.W + iw, g.dt, acc);
+        for (long ow = ow0; ow <= ow1; ow++)
+          if (idx[OCL_PLANE_AT(g.off_i, g.is, g.C, b, oh, ow)] == me)
+            acc += ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt);
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
     }
   }
 }

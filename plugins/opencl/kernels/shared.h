@@ -122,13 +122,13 @@ typedef struct {
 #define OCL_PLANE_AT(off, s, C, b, h, w) ((off) + ((b) / (C)) * (s)[0] + ((b) % (C)) * (s)[1] + (h) * (s)[2] + (w) * (s)[3])
 
 /* 2-d pooling over [B, H, W] planes (B = N * C) of x (the larger side: input, or
- * grad_input) into y ([B, OH, OW]: output, or grad_output). Max pooling: contiguous
- * operands. Average pooling: any strides (xs, ys over n, c, h, w), divisor (0: none),
- * count_include_pad, adaptive (windows from the sizes alone). */
+ * grad_input) into y ([B, OH, OW]: output, or grad_output), operands of any strides (xs, ys
+ * over n, c, h, w; max pooling's indices `is`, laid out as y's shape). Average pooling:
+ * divisor (0: none), count_include_pad, adaptive (windows from the sizes alone). */
 typedef struct {
   g_i64 B, H, W, OH, OW, kh, kw, sh, sw, ph, pw, dh, dw;
   g_i64 off_x, off_y, off_i, divisor, C;
-  g_i64 xs[4], ys[4];
+  g_i64 xs[4], ys[4], is[4];
   g_i32 dt, count_include_pad, adaptive, pad0;
 } ocl_pool;
 
