@@ -111,6 +111,30 @@ def test_training_matches_cpu(device, style):
         assert STATS["groups"] > groups
 
 
+@pytest.mark.parametrize("device", [_dev("ral:0"), _dev("ral:1")])
+def test_compiled_and_eager_batch_norm_in_one_ral_mode_block(device):
+    """One module run compiled and eagerly in one ral_mode block (a warm-up, a graph break):
+    inductor's generated code on ral:0 copies the CPU running statistics in and writes them back
+    from a C++ kernel that bumps no version counter, which the mode's upload cache must not
+    trust (eager steps read stale statistics before)."""
+    torch.manual_seed(0)
+    bn, ref = torch.nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4)
+    x = torch.randn(8, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(bn)
+    with torch_fl.ral_mode(device):
+        for i in range(4):
+            (bn if i % 2 else compiled)(x)
+        bn.eval()
+        out = bn(x).cpu()  # reads the running statistics on the device
+    for _ in range(4):
+        ref(x)
+    ref.eval()
+    torch.testing.assert_close(bn.running_mean, ref.running_mean, **TOL)
+    torch.testing.assert_close(bn.running_var, ref.running_var, **TOL)
+    torch.testing.assert_close(out, ref(x), **TOL)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_view_inputs_and_outputs(device):
     """Inputs with offsets, transposed and expanded; an output that is a view of an input;

@@ -210,7 +210,17 @@ _KINDS: dict = {}
 #     twin or weak reference outlives its block.
 _CACHE: dict = {}
 _BY_STORAGE: dict = {}  # storage data_ptr -> set of _CACHE keys on it
-_EXPOSED: set = set()  # storage data_ptrs handed to numpy under the mode
+# Storage data_ptrs handed to numpy under the mode, or copied into a device tensor by `copy_`
+# (how inductor's generated code on ral:0 reads a CPU graph input, whose update it then writes
+# back from a C++ kernel that bumps no version counter): never cached again.
+_EXPOSED: set = set()
+# Running statistics (batch/instance norm in training) updated on their device twins whose copy
+# home is deferred: id(cpu tensor) -> (cpu tensor, twin). Copying home at once costs a stream
+# sync per norm layer, which stalls the forward behind every queued kernel; device ops read the
+# cached twin (current), and the copy lands when CPU code next reads that storage through the
+# mode (a pass-through call, an op run on CPU, an upload of an alias) or when the block ends.
+_PENDING: dict = {}
+_PENDING_BY_STORAGE: dict = {}  # storage data_ptr -> set of _PENDING keys on it
 stats = {"uploads": 0, "cache_hits": 0}
 
 
@@ -279,8 +289,8 @@ def _invalidate_storage(t) -> None:
 
 
 def _expose(t) -> None:
-    """t's memory was handed to numpy: numpy's writes bump no version counter, so t's
-    storage is never cached again."""
+    """t's memory was handed to code whose writes bump no version counter (numpy, a compiled
+    graph): t's storage is never cached again."""
     if _is_cpu_tensor(t) and t.layout is torch.strided:
         _invalidate_storage(t)
         _EXPOSED.add(_storage_ptr(t))
@@ -288,8 +298,13 @@ def _expose(t) -> None:
 
 def flush_upload_cache() -> None:
     """Forget every cached device twin (each CPU tensor is uploaded afresh at its next use)."""
-    _CACHE.clear()
-    _BY_STORAGE.clear()
+    try:
+        _settle_all()
+    finally:  # a failed copy home (a kernel error reported at the sync) still empties the cache
+        _PENDING.clear()
+        _PENDING_BY_STORAGE.clear()
+        _CACHE.clear()
+        _BY_STORAGE.clear()
 
 
 # Namespaces of ops whose tensor arguments are opaque handles, not data: the old profiler
@@ -348,6 +363,7 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     try:
         version = t._version
     except RuntimeError:  # inference tensors carry no version counter: do not cache
+        _settle_tensor(t)
         return to_device(t.detach(), dev)
     base = t._base
     if base is not None and _same_layout_base(t, base):
@@ -360,6 +376,8 @@ def _cached_copy(t: torch.Tensor, dev: int) -> RalTensor:
     if hit is not None and hit[1] == version and hit[2] == ptr and hit[3] == dev:
         stats["cache_hits"] += 1
         return hit[4]
+    if _PENDING:
+        _settle_tensor(t)  # an alias of running statistics whose new values wait on their twin
     copy = to_device(t.detach(), dev)
     stats["uploads"] += 1
     if _cacheable(t):
@@ -455,6 +473,64 @@ def _write_back(t: torch.Tensor, twin: RalTensor) -> None:
     _invalidate_storage(t)  # aliases of t with their own version counters now differ
     if hit is not None:
         _cache_put(t, t._version, hit[2], hit[3], hit[4], hit[5])
+
+
+def _defer_write_back(t: torch.Tensor, twin: RalTensor) -> None:
+    """Running statistics an op updated on t's cached twin: copied home later (_PENDING)."""
+    e = _cache_get(t)
+    if e is None or e[4] is not twin or t._base is not None:
+        _write_back(t, twin)  # no cached twin for later ops to read: copy home now
+        return
+    key, sptr = id(t), e[5]
+    _PENDING[key] = (t, twin)
+    _PENDING_BY_STORAGE.setdefault(sptr, set()).add(key)
+    # Aliases of t with entries of their own (a detach(), `.data`) hold its old values: they
+    # upload afresh, which settles t first.
+    for other in tuple(_BY_STORAGE.get(sptr, ())):
+        if other != key:
+            _CACHE.pop(other, None)
+            _unindex(other, sptr)
+
+
+def _settle_storage(sptr: int) -> None:
+    for key in _PENDING_BY_STORAGE.pop(sptr, ()):
+        entry = _PENDING.pop(key, None)
+        if entry is not None:
+            _write_back(*entry)
+
+
+def _settle_tensor(t) -> None:
+    """Copy home the deferred running statistics on CPU tensor t's storage, if any."""
+    if _PENDING_BY_STORAGE and type(t) is not RalTensor and t.layout is torch.strided and not is_lazy(t):
+        if t.device.type == "cpu" and not _functorch_wrapped(t):
+            sptr = _storage_ptr(t)
+            if sptr in _PENDING_BY_STORAGE:
+                _settle_storage(sptr)
+
+
+def _settle(args, kwargs) -> None:
+    """_settle_tensor for every tensor among args and kwargs (one level of lists): CPU code is
+    about to read or write them."""
+    for v in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(v, torch.Tensor):
+            _settle_tensor(v)
+        elif type(v) is list or type(v) is tuple:
+            for x in v:
+                if isinstance(x, torch.Tensor):
+                    _settle_tensor(x)
+
+
+def _settle_all() -> None:
+    """Copy home every deferred update of running statistics (a block ends or begins)."""
+    if not _PENDING:
+        return
+    with torch._C.DisableTorchFunction():  # may run while a mode is active (enter/exit)
+        while _PENDING:
+            key, (t, twin) = _PENDING.popitem()
+            for keys in _PENDING_BY_STORAGE.values():
+                keys.discard(key)
+            _write_back(t, twin)
+    _PENDING_BY_STORAGE.clear()
 
 
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
@@ -640,6 +716,7 @@ def _install_checkpoint_support() -> None:
 _functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _grad_enabled = torch.is_grad_enabled
 _any_autocast = torch._C._is_any_autocast_enabled  # one argument-free C call per op
+_TENSOR_COPY = torch.Tensor.copy_
 _TENSOR_ITEM = torch.Tensor.item  # a pass-through call with a shortcut (dispatch/shortcuts.py)
 _MISS = object()  # _compute_cached: not served, take the general path
 
@@ -727,6 +804,8 @@ def _on_cpu(kind, func, args, kwargs):
     """Run func on CPU, device operands downloaded. An in-place op may mutate CPU tensors
     without bumping their version counters (the fused optimizer kernels do not), so the
     upload cache forgets every CPU tensor it was given."""
+    if _PENDING:
+        _settle(args, kwargs)
     out = func(*_map(list(args), _down), **{k: _map(v, _down) for k, v in kwargs.items()})
     if kind == _INPLACE:
         for a in (*args, *kwargs.values()):
@@ -759,12 +838,17 @@ class ral_mode(TorchFunctionMode):
         # The next block starts from fresh uploads anyway: release the twins' device memory
         # and the weak references on CPU tensors now (Module._apply's swap refuses a tensor
         # with a weak reference: `model.to("ral:0")` after a block must work).
-        flush_upload_cache()
-        # a step that raised never ran its post hook: do not let its flag outlive the block
-        if getattr(_steps, "stack", None):
-            _count_steps(-len(_steps.stack))
-            _steps.stack.clear()
-        return super().__exit__(*exc)
+        try:
+            flush_upload_cache()  # copies deferred running statistics home (may raise a kernel error)
+        except Exception:
+            if exc[0] is None:  # the block's own exception, if any, is the one to see
+                raise
+        finally:
+            # a step that raised never ran its post hook: do not let its flag outlive the block
+            if getattr(_steps, "stack", None):
+                _count_steps(-len(_steps.stack))
+                _steps.stack.clear()
+            super().__exit__(*exc)
 
     def _init(self, func, args, kwargs, on_device):
         """torch.nn.init.* (fills a tensor in place). Under rng="cpu" on a device tensor it runs
@@ -968,13 +1052,20 @@ class ral_mode(TorchFunctionMode):
         if kind == _PASS and func is not _TENSOR_ITEM:
             # Attribute reads (`x.shape`, `p.data`), size(), dim(), ...: about a third of a
             # forward's calls. Nothing to place, and no shortcut (only item has one).
+            if _PENDING:
+                _settle(args, kwargs)  # `.tolist()`, `repr`, `detach()` of running statistics
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
+        if func is _TENSOR_COPY and len(args) > 1 and type(args[0]) is RalTensor and _is_cpu_tensor(args[1]):
+            _settle_tensor(args[1])
+            _expose(args[1])  # `device_buffer.copy_(cpu_input)`: see _EXPOSED
         short = SHORTCUTS.get(func)
         if short is not None and not _open_steps[0]:
             out = self._shortcut(short, args, kwargs)
             if out is not _MISS:
                 return out
+        if _PENDING and kind != _COMPUTE and kind != _VIEW:
+            _settle(args, kwargs)  # CPU code is about to read or write these tensors (see _PENDING)
         if kind == _PASS:
             return func(*args, **kwargs)
         if kind == _NUMPY:
@@ -1053,7 +1144,9 @@ class ral_mode(TorchFunctionMode):
         out = func(*dev_args, **dev_kwargs)
         forced = _mutated_buffers(func, args, kwargs) if func in _RUNNING_STATS else ()
         for t, twin, version in uploaded:
-            if any(t is f for f in forced) or _version_of(twin) != version:
+            if any(t is f for f in forced):
+                _defer_write_back(t, twin)
+            elif _version_of(twin) != version:
                 _write_back(t, twin)
         return out
 

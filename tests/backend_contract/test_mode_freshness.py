@@ -41,6 +41,12 @@ WRITES = {
     "mask_setitem": lambda s, d: s["w"].__setitem__(s["w"] > 0, d),
     "data_slice_fill": lambda s, d: s["p"].data[2:4].fill_(d),
     "copy_from_device_value": lambda s, d: s["w"].copy_(s["p"].detach() * d),  # a device value under the mode
+    # running statistics: batch norm in training updates them on their twins (copied home late)
+    "bn_running_stats": lambda s, d: torch.nn.functional.batch_norm(
+        torch.stack([s["w"], s["w"] * d + 1]), s["rm"], s["rv"], training=True, momentum=0.25
+    ),
+    "stats_mul": lambda s, d: s["rm"].mul_(d),
+    "stats_data_fill": lambda s, d: s["rv"].data.fill_(abs(d)),
     "storage_alias": lambda s, d: (
         torch.empty(0, dtype=s["w"].dtype, device="cpu")
         .set_(s["w"].untyped_storage(), 0, s["w"].shape, s["w"].stride())
@@ -60,7 +66,9 @@ READS = {
     "matmul": lambda s: s["w"] @ s["p"].reshape(-1, 1),
     "linear_grad": lambda s: torch.nn.functional.linear(s["n"].reshape(1, -1), s["p"].reshape(1, -1)).sum(),
     "view_read": lambda s: s["p"][1:].exp().sum() + s["n"][::2].sum(),
-    "add_all": lambda s: s["p"] + s["w"] + s["n"],
+    "add_all": lambda s: s["p"] + s["w"] + s["n"] + s["rm"] + s["rv"],
+    "stats_aliases": lambda s: s["rm"].detach() * s["rv"].data,
+    "stats_tolist": lambda s: torch.tensor(s["rm"].tolist() + s["rv"].tolist()),
 }
 
 step = st.one_of(
@@ -77,6 +85,8 @@ def _state():
         "w": torch.linspace(-2.0, 3.0, 6),
         "a": a,
         "n": torch.from_numpy(a),
+        "rm": torch.linspace(0.5, 1.0, 6),  # running mean and variance of a batch norm
+        "rv": torch.linspace(1.0, 2.0, 6),
     }
 
 
@@ -187,3 +197,70 @@ def test_numpy_handed_out_under_the_mode_is_never_cached(device):
         arr[:] = 3.0
         assert float((w * 2).sum()) == 30.0
         assert mode_mod._cache_get(w) is None
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(4, 4, 3, padding=1),
+        torch.nn.BatchNorm2d(4),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_running_statistics_cost_no_wait_and_land_on_cpu(device):
+    """Batch norm's running statistics are updated on their device twins without a host wait
+    per layer (which stalled the forward behind every queued kernel), and every CPU-side reader
+    (inside the block, through aliases, after it) sees CPU's values."""
+    from torch_fl.device import sync
+
+    model, ref = _cnn(), _cnn()
+    x = torch.randn(2, 3, 5, 5)
+    ref(x)
+    want = ref(x)  # the reference runs outside the mode: two training forwards
+    ref[1].running_mean.mul_(2)
+    waits = []
+    with torch_fl.ral_mode(device):
+        model(x)  # warm: uploads the weights and statistics
+        sync.SYNC_OBSERVERS.append(lambda dev, reason: waits.append(reason))
+        try:
+            out = model(x)
+        finally:
+            sync.SYNC_OBSERVERS.pop()
+        assert waits == [], f"the training forward waited on the device: {waits}"
+        torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=1e-4, atol=1e-5)
+        bn = model[1]
+        # CPU readers inside the block: a pass-through call, an alias with its own version
+        # counter, the state dict, and a CPU in-place op, then a device op
+        half_mean = [v / 2 for v in ref[1].running_mean.tolist()]
+        assert bn.running_mean.tolist() == pytest.approx(half_mean, rel=1e-5, abs=1e-6)
+        got_var = (bn.running_var.data * 1).cpu()
+        got_mean4 = model.state_dict()["4.running_mean"].clone()
+        bn.running_mean.mul_(2)
+        got_mean = (bn.running_mean + 0).cpu()
+        model(x)
+    torch.testing.assert_close(got_var, ref[1].running_var, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_mean4.cpu(), ref[4].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_mean, ref[1].running_mean, rtol=1e-5, atol=1e-6)
+    ref(x)
+    for name, buf in model.named_buffers():
+        torch.testing.assert_close(buf, dict(ref.named_buffers())[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_block_that_raises_still_settles_running_statistics(device):
+    from torch_fl import mode as mode_mod
+
+    model, ref = _cnn(), _cnn()
+    x = torch.randn(2, 3, 5, 5)
+    with pytest.raises(ValueError, match="user error"):
+        with torch_fl.ral_mode(device):
+            model(x)
+            raise ValueError("user error")
+    ref(x)
+    assert not mode_mod._PENDING and not torch.overrides._get_current_function_mode_stack()
+    for name, buf in model.named_buffers():
+        torch.testing.assert_close(buf, dict(ref.named_buffers())[name], rtol=1e-5, atol=1e-6, msg=name)
