@@ -244,3 +244,22 @@ def test_torch_stream_from_the_pool(dev):
     s.synchronize()
     assert s.query()
     assert_close(m, _busy_expected(n=256, rounds=3), rtol=1e-4, atol=1e-12)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_uploads_behind_a_busy_stream_snapshot_their_source(dev):
+    """An upload queued behind running work copies its source at the call: the caller may
+    overwrite the source at once. The host plugin reuses the snapshot buffers (staging.c), so
+    uploads of neighbouring sizes in a row check that no copy reads another's bytes."""
+    torch.manual_seed(0)
+    busy = torch.randn(768, 768).to(dev)
+    sources = [torch.randn(n) for n in (300_000, 290_000, 520_000, 300_000, 1_000_000, 310_000)]
+    want = [s.clone() for s in sources]
+    got = []
+    for s in sources:
+        for _ in range(3):
+            busy = busy @ busy / 768  # queue work so the copy cannot run at once
+        got.append(s.to(dev))
+        s.fill_(float("nan"))  # the upload must not see this
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=0)

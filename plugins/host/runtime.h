@@ -51,5 +51,10 @@ ral_status host_module_destroy(ral_module module);
 
 /*! memcpy split across OpenMP threads when large. */
 void host_memcpy_parallel(void* dst, const void* src, uint64_t nbytes);
+/* A snapshot buffer of nbytes for a copy queued behind a busy stream (staging.c): reused
+ * after host_staging_free, so its pages are not faulted in afresh per copy. NULL if out of memory. */
+void* host_staging_alloc(uint64_t nbytes);
+/* Release a buffer from host_staging_alloc (NULL is ignored); any thread. */
+void host_staging_free(void* buf);
 
 #endif /* HOST_RUNTIME_H */

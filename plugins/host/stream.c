@@ -146,7 +146,7 @@ static ral_status execute(node* n) {
       return run_kernel(n);
     case NODE_COPY:
       host_memcpy_parallel(n->dst, n->src, n->nbytes);
-      free(n->staged);
+      host_staging_free(n->staged);
       n->staged = NULL;
       return RAL_OK;
     case NODE_FILL:
@@ -488,14 +488,14 @@ ral_status host_stream_copy(int32_t device, ral_stream stream, void* dst, const 
       host_memcpy_parallel(dst, src, nbytes);
       return RAL_OK;
     }
-    staged = malloc(nbytes);
+    staged = host_staging_alloc(nbytes);
     if (!staged) return host_error(RAL_ERROR_OUT_OF_MEMORY, "memcpy_h2d: cannot stage");
     memcpy(staged, src, nbytes);
     src = staged;
   }
   node* n = node_of(s, NODE_COPY, "memcpy");
   if (!n) {
-    free(staged);
+    host_staging_free(staged);
     return RAL_ERROR_OUT_OF_MEMORY;
   }
   n->dst = dst;
