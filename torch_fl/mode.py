@@ -297,7 +297,8 @@ def _expose(t) -> None:
 
 
 def flush_upload_cache() -> None:
-    """Forget every cached device twin (each CPU tensor is uploaded afresh at its next use)."""
+    """Copy deferred running statistics home, then forget every cached device twin (each CPU
+    tensor is uploaded afresh at its next use)."""
     try:
         _settle_all()
     finally:  # a failed copy home (a kernel error reported at the sync) still empties the cache
