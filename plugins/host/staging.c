@@ -5,11 +5,13 @@
  * size come from mmap when malloc'ed afresh, so every page faulted on first touch: the faults
  * cost several times the copy itself (ral_mode uploads each weight during the forward, behind
  * the kernels already queued). Released buffers are kept for reuse, STAGING_CACHE_MAX bytes in
- * all; the rest go back to malloc. */
+ * all; large ones come from mmap with MADV_HUGEPAGE (as memory.c's large blocks), so one that
+ * is not cached faults in 2 MB at a time. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime.h"
 
@@ -17,8 +19,10 @@
  * relative to malloc's base. */
 #define STAGING_HEADER 64
 #define STAGING_GRAIN (64u << 10)
-#define STAGING_CACHE_MAX (64u << 20)
-#define STAGING_SLOTS 32
+#define STAGING_CACHE_MAX (256u << 20)
+#define STAGING_SLOTS 64
+/* Buffers at least this large are mapped with huge pages. */
+#define STAGING_HUGE_MIN (2u << 20)
 
 static pthread_mutex_t staging_mu = PTHREAD_MUTEX_INITIALIZER;
 static char* staging_slot[STAGING_SLOTS];
@@ -49,11 +53,24 @@ void* host_staging_alloc(uint64_t nbytes) {
   char* base = take_cached(cap);
   pthread_mutex_unlock(&staging_mu);
   if (!base) {
-    base = malloc(cap + STAGING_HEADER);
-    if (!base) return NULL;
+    if (cap >= STAGING_HUGE_MIN) {
+      base = mmap(NULL, cap + STAGING_HEADER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) return NULL;
+      madvise(base, cap + STAGING_HEADER, MADV_HUGEPAGE); /* advisory: ignore failure */
+    } else {
+      base = malloc(cap + STAGING_HEADER);
+      if (!base) return NULL;
+    }
     memcpy(base, &cap, sizeof cap);
   }
   return base + STAGING_HEADER;
+}
+
+static void release(char* base, uint64_t cap) {
+  if (cap >= STAGING_HUGE_MIN)
+    munmap(base, cap + STAGING_HEADER);
+  else
+    free(base);
 }
 
 void host_staging_free(void* buf) {
@@ -69,5 +86,5 @@ void host_staging_free(void* buf) {
     staging_bytes += cap;
   }
   pthread_mutex_unlock(&staging_mu);
-  if (!keep) free(base);
+  if (!keep) release(base, cap);
 }
