@@ -45,6 +45,7 @@
 #define OCL_KERNELS_CNN(X)                                                                \
   X(ocl_convolution) X(ocl_convolution_backward) X(ocl_batch_norm) X(ocl_batch_norm_backward) \
   X(ocl_max_pool2d_with_indices) X(ocl_max_pool2d_with_indices_backward)                  \
+  X(ocl_adaptive_max_pool2d) X(ocl_adaptive_max_pool2d_backward) \
   X(ocl_avg_pool2d) X(ocl_avg_pool2d_backward) X(ocl_adaptive_avg_pool2d)                 \
   X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
   X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
