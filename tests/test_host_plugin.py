@@ -768,6 +768,7 @@ def test_pooling_upsampling_and_recurrent_cell_kernels():
         y = y + F.adaptive_max_pool2d(x, 4)
         z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
         z = z + F.interpolate(y, scale_factor=2, mode="nearest-exact")
+        z = z + F.interpolate(y, scale_factor=2, mode="bicubic")
         s = z.flatten(2)  # the 1-d forms
         w = sum(F.interpolate(s, scale_factor=1.5, mode=m) for m in ("linear", "nearest", "nearest-exact"))
         seq = z.flatten(2).permute(2, 0, 1)
