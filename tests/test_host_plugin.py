@@ -765,8 +765,10 @@ def test_pooling_upsampling_and_recurrent_cell_kernels():
     def fn(x, lstm, gru):
         x = x.detach().requires_grad_()
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1) + F.adaptive_avg_pool2d(x, 4)
+        y = y + F.adaptive_max_pool2d(x, 4)
         z = F.interpolate(y, scale_factor=2, mode="nearest") + F.interpolate(y, scale_factor=2, mode="bilinear")
         z = z + F.interpolate(y, scale_factor=2, mode="nearest-exact")
+        z = z + F.interpolate(y, scale_factor=2, mode="bicubic")
         s = z.flatten(2)  # the 1-d forms
         w = sum(F.interpolate(s, scale_factor=1.5, mode=m) for m in ("linear", "nearest", "nearest-exact"))
         seq = z.flatten(2).permute(2, 0, 1)

@@ -1,9 +1,10 @@
 /*
- * resample.c -- 2-d average pooling and nearest / bilinear upsampling of one float plane
- * (resample.h). Windows, divisors, source indices and weights follow ATen's CPU kernels
+ * resample.c -- 2-d average pooling and nearest / bilinear / bicubic upsampling of one float
+ * plane (resample.h). Windows, divisors, source indices and weights follow ATen's CPU kernels
  * (AvgPoolKernel.cpp, AdaptivePooling.h, UpSample.h: float scales, nearest's 1x/2x shortcuts,
- * align_corners and bilinear's clamp at 0), and each backward adds in CPU's order (output by
- * output), so results match CPU's.
+ * align_corners and bilinear's clamp at 0; bicubic: UpSampleKernel.cpp's forward and
+ * UpSampleBicubic2d.cpp's backward, A = -0.75, taps clamped into the plane), and each
+ * backward adds in CPU's order (output by output), so results match CPU's.
  */
 #include "resample.h"
 
@@ -92,6 +93,28 @@ static void linear_axis(ral_up_axis* m, int64_t in, int64_t out, int align, floa
   }
 }
 
+/* area_pixel_compute_source_index (cubic: no clamp at 0) and guard_index_and_lambda: the
+ * floor index (may be -1) and its fraction. */
+static void cubic_axis(ral_up_axis* m, int64_t in, int64_t out, int align, float scale) {
+  float sc = ral_up_linear_step(in, out, align, scale);
+  for (int64_t o = 0; o < out; o++) {
+    float r = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
+    int64_t i = imin((int64_t)floorf(r), in - 1);
+    float l = r - (float)i;
+    m->i0[o] = m->i1[o] = i;
+    m->l0[o] = l < 0 ? 0 : (l > 1 ? 1 : l);
+  }
+}
+
+void ral_cubic_weights(float t, float w[4]) {
+  const float A = -0.75f;
+  float x1 = t + 1.0f, x2 = 1.0f - t, x3 = x2 + 1.0f; /* as ATen's float(t + 1.0) etc. */
+  w[0] = ((A * x1 - 5 * A) * x1 + 8 * A) * x1 - 4 * A;
+  w[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+  w[2] = ((A + 2) * x2 - (A + 3)) * x2 * x2 + 1;
+  w[3] = ((A * x3 - 5 * A) * x3 + 8 * A) * x3 - 4 * A;
+}
+
 static int axis_alloc(ral_up_axis* m, int64_t out) {
   m->i0 = malloc((size_t)(out + 1) * sizeof(int64_t));
   m->i1 = malloc((size_t)(out + 1) * sizeof(int64_t));
@@ -109,7 +132,10 @@ static void axis_free(ral_up_axis* m) {
 
 int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w) {
   if (!axis_alloc(&g->h, g->OH) || !axis_alloc(&g->w, g->OW)) return 0;
-  if (g->linear) {
+  if (g->cubic) {
+    cubic_axis(&g->h, g->H, g->OH, align, scale_h);
+    cubic_axis(&g->w, g->W, g->OW, align, scale_w);
+  } else if (g->linear) {
     linear_axis(&g->h, g->H, g->OH, align, scale_h);
     linear_axis(&g->w, g->W, g->OW, align, scale_w);
   } else {
@@ -124,9 +150,53 @@ void ral_upsample_free(ral_upsample* g) {
   axis_free(&g->w);
 }
 
+/* Tap k (0..3) of cubic source index i, clamped into [0, n). */
+static int64_t tap(int64_t i, int k, int64_t n) { return imax(imin(i - 1 + k, n - 1), 0); }
+
+/* Bicubic: forward as UpSampleKernel.cpp's generic 2-d loop (each row's taps summed along W,
+ * then the rows along H, left to right); backward as UpSampleBicubic2d.cpp's (per output:
+ * columns outer, rows inner, each gradient * row weight * column weight). */
+static void bicubic(const ral_upsample* g, float* x, float* y, int backward) {
+  int64_t W = g->W, H = g->H;
+  if (backward && H == g->OH && W == g->OW) { /* CPU's backward copies at equal sizes, even where
+                                                * a given scale made its forward interpolate */
+    for (int64_t i = 0; i < H * W; i++) x[i] += y[i];
+    return;
+  }
+  for (int64_t oh = 0; oh < g->OH; oh++) {
+    float wh[4];
+    int64_t ih = g->h.i0[oh];
+    ral_cubic_weights(g->h.l0[oh], wh);
+    for (int64_t ow = 0; ow < g->OW; ow++) {
+      float ww[4];
+      int64_t iw = g->w.i0[ow];
+      ral_cubic_weights(g->w.l0[ow], ww);
+      float* q = y + oh * g->OW + ow;
+      if (backward) {
+        float v = *q;
+        for (int i = 0; i < 4; i++)
+          for (int j = 0; j < 4; j++) x[tap(ih, j, H) * W + tap(iw, i, W)] += v * wh[j] * ww[i];
+        continue;
+      }
+      float out = 0.0f;
+      for (int j = 0; j < 4; j++) {
+        const float* r = x + tap(ih, j, H) * W;
+        float t = r[tap(iw, 0, W)] * ww[0];
+        for (int i = 1; i < 4; i++) t += r[tap(iw, i, W)] * ww[i];
+        out = j == 0 ? t * wh[0] : out + t * wh[j];
+      }
+      *q = out;
+    }
+  }
+}
+
 /* One loop over the output: forward gathers x into y, backward scatters y's gradient into x. */
 static void interpolate(const ral_upsample* g, float* x, float* y, int backward) {
   int64_t W = g->W, OW = g->OW;
+  if (g->cubic) {
+    bicubic(g, x, y, backward);
+    return;
+  }
   const ral_up_axis *mh = &g->h, *mw = &g->w;
   for (int64_t oh = 0; oh < g->OH; oh++) {
     float *r0 = x + mh->i0[oh] * W, *r1 = x + mh->i1[oh] * W, *q = y + oh * OW;

@@ -1,6 +1,6 @@
 /*
  * resample.h -- the per-plane math of 2-d average pooling (plain and adaptive) and of
- * nearest / bilinear upsampling over one contiguous float [H, W] plane and its [OH, OW]
+ * nearest / bilinear / bicubic upsampling over one contiguous float [H, W] plane and its [OH, OW]
  * result (resample.c), with ATen's CPU window, divisor and source-index rules. Shared by the
  * host plugin (over its float plane blocks, plugins/host/pool2d.c, upsample.c) and the OpenCL
  * plugin's host path (over host-unified buffers, plugins/opencl/inline_pool.c); each plugin
@@ -29,32 +29,38 @@ void ral_avg_pool_plane(const ral_avg_pool* g, const float* x, float* y);
 void ral_avg_pool_plane_backward(const ral_avg_pool* g, float* gi, const float* go);
 
 /* Source indices of one axis, per output index o: i0[o], i1[o] (bilinear: i0 or i0 + 1;
- * nearest: i0) with weights l0[o] and 1 - l0[o]. */
+ * nearest: i0) with weights l0[o] and 1 - l0[o]. Bicubic: i0[o] the unclamped
+ * floor of the source index (may be -1; taps i0 - 1 .. i0 + 2, each clamped into the axis)
+ * and l0[o] its fraction t (ral_cubic_weights gives the four weights). */
 typedef struct {
   int64_t* i0;
   int64_t* i1;
   float* l0;
 } ral_up_axis;
 
-/* Upsampling of an [H, W] plane into [OH, OW] through two axis tables; nearest (linear 0)
+/* Upsampling of an [H, W] plane into [OH, OW] through two axis tables; bicubic (cubic 1,
+ * linear 0): four taps per axis with A = -0.75; nearest (linear 0, cubic 0)
  * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). one_d:
  * a 1-d signal (H = OH = 1), linear along W alone (CPU's linear1d: no row weights, so an
  * infinity is not multiplied by a zero row weight). */
 typedef struct {
   int64_t H, W, OH, OW;
   ral_up_axis h, w;
-  int linear, exact, one_d;
+  int linear, exact, one_d, cubic;
 } ral_upsample;
 
 /*! ATen's compute_scales_value<float>: 1 / scale when one is given (`given`) and positive,
  *  else in / out. */
 float ral_up_scale(int given, double scale, int64_t in, int64_t out);
-/*! The source step of a linear axis: (in - 1) / (out - 1) with align_corners, else `scale`. */
+/*! The source step of a linear or cubic axis: (in - 1) / (out - 1) with align_corners, else `scale`. */
 float ral_up_linear_step(int64_t in, int64_t out, int align, float scale);
 /*! Fills g->h and g->w (allocated; 0 when out of memory) for sizes H, W, OH, OW, g->linear,
  *  g->exact, align_corners and the scales of ral_up_scale; free with ral_upsample_free. */
 int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w);
 void ral_upsample_free(ral_upsample* g);
+/*! ATen's get_cubic_upsample_coefficients (A = -0.75) for fraction t: w[0..3] of taps
+ *  i0 - 1 .. i0 + 2. */
+void ral_cubic_weights(float t, float w[4]);
 /*! y[OH, OW] from x[H, W]. */
 void ral_upsample_plane(const ral_upsample* g, const float* x, float* y);
 /*! gi[H, W] += the gradient go[OH, OW] spread back, in output order (CPU's). */
@@ -70,25 +76,28 @@ void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const
 
 /*
  * The upsampling ops both plugins serve and where their call keeps its scalars (one table, so
- * the plugins cannot disagree): X(op, scale_at, align_at, backward).
+ * the plugins cannot disagree): X(op, scale_at, align_at, backward, cubic).
  * - scale_at: index of the first optional scale (scales_h; scales_w follows for 2-d ops);
  *   the scalars before it are the sizes and align_corners, so it is also the least scalar count;
  * - align_at: align_corners' index for linear modes; -1 nearest, -2 nearest-exact;
- * - backward: 0 = (self) -> out; 1 = (grad_output) -> grad_input.
+ * - backward: 0 = (self) -> out; 1 = (grad_output) -> grad_input;
+ * - cubic: 1 for bicubic (align_at then holds align_corners' index, as for linear modes).
  * The 1-d forms ([N, C, L], planes of one row) take the 2-d layouts with a single scale.
  */
 #define RAL_UPSAMPLE_OPS(X)                                 \
-  X(upsample_nearest2d, 1, -1, 0)                           \
-  X(upsample_nearest2d_backward, 2, -1, 1)                  \
-  X(upsample_bilinear2d, 2, 1, 0)                           \
-  X(upsample_bilinear2d_backward, 3, 2, 1)                  \
-  X(upsample_nearest_exact2d, 1, -2, 0)                     \
-  X(upsample_nearest_exact2d_backward, 2, -2, 1)            \
-  X(upsample_nearest1d, 1, -1, 0)                           \
-  X(upsample_nearest1d_backward, 2, -1, 1)                  \
-  X(upsample_nearest_exact1d, 1, -2, 0)                     \
-  X(upsample_nearest_exact1d_backward, 2, -2, 1)            \
-  X(upsample_linear1d, 2, 1, 0)                             \
-  X(upsample_linear1d_backward, 3, 2, 1)
+  X(upsample_nearest2d, 1, -1, 0, 0)                         \
+  X(upsample_nearest2d_backward, 2, -1, 1, 0)                \
+  X(upsample_bilinear2d, 2, 1, 0, 0)                         \
+  X(upsample_bilinear2d_backward, 3, 2, 1, 0)                \
+  X(upsample_nearest_exact2d, 1, -2, 0, 0)                   \
+  X(upsample_nearest_exact2d_backward, 2, -2, 1, 0)          \
+  X(upsample_nearest1d, 1, -1, 0, 0)                         \
+  X(upsample_nearest1d_backward, 2, -1, 1, 0)                \
+  X(upsample_nearest_exact1d, 1, -2, 0, 0)                   \
+  X(upsample_nearest_exact1d_backward, 2, -2, 1, 0)          \
+  X(upsample_linear1d, 2, 1, 0, 0)                           \
+  X(upsample_linear1d_backward, 3, 2, 1, 0)                  \
+  X(upsample_bicubic2d, 2, 1, 0, 1)                          \
+  X(upsample_bicubic2d_backward, 3, 2, 1, 1)
 
 #endif /* RAL_RESAMPLE_H */

@@ -44,11 +44,13 @@
 #define HOST_KERNELS_CNN(X)                                                                         \
   X(host_convolution) X(host_convolution_backward) X(host_batch_norm) X(host_batch_norm_backward)    \
   X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
-  X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_upsample_nearest2d)       \
+  X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_adaptive_max_pool2d)       \
+  X(host_adaptive_max_pool2d_backward) X(host_upsample_nearest2d) \
   X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
   X(host_upsample_nearest_exact2d) X(host_upsample_nearest_exact2d_backward) X(host_upsample_nearest1d)  \
   X(host_upsample_nearest1d_backward) X(host_upsample_nearest_exact1d) X(host_upsample_nearest_exact1d_backward) \
-  X(host_upsample_linear1d) X(host_upsample_linear1d_backward) \
+  X(host_upsample_linear1d) X(host_upsample_linear1d_backward) X(host_upsample_bicubic2d) \
+  X(host_upsample_bicubic2d_backward) \
   X(host_lstm_cell) X(host_lstm_cell_backward) \
   X(host_gru_cell) X(host_gru_cell_backward)
 

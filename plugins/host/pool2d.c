@@ -1,7 +1,7 @@
 /*
  * pool2d.c -- 2-d pooling and its backward over [N, C, H, W] or [C, H, W] operands of any
  * strides, float32/float16/bfloat16 (computed in float): max_pool2d_with_indices,
- * avg_pool2d, _adaptive_avg_pool2d. One pool task per block of whole planes (planes.h);
+ * adaptive_max_pool2d, avg_pool2d, _adaptive_avg_pool2d. One pool task per block of whole planes (planes.h);
  * windows, index, NaN and divisor rules follow ATen's CPU kernels, so values and indices
  * match CPU's; the average-pooling plane math is plugins/common/resample.c (shared with the
  * OpenCL plugin's host path).
@@ -67,11 +67,18 @@ static int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* ---------------------------------------------------------------- max pooling */
 
-/* The window of output (oh, ow) and its argmax, as CPU picks it (first maximum, NaN wins). */
+/* The window of output (oh, ow) and its argmax, as CPU picks it (first maximum, NaN wins);
+ * adaptive: the window floor(o * I / O) .. ceil((o + 1) * I / O) (adaptive_max_pool2d,
+ * whose job has unit strides and dilation). */
 static void max_window(const pool_job* j, const float* x, int64_t H, int64_t W, int64_t oh, int64_t ow, float* v,
                        int64_t* arg) {
   int64_t h0 = oh * j->sh - j->ph, w0 = ow * j->sw - j->pw;
   int64_t h1 = imin(h0 + (j->kh - 1) * j->dh + 1, H), w1 = imin(w0 + (j->kw - 1) * j->dw + 1, W);
+  if (j->adaptive) {
+    int64_t OH = j->y.h, OW = j->y.w;
+    h0 = oh * H / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
+    w0 = ow * W / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
+  }
   while (h0 < 0) h0 += j->dh;
   while (w0 < 0) w0 += j->dw;
   int64_t best = h0 * W + w0;
@@ -126,26 +133,29 @@ static ral_status run(const ral_kernel_call* c, pool_job* j, int backward, plane
 
 static int int64_operand(const ral_tensor* t) { return t->dtype == RAL_DTYPE_INT64; }
 
-/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) ->
- * (out, indices); the output sizes (ceil_mode included) come with the outputs. */
-ral_status host_max_pool2d(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 2, 1, 4);
+/* Max pooling's forward (plain: the window from scalars 0..3, or adaptive): the operands,
+ * then the windows' maxima and their indices; the output sizes come with the outputs. */
+static ral_status max_pool(const ral_kernel_call* c, int adaptive) {
+  ral_status s = host_check_arity(c, 2, 1, adaptive ? 0 : 4);
   if (s != RAL_OK) return s;
-  pool_job j = {0};
+  pool_job j = {.adaptive = adaptive, .dh = 1, .dw = 1};
   if (!int64_operand(host_out(c, 1))) return host_fail(c, RAL_ERROR_UNSUPPORTED, "indices must be int64");
   if (!plane_operand_of(&j.idx, host_out(c, 1)))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d or 4-d operands");
-  if ((s = window(c, &j, 1)) != RAL_OK || (s = operands(c, &j, &j.x, host_in(c, 0), &j.y, host_out(c, 0))) != RAL_OK)
+  if ((!adaptive && (s = window(c, &j, 1)) != RAL_OK) ||
+      (s = operands(c, &j, &j.x, host_in(c, 0), &j.y, host_out(c, 0))) != RAL_OK)
     return s;
   if (!host_same_shape(host_out(c, 1), host_out(c, 0)))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices and output shapes differ");
+  if (adaptive && (j.x.h == 0 || j.x.w == 0) && j.y.h * j.y.w > 0)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
   return run(c, &j, 0, max_forward);
 }
 
-/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
- * dilation, ceil_mode, indices) -> grad_input: each gradient goes to its saved index. */
-ral_status host_max_pool2d_backward(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 3, 4);
+/* Max pooling's backward (grad_output, self, indices; n_scalars window scalars): each
+ * gradient goes to its saved index, in output order. */
+static ral_status max_pool_backward(const ral_kernel_call* c, int n_scalars) {
+  ral_status s = host_check_arity(c, 1, 3, n_scalars);
   if (s != RAL_OK) return s;
   pool_job j = {0};
   const ral_tensor* idx = host_in(c, 2);
@@ -156,6 +166,21 @@ ral_status host_max_pool2d_backward(const ral_kernel_call* c) {
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices/grad_output or grad_input/self shapes differ");
   return run(c, &j, 1, max_backward);
 }
+
+/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) ->
+ * (out, indices); ceil_mode is in the output sizes. */
+ral_status host_max_pool2d(const ral_kernel_call* c) { return max_pool(c, 0); }
+
+/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+ * dilation, ceil_mode, indices) -> grad_input. */
+ral_status host_max_pool2d_backward(const ral_kernel_call* c) { return max_pool_backward(c, 4); }
+
+/* adaptive_max_pool2d(self, output_size) -> (out, indices): max pooling's rules over the
+ * adaptive windows; indices flat per plane, as CPU's. */
+ral_status host_adaptive_max_pool2d(const ral_kernel_call* c) { return max_pool(c, 1); }
+
+/* adaptive_max_pool2d_backward(grad_output, self, indices) -> grad_input. */
+ral_status host_adaptive_max_pool2d_backward(const ral_kernel_call* c) { return max_pool_backward(c, 0); }
 
 /* ---------------------------------------------------------------- average pooling */
 

@@ -1,6 +1,6 @@
 /*
- * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
- * their backward, and their 1-d forms (upsample_nearest1d, _upsample_nearest_exact1d,
+ * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d, upsample_bilinear2d and
+ * upsample_bicubic2d with their backward, and their 1-d forms (upsample_nearest1d, _upsample_nearest_exact1d,
  * upsample_linear1d: [N, C, L] as planes of one row), over
  * [N, C, H, W] operands of any strides, float32/float16/bfloat16 (computed in float). One
  * pool task per block of whole planes (planes.h). The per-axis source indices and weights and
@@ -46,8 +46,8 @@ static void one_row_planes(plane_operand* p, const ral_tensor* t) {
 /* in_t: the low-resolution operand (input or grad_input), out_t the other; scales at `at`
  * (1-d: one scale), align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
 static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, const ral_tensor* out_t, int at,
-                           int align_at, int is_backward) {
-  up_job j = {.g.linear = align_at >= 0, .g.exact = align_at == -2};
+                           int align_at, int is_backward, int cubic) {
+  up_job j = {.g.linear = align_at >= 0 && !cubic, .g.exact = align_at == -2, .g.cubic = cubic};
   const ral_tensor* ts[] = {in_t, out_t};
   for (int k = 0; k < 2; k++)
     if (ts[k]->dtype != RAL_DTYPE_FLOAT32 && ts[k]->dtype != RAL_DTYPE_FLOAT16 && ts[k]->dtype != RAL_DTYPE_BFLOAT16)
@@ -66,7 +66,7 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, con
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
   j.g.H = j.a.h, j.g.W = j.a.w, j.g.OH = j.b.h, j.g.OW = j.b.w;
   float sh = j.g.one_d ? 1.0f : scale_of(c, at, j.a.h, j.b.h), sw = scale_of(c, at + !j.g.one_d, j.a.w, j.b.w);
-  int align = j.g.linear ? (int)host_scalar_int(c, align_at, 0) : 0;
+  int align = align_at >= 0 ? (int)host_scalar_int(c, align_at, 0) : 0;
   ral_status s = RAL_OK;
   if (!ral_upsample_tables(&j.g, align, sh, sw)) {
     s = host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "out of memory for index tables");
@@ -80,12 +80,12 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* in_t, con
 }
 
 /* Each entry point of RAL_UPSAMPLE_OPS (resample.h): its arity, then the shared body. */
-#define HOST_UPSAMPLE_ENTRY(op, scale_at, align_at, backward)                                      \
-  ral_status host_##op(const ral_kernel_call* c) {                                                   \
-    ral_status s = host_check_arity(c, 1, 1, scale_at);                                                   \
-    if (s != RAL_OK) return s;                                                                     \
-    return backward ? upsample(c, host_out(c, 0), host_in(c, 0), scale_at, align_at, 1)                     \
-                    : upsample(c, host_in(c, 0), host_out(c, 0), scale_at, align_at, 0);                    \
+#define HOST_UPSAMPLE_ENTRY(op, scale_at, align_at, backward, cubic)                                    \
+  ral_status host_##op(const ral_kernel_call* c) {                                                     \
+    ral_status s = host_check_arity(c, 1, 1, scale_at);                                                \
+    if (s != RAL_OK) return s;                                                                         \
+    return backward ? upsample(c, host_out(c, 0), host_in(c, 0), scale_at, align_at, 1, cubic)         \
+                    : upsample(c, host_in(c, 0), host_out(c, 0), scale_at, align_at, 0, cubic);        \
   }
 RAL_UPSAMPLE_OPS(HOST_UPSAMPLE_ENTRY)
 #undef HOST_UPSAMPLE_ENTRY

@@ -234,7 +234,8 @@ int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* c
 /* ---------------------------------------------------------------- 2-d max pooling */
 /* One [H, W] plane, each operand with its own (row, column) element strides: x (xh, xw), y
  * (yh, yw), idx (ih_, iw_). The first maximum of each window, NaN winning (ATen CPU's rule,
- * as kernels/pool.cl's maxpool2d_fwd), its index within the plane. Called with literal unit
+ * as kernels/pool.cl's maxpool2d_fwd), its index within the plane; adaptive windows
+ * (adaptive_max_pool2d, unit dilation) floor(o * I / O) .. ceil((o + 1) * I / O). Called with literal unit
  * column strides for dense planes, so the compiler keeps a contiguous loop for them. */
 static inline void pool_plane_fwd(const ocl_pool* g, const float* x, int64_t xh, int64_t xw, float* y, int64_t yh,
                                   int64_t yw, int64_t* idx, int64_t ih_, int64_t iw_) {
@@ -242,10 +243,12 @@ static inline void pool_plane_fwd(const ocl_pool* g, const float* x, int64_t xh,
     int64_t h0 = oh * g->sh - g->ph, h1 = h0 + (g->kh - 1) * g->dh + 1;
     if (h1 > g->H) h1 = g->H;
     while (h0 < 0) h0 += g->dh;
+    if (g->adaptive) h0 = oh * g->H / g->OH, h1 = ((oh + 1) * g->H + g->OH - 1) / g->OH;
     for (int64_t ow = 0; ow < g->OW; ow++) {
       int64_t w0 = ow * g->sw - g->pw, w1 = w0 + (g->kw - 1) * g->dw + 1;
       if (w1 > g->W) w1 = g->W;
       while (w0 < 0) w0 += g->dw;
+      if (g->adaptive) w0 = ow * g->W / g->OW, w1 = ((ow + 1) * g->W + g->OW - 1) / g->OW;
       int64_t best = h0 * g->W + w0;
       float m = -INFINITY;
       for (int64_t ih = h0; ih < h1; ih += g->dh)

@@ -1,5 +1,5 @@
 /*
- * inline_pool.c -- 2-d average pooling (plain and adaptive) and nearest / bilinear
+ * inline_pool.c -- 2-d average pooling (plain and adaptive) and nearest / bilinear / bicubic
  * upsampling, forward and backward, run on the calling thread over the buffers' host memory
  * for CPU runtimes whose buffers are host memory (PoCL), as inline_cnn.c does for max
  * pooling and for the same reasons: the data is host memory already, and a loop over planes
@@ -158,8 +158,8 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
   /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
    * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
   ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
-                    .one_d = g->one_d};
-  int cl = channels_last(&pb) && channels_last(&ps);
+                    .one_d = g->one_d, .cubic = g->cubic};
+  int cl = !g->cubic && channels_last(&pb) && channels_last(&ps); /* bicubic has plane forms only */
   int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) && /* else the queued kernels (no tables) */
              (cl ? run_samples(c, g->B, &pb, &ps, backward, up_sample, &u)
                  : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));

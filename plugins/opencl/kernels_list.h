@@ -45,12 +45,13 @@
 #define OCL_KERNELS_CNN(X)                                                                \
   X(ocl_convolution) X(ocl_convolution_backward) X(ocl_batch_norm) X(ocl_batch_norm_backward) \
   X(ocl_max_pool2d_with_indices) X(ocl_max_pool2d_with_indices_backward)                  \
+  X(ocl_adaptive_max_pool2d) X(ocl_adaptive_max_pool2d_backward) \
   X(ocl_avg_pool2d) X(ocl_avg_pool2d_backward) X(ocl_adaptive_avg_pool2d)                 \
   X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
   X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
   X(ocl_upsample_nearest_exact2d_backward) X(ocl_upsample_nearest1d) X(ocl_upsample_nearest1d_backward)   \
   X(ocl_upsample_nearest_exact1d) X(ocl_upsample_nearest_exact1d_backward) X(ocl_upsample_linear1d)        \
-  X(ocl_upsample_linear1d_backward)
+  X(ocl_upsample_linear1d_backward) X(ocl_upsample_bicubic2d) X(ocl_upsample_bicubic2d_backward)
 
 #define OCL_KERNELS_RNN(X) \
   X(ocl_lstm_cell) X(ocl_lstm_cell_backward) X(ocl_gru_cell) X(ocl_gru_cell_backward)

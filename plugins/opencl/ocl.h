@@ -44,7 +44,8 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
   X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)                          \
-  X(pool, avgpool2d_fwd) X(pool, avgpool2d_bwd) X(upsample, upsample2d_fwd) X(upsample, upsample2d_bwd)
+  X(pool, avgpool2d_fwd) X(pool, avgpool2d_bwd) X(upsample, upsample2d_fwd) X(upsample, upsample2d_bwd) \
+  X(upsample, bicubic2d_fwd) X(upsample, bicubic2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
 #undef OCL_KERNEL_ENUM

@@ -79,43 +79,63 @@ static ral_status window(const ral_kernel_call* c, ocl_pool* g, int with_dilatio
   return RAL_OK;
 }
 
-/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
-ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) {
-  ral_status st = ocl_check_arity(c, 2, 1, 4);
+/* Max pooling forward (plain: window scalars 0..3; adaptive: unit dilation, windows from the
+ * sizes) -> (out, indices), indices flat per plane as CPU's. */
+static ral_status max_pool(const ral_kernel_call* c, int adaptive) {
+  ral_status st = ocl_check_arity(c, 2, 1, adaptive ? 0 : 4);
   if (st != RAL_OK) return st;
   const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
   ocl_pool g;
-  if ((st = planes(c, "max pooling", x, y, &g, 1)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", x, y, &g, 1)) != RAL_OK || (!adaptive && (st = window(c, &g, 1)) != RAL_OK))
+    return st;
   if (idx->dtype != RAL_DTYPE_INT64 || !same_sizes(idx, y))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
   if (ocl_numel(y) == 0) return RAL_OK;
   if (g.H == 0 || g.W == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input plane");
+  if (adaptive) g.adaptive = 1, g.dh = g.dw = 1;
   g.off_i = ocl_elem_off(idx);
   plane_strides(idx, g.is);
   if (ocl_inline_maxpool(c, &g, x, idx, y, 0)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
-  return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * g.kh * g.kw);
+  int64_t win = adaptive ? (g.H / g.OH + 1) * (g.W / g.OW + 1) : g.kh * g.kw;
+  return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * win);
 }
 
-/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
- * dilation, ceil_mode, indices) -> grad_input */
-ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) {
-  ral_status st = ocl_check_arity(c, 1, 3, 4);
+/* Max pooling backward (grad_output, self, indices) -> grad_input: each input element sums
+ * the gradients of the outputs whose index names it. */
+static ral_status max_pool_backward(const ral_kernel_call* c, int adaptive) {
+  ral_status st = ocl_check_arity(c, 1, 3, adaptive ? 0 : 4);
   if (st != RAL_OK) return st;
   const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
   ocl_pool g;
   /* the geometry of grad_input (x's sizes, its own strides) against grad_output */
   if (!same_sizes(gi, x)) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input does not match the input");
-  if ((st = planes(c, "max pooling", gi, go, &g, 1)) != RAL_OK || (st = window(c, &g, 1)) != RAL_OK) return st;
+  if ((st = planes(c, "max pooling", gi, go, &g, 1)) != RAL_OK || (!adaptive && (st = window(c, &g, 1)) != RAL_OK))
+    return st;
   if (idx->dtype != RAL_DTYPE_INT64 || !same_sizes(idx, go))
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices do not match grad_output");
   if (ocl_numel(gi) == 0) return RAL_OK;
+  if (adaptive) g.adaptive = 1, g.dh = g.dw = 1;
   g.off_i = ocl_elem_off(idx);
   plane_strides(idx, g.is);
   if (ocl_inline_maxpool(c, &g, gi, idx, go, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
-  return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W);
+  int64_t win = adaptive ? (g.OH / g.H + 1) * (g.OW / g.W + 1) : 1;
+  return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W * win);
 }
+
+/* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
+ral_status ocl_max_pool2d_with_indices(const ral_kernel_call* c) { return max_pool(c, 0); }
+
+/* max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+ * dilation, ceil_mode, indices) -> grad_input */
+ral_status ocl_max_pool2d_with_indices_backward(const ral_kernel_call* c) { return max_pool_backward(c, 0); }
+
+/* adaptive_max_pool2d(self, output_size) -> (out, indices) */
+ral_status ocl_adaptive_max_pool2d(const ral_kernel_call* c) { return max_pool(c, 1); }
+
+/* adaptive_max_pool2d_backward(grad_output, self, indices) -> grad_input */
+ral_status ocl_adaptive_max_pool2d_backward(const ral_kernel_call* c) { return max_pool_backward(c, 1); }
 
 /* ---------------------------------------------------------------- average pooling */
 /* Forward (big = x, small = y) or backward (big = grad_input, small = grad_output) of an

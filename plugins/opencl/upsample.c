@@ -1,6 +1,6 @@
 /*
- * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d and upsample_bilinear2d with
- * their backward over
+ * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d, upsample_bilinear2d and
+ * upsample_bicubic2d with their backward (and the 1-d nearest/linear forms) over
  * [N, C, H, W] float32 of any strides (so outputs take CPU's layout, channels_last included):
  * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
  * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
@@ -22,7 +22,7 @@ static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out)
 /* lo: the low-resolution operand (input, or grad_input), hi the other; scales at scalar
  * `at`, align_corners at `align_at` (-1: nearest, -2: nearest-exact). */
 static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const ral_tensor* hi, int at, int align_at,
-                           int backward) {
+                           int backward, int cubic) {
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (t->dtype != RAL_DTYPE_FLOAT32)
@@ -48,12 +48,13 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
   if (ocl_numel(lo) == 0) return RAL_OK;
   if (ocl_numel(hi) == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "output sizes must be greater than 0");
-  g.linear = align_at >= 0;
+  g.linear = align_at >= 0 && !cubic;
+  g.cubic = cubic;
   g.exact = align_at == -2;
-  g.align = g.linear ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
+  g.align = align_at >= 0 ? ocl_scalar_i(c, align_at, 0) != 0 : 0;
   float sh = g.one_d ? 1.0f : scale_of(c, at, g.H, g.OH), sw = scale_of(c, at + !g.one_d, g.W, g.OW);
-  g.step_h = g.linear ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
-  g.step_w = g.linear ? ral_up_linear_step(g.W, g.OW, g.align, sw) : sw;
+  g.step_h = align_at >= 0 ? ral_up_linear_step(g.H, g.OH, g.align, sh) : sh;
+  g.step_w = align_at >= 0 ? ral_up_linear_step(g.W, g.OW, g.align, sw) : sw;
   g.dt = lo->dtype;
   g.off_x = ocl_elem_off(lo);
   g.off_y = ocl_elem_off(hi);
@@ -61,18 +62,20 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
   ocl_arg a[4] = {ocl_mem(backward ? lo : hi), ocl_mem(backward ? hi : lo), OCL_VAL(g)};
   if (backward) {
     int64_t per = g.OH / (g.H ? g.H : 1) + 2, pw = g.OW / (g.W ? g.W : 1) + 2;
+    if (cubic) return ocl_enqueue_rows(c, OCL_K_bicubic2d_bwd, 3, a, g.B * g.H, g.W * 64 * per * pw);
     return ocl_enqueue_rows(c, OCL_K_upsample2d_bwd, 3, a, g.B * g.H, g.W * per * pw);
   }
+  if (cubic) return ocl_enqueue_rows(c, OCL_K_bicubic2d_fwd, 3, a, g.B * g.OH, g.OW * 16);
   return ocl_enqueue_rows(c, OCL_K_upsample2d_fwd, 3, a, g.B * g.OH, g.OW * 4);
 }
 
 /* Each entry point of RAL_UPSAMPLE_OPS (resample.h): its arity, then the shared body. */
-#define OCL_UPSAMPLE_ENTRY(op, scale_at, align_at, backward)                                      \
-  ral_status ocl_##op(const ral_kernel_call* c) {                                                   \
-    ral_status s = ocl_check_arity(c, 1, 1, scale_at);                                                   \
-    if (s != RAL_OK) return s;                                                                     \
-    return backward ? upsample(c, ocl_out(c, 0), ocl_in(c, 0), scale_at, align_at, 1)                     \
-                    : upsample(c, ocl_in(c, 0), ocl_out(c, 0), scale_at, align_at, 0);                    \
+#define OCL_UPSAMPLE_ENTRY(op, scale_at, align_at, backward, cubic)                                     \
+  ral_status ocl_##op(const ral_kernel_call* c) {                                                      \
+    ral_status s = ocl_check_arity(c, 1, 1, scale_at);                                                 \
+    if (s != RAL_OK) return s;                                                                         \
+    return backward ? upsample(c, ocl_out(c, 0), ocl_in(c, 0), scale_at, align_at, 1, cubic)          \
+                    : upsample(c, ocl_in(c, 0), ocl_out(c, 0), scale_at, align_at, 0, cubic);         \
   }
 RAL_UPSAMPLE_OPS(OCL_UPSAMPLE_ENTRY)
 #undef OCL_UPSAMPLE_ENTRY

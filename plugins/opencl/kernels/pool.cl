@@ -1,22 +1,37 @@
-/* pool.cl -- 2-d max and average pooling over [B, H, W] planes of any strides (pool.c), `chunk`
- * rows per work-item. Max pooling follows CPU's kernel exactly: the window's first in-bounds
+/* pool.cl -- 2-d max (plain and adaptive) and average pooling over [B, H, W] planes of any
+ * strides (pool.c), `chunk` rows per work-item. Max pooling follows CPU's kernel exactly: the window's first in-bounds
  * element is the index when nothing beats -inf, and NaN wins (val > max || isnan(val)).
  * Average pooling takes the windows and divisors of plugins/common/resample.c (CPU's). Each
  * backward is a gather: every input element sums, in output order, the gradients of the
  * outputs that read it, so no atomics and CPU's summation order. */
+
+/* The input span [i0, i1) of output o's window along an axis (w_axis: W, else H), its first
+ * in-bounds element first (step: the dilation); adaptive (adaptive_max_pool2d, unit
+ * dilation): floor(o * I / O) .. ceil((o + 1) * I / O). */
+inline void max_span(const ocl_pool* g, int w_axis, long o, long* i0, long* i1) {
+  long in = w_axis ? g->W : g->H, out = w_axis ? g->OW : g->OH;
+  long k = w_axis ? g->kw : g->kh, s = w_axis ? g->sw : g->sh, p = w_axis ? g->pw : g->ph, d = w_axis ? g->dw : g->dh;
+  if (g->adaptive) {
+    *i0 = o * in / out, *i1 = ((o + 1) * in + out - 1) / out;
+    return;
+  }
+  long a = o * s - p;
+  *i1 = min(a + (k - 1) * d + 1, in);
+  while (a < 0) a += d;
+  *i0 = a;
+}
 
 /* Output rows r = b * OH + oh; every operand of any strides (OCL_PLANE_AT). The index is
  * the element's position in its [H, W] plane (ih * W + iw), as CPU's. */
 __kernel void maxpool2d_fwd(gbuf y, __global long* idx, gcbuf x, ocl_pool g, long chunk) {
   long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
   for (long r = r0; r < r1; r++) {
-    long b = r / g.OH, oh = r % g.OH;
-    long h0 = oh * g.sh - g.ph, h1 = min(h0 + (g.kh - 1) * g.dh + 1, g.H);
-    while (h0 < 0) h0 += g.dh;
+    long b = r / g.OH, oh = r % g.OH, h0, h1;
+    max_span(&g, 0, oh, &h0, &h1);
     long pb = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, 0, 0);
     for (long ow = 0; ow < g.OW; ow++) {
-      long w0 = ow * g.sw - g.pw, w1 = min(w0 + (g.kw - 1) * g.dw + 1, g.W);
-      while (w0 < 0) w0 += g.dw;
+      long w0, w1;
+      max_span(&g, 1, ow, &w0, &w1);
       long best = h0 * g.W + w0;
       float m = -INFINITY;
       for (long ih = h0; ih < h1; ih += g.dh)
@@ -33,16 +48,31 @@ __kernel void maxpool2d_fwd(gbuf y, __global long* idx, gcbuf x, ocl_pool g, lon
   }
 }
 
-/* Input rows r = b * H + ih: grad_input = sum of grad_output over the outputs that chose it. */
+/* First and last output index along an axis whose window may hold input index i (adaptive:
+ * as avg_outputs below). */
+inline void max_outputs(const ocl_pool* g, int w_axis, long i, long* o0, long* o1) {
+  long in = w_axis ? g->W : g->H, out = w_axis ? g->OW : g->OH;
+  long k = w_axis ? g->kw : g->kh, s = w_axis ? g->sw : g->sh, p = w_axis ? g->pw : g->ph, d = w_axis ? g->dw : g->dh;
+  if (g->adaptive) {
+    *o0 = i * out / in;
+    *o1 = min(((i + 1) * out + in - 1) / in - 1, out - 1);
+    return;
+  }
+  long t = i + p - (k - 1) * d;
+  *o0 = t <= 0 ? 0 : (t + s - 1) / s;
+  *o1 = min((i + p) / s, out - 1);
+}
+
+/* Input rows r = b * H + ih: grad_input = sum of grad_output over the outputs that chose it,
+ * in output order (CPU's). */
 __kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_pool g, long chunk) {
   long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
   for (long r = r0; r < r1; r++) {
-    long b = r / g.H, ih = r % g.H;
-    long t = ih + g.ph - (g.kh - 1) * g.dh;
-    long oh0 = t <= 0 ? 0 : (t + g.sh - 1) / g.sh, oh1 = min((ih + g.ph) / g.sh, g.OH - 1);
+    long b = r / g.H, ih = r % g.H, oh0, oh1;
+    max_outputs(&g, 0, ih, &oh0, &oh1);
     for (long iw = 0; iw < g.W; iw++) {
-      long u = iw + g.pw - (g.kw - 1) * g.dw;
-      long ow0 = u <= 0 ? 0 : (u + g.sw - 1) / g.sw, ow1 = min((iw + g.pw) / g.sw, g.OW - 1);
+      long ow0, ow1;
+      max_outputs(&g, 1, iw, &ow0, &ow1);
       long me = ih * g.W + iw;
       float acc = 0.0f;
       for (long oh = oh0; oh <= oh1; oh++)

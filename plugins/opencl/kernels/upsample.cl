@@ -1,4 +1,4 @@
-/* upsample.cl -- 2-d nearest and bilinear upsampling of [B, H, W] planes into [B, OH, OW]
+/* upsample.cl -- 2-d nearest, bilinear and bicubic upsampling of [B, H, W] planes into [B, OH, OW]
  * (upsample.c), both of any strides (OCL_PLANE_AT), `chunk` rows per work-item. Source indices and weights are those
  * of plugins/common/resample.c (ATen's CPU formulas in float), from steps the host computed;
  * contraction into fma is off so every product rounds as on the host. The backward is a
@@ -109,6 +109,103 @@ __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
           if (a1 == ih && !g.one_d) { /* linear1d has no second row */
             if (c0 == iw) acc += h1 * w0 * v;
             if (c1 == iw) acc += h1 * w1 * v;
+          }
+        }
+      }
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- bicubic
+ * plugins/common/resample.c's bicubic: the floor i of each source index (may be -1; taps
+ * i - 1 .. i + 2 clamped into the axis) and its fraction t, A = -0.75. */
+inline long cubic_src(long o, long in, float step, int align, float* t) {
+  float rr = align ? step * (float)o : step * ((float)o + 0.5f) - 0.5f; /* no clamp at 0 */
+  long i = min((long)floor(rr), in - 1);
+  float l = rr - (float)i;
+  *t = l < 0 ? 0 : (l > 1 ? 1 : l);
+  return i;
+}
+
+/* ral_cubic_weights. */
+inline void cubic_weights(float t, float* w) {
+  const float A = -0.75f;
+  float x1 = t + 1.0f, x2 = 1.0f - t, x3 = x2 + 1.0f;
+  w[0] = ((A * x1 - 5 * A) * x1 + 8 * A) * x1 - 4 * A;
+  w[1] = ((A + 2) * t - (A + 3)) * t * t + 1;
+  w[2] = ((A + 2) * x2 - (A + 3)) * x2 * x2 + 1;
+  w[3] = ((A * x3 - 5 * A) * x3 + 8 * A) * x3 - 4 * A;
+}
+
+inline long cubic_tap(long i, int k, long n) { return max(min(i - 1 + k, n - 1), 0L); }
+
+/* Output rows r = b * OH + oh: each row's four taps along W, then the four rows along H. */
+__kernel void bicubic2d_fwd(gbuf y, gcbuf x, ocl_upsample g, long chunk) {
+  long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.OH, oh = r % g.OH;
+    float th, tw, wh[4], ww[4];
+    long ih = cubic_src(oh, g.H, g.step_h, g.align, &th);
+    cubic_weights(th, wh);
+    for (long ow = 0; ow < g.OW; ow++) {
+      long iw = cubic_src(ow, g.W, g.step_w, g.align, &tw);
+      cubic_weights(tw, ww);
+      float out = 0.0f;
+      for (int j = 0; j < 4; j++) {
+        long p = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, cubic_tap(ih, j, g.H), 0);
+        float t = ld_f(x, p + cubic_tap(iw, 0, g.W) * g.xs[3], g.dt) * ww[0];
+        for (int i = 1; i < 4; i++) t += ld_f(x, p + cubic_tap(iw, i, g.W) * g.xs[3], g.dt) * ww[i];
+        out = j == 0 ? t * wh[0] : out + t * wh[j];
+      }
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, out);
+    }
+  }
+}
+
+/* First output index along an axis whose floor source index reaches lo (they grow with the
+ * output index; the outputs whose taps cover input i have floors in [i - 2, i + 1], clamping
+ * included). */
+inline long cubic_first(long lo, long in, long out, float step, int align) {
+  long a = 0, z = out;
+  float t;
+  while (a < z) {
+    long mid = (a + z) / 2;
+    if (cubic_src(mid, in, step, align, &t) >= lo) z = mid;
+    else a = mid + 1;
+  }
+  return a;
+}
+
+/* Input rows r = b * H + ih: grad_input sums, output by output in order and per output
+ * columns outer, rows inner (CPU's scatter order), gradient * row weight * column weight of
+ * every tap that lands on the element. */
+__kernel void bicubic2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
+  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  for (long r = r0; r < r1; r++) {
+    long b = r / g.H, ih = r % g.H;
+    long oh0 = cubic_first(ih - 2, g.H, g.OH, g.step_h, g.align);
+    for (long iw = 0; iw < g.W; iw++) {
+      long ow0 = cubic_first(iw - 2, g.W, g.OW, g.step_w, g.align);
+      float acc = 0.0f;
+      if (g.H == g.OH && g.W == g.OW) { /* CPU's backward copies at equal sizes (resample.c) */
+        st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, ih, iw), g.dt));
+        continue;
+      }
+      for (long oh = oh0; oh < g.OH; oh++) {
+        float th, tw, wh[4], ww[4];
+        long sh = cubic_src(oh, g.H, g.step_h, g.align, &th);
+        if (sh > ih + 1) break;
+        cubic_weights(th, wh);
+        for (long ow = ow0; ow < g.OW; ow++) {
+          long sw = cubic_src(ow, g.W, g.step_w, g.align, &tw);
+          if (sw > iw + 1) break;
+          cubic_weights(tw, ww);
+          float v = ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt);
+          for (int i = 0; i < 4; i++) {
+            if (cubic_tap(sw, i, g.W) != iw) continue;
+            for (int j = 0; j < 4; j++)
+              if (cubic_tap(sh, j, g.H) == ih) acc += v * wh[j] * ww[i];
           }
         }
       }
