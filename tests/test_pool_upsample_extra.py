@@ -313,3 +313,33 @@ def test_sweep_bicubic(which):
                     # a 1x1 input plane is both layouts at once: torch_fl's copy keeps other
                     # strides than CPU's clone, so the output's layout may differ (not asserted)
                     assert H * W == 1 or _same_layout(got, want), what
+
+
+@pytest.mark.parametrize("op", ["max_pool2d", "adaptive_max_pool2d"])
+def test_ral1_backward_index_outside_its_plane_raises(op, path):  # noqa: F811 (the imported fixture)
+    """ral:1's max pooling backward (a gather over each input's windows) dropped the gradient of
+    an index outside its plane without a word; on both paths it now raises IndexError naming op,
+    index and plane size (the queued kernel's fault record surfaces at the next sync), as ral:0
+    raises, and the device keeps working."""
+    x = torch.randn(1, 2, 4, 4)
+    if op == "max_pool2d":
+        y, i = F.max_pool2d(x, 2, return_indices=True)
+
+        def backward(g, xx, ii):
+            return torch.ops.aten.max_pool2d_with_indices_backward(g, xx, [2, 2], [2, 2], [0, 0], [1, 1], False, ii)
+
+        name = "max_pool2d_with_indices_backward"
+    else:
+        y, i = F.adaptive_max_pool2d(x, 2, return_indices=True)
+
+        def backward(g, xx, ii):
+            return torch.ops.aten.adaptive_max_pool2d_backward(g, xx, ii)
+
+        name = "adaptive_max_pool2d_backward"
+    g = torch.ones_like(y)
+    for bad in (99, -3):
+        ii = i.clone()
+        ii[0, 1, 1, 0] = bad
+        with pytest.raises(IndexError, match=f"{name}: index {bad} is out of bounds for dimension 0 with size 16"):
+            backward(g.to(DEV), x.to(DEV), ii.to(DEV)).cpu()
+    torch.testing.assert_close(backward(g.to(DEV), x.to(DEV), i.to(DEV)).cpu(), backward(g, x, i), rtol=0, atol=0)

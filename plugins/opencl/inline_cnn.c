@@ -283,8 +283,21 @@ static inline void pool_plane_bwd(const ocl_pool* g, float* gi, int64_t gh, int6
 /* Whether an operand's planes are row-major and dense (row stride = width, column stride 1). */
 static int dense_planes(const int64_t s[4], int64_t w) { return s[3] == 1 && s[2] == w; }
 
+/* Whether a backward's [B, OH, OW] indices hold one outside its plane (the first in *bad): the
+ * queued kernel records the same fault; CPU's kernel would write out of bounds. */
+static int first_bad_index(const ocl_pool* g, const int64_t* pi, int64_t* bad) {
+  int64_t hw = g->H * g->W;
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t oh = 0; oh < g->OH; oh++)
+      for (int64_t ow = 0; ow < g->OW; ow++) {
+        int64_t v = pi[OCL_PLANE_AT(0, g->is, g->C, b, oh, ow)];
+        if (v < 0 || v >= hw) return *bad = v, 1;
+      }
+  return 0;
+}
+
 int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
-                       const ral_tensor* small, int backward) {
+                       const ral_tensor* small, int backward, ral_status* st) {
   /* big: x (forward) or grad_input (backward), [B, H, W] with strides g->xs; small: y or
    * grad_output, [B, OH, OW] with g->ys; idx with g->is */
   if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32 ||
@@ -293,7 +306,14 @@ int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
   float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
   int64_t* pi = ocl_tensor_host(idx);
   if (!pb || !ps || !pi || !ocl_inline_begin_drained(c->stream)) return 0;
-  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW, bad;
+  *st = RAL_OK;
+  if (backward && first_bad_index(g, pi, &bad)) {
+    ocl_inline_end(c->stream);
+    *st = ocl_index_error(g->adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD : OCL_SITE_MAX_POOL_BACKWARD, (long long)bad,
+                          0, (long long)hw, 0);
+    return 1;
+  }
   int dense = dense_planes(g->xs, g->W) && dense_planes(g->ys, g->OW) && dense_planes(g->is, g->OW);
 #pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= CNN_PARALLEL_WORK)
   for (int64_t b = 0; b < g->B; b++) {

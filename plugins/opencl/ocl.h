@@ -195,9 +195,10 @@ int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl
                     const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st);
 /*! ts: the tensors in BN_* slots (NULL: absent), float32 contiguous [N, C, S]. */
 int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward);
-/*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; contiguous. */
+/*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; any strides. *st: the
+ *  op's status when handled (an index outside its plane in a backward: IndexError words). */
 int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* idx,
-                       const ral_tensor* small, int backward);
+                       const ral_tensor* small, int backward, ral_status* st);
 /*! Average pooling and upsampling on the host (inline_pool.c), as ocl_inline_maxpool: big
  *  is x or grad_input [B, H, W], small y or grad_output [B, OH, OW]; contiguous. */
 int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* small,

@@ -95,7 +95,7 @@ static ral_status max_pool(const ral_kernel_call* c, int adaptive) {
   if (adaptive) g.adaptive = 1, g.dh = g.dw = 1;
   g.off_i = ocl_elem_off(idx);
   plane_strides(idx, g.is);
-  if (ocl_inline_maxpool(c, &g, x, idx, y, 0)) return RAL_OK; /* a CPU runtime with host-unified buffers */
+  if (ocl_inline_maxpool(c, &g, x, idx, y, 0, &st)) return st; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
   int64_t win = adaptive ? (g.H / g.OH + 1) * (g.W / g.OW + 1) : g.kh * g.kw;
   return ocl_enqueue_rows(c, OCL_K_maxpool2d_fwd, 4, a, g.B * g.OH, g.OW * win);
@@ -118,10 +118,13 @@ static ral_status max_pool_backward(const ral_kernel_call* c, int adaptive) {
   if (adaptive) g.adaptive = 1, g.dh = g.dw = 1;
   g.off_i = ocl_elem_off(idx);
   plane_strides(idx, g.is);
-  if (ocl_inline_maxpool(c, &g, gi, idx, go, 1)) return RAL_OK; /* a CPU runtime with host-unified buffers */
-  ocl_arg a[5] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g)};
+  if (ocl_inline_maxpool(c, &g, gi, idx, go, 1, &st)) return st; /* a CPU runtime with host-unified buffers */
+  /* out-of-plane indices: IndexError at the next sync (the kernel's fault record) */
+  ocl_arg a[6] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
   int64_t win = adaptive ? (g.OH / g.H + 1) * (g.OW / g.W + 1) : 1;
-  return ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 4, a, g.B * g.H, g.W * win);
+  st = ocl_enqueue_rows(c, OCL_K_maxpool2d_bwd, 5, a, g.B * g.H, g.W * win);
+  if (st == RAL_OK) ocl_stream_arm(c);
+  return st;
 }
 
 /* max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */

@@ -64,9 +64,11 @@ inline void max_outputs(const ocl_pool* g, int w_axis, long i, long* o0, long* o
 }
 
 /* Input rows r = b * H + ih: grad_input = sum of grad_output over the outputs that chose it,
- * in output order (CPU's). */
-__kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_pool g, long chunk) {
-  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+ * in output order (CPU's). Every output is visited from some input of its window, so an index
+ * outside the plane is found and recorded (IndexError at the next sync), never dropped silently. */
+__kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_pool g, __global int* err, long chunk) {
+  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows), hw = g.H * g.W;
+  int site = g.adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD : OCL_SITE_MAX_POOL_BACKWARD;
   for (long r = r0; r < r1; r++) {
     long b = r / g.H, ih = r % g.H, oh0, oh1;
     max_outputs(&g, 0, ih, &oh0, &oh1);
@@ -76,9 +78,13 @@ __kernel void maxpool2d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_poo
       long me = ih * g.W + iw;
       float acc = 0.0f;
       for (long oh = oh0; oh <= oh1; oh++)
-        for (long ow = ow0; ow <= ow1; ow++)
-          if (idx[OCL_PLANE_AT(g.off_i, g.is, g.C, b, oh, ow)] == me)
+        for (long ow = ow0; ow <= ow1; ow++) {
+          long v = idx[OCL_PLANE_AT(g.off_i, g.is, g.C, b, oh, ow)];
+          if (v == me)
             acc += ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt);
+          else if (v < 0 || v >= hw)
+            index_fault(err, site, v, 0, hw);
+        }
       st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
     }
   }

@@ -149,7 +149,8 @@ typedef struct {
  * stream's fault record (see queue.c), whose OCL_ERR_INTS ints are site, index lo/hi,
  * dim, size lo/hi. OCL_SITE_SCATTER + 1 is scatter_add. */
 enum { OCL_SITE_NONE, OCL_SITE_GATHER, OCL_SITE_INDEX_SELECT, OCL_SITE_SCATTER, OCL_SITE_SCATTER_ADD,
-       OCL_SITE_EMBEDDING, OCL_SITE_EMBEDDING_BACKWARD, OCL_SITE_NLL_LOSS, OCL_N_SITES };
+       OCL_SITE_EMBEDDING, OCL_SITE_EMBEDDING_BACKWARD, OCL_SITE_NLL_LOSS, OCL_SITE_MAX_POOL_BACKWARD,
+       OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD, OCL_N_SITES };
 #define OCL_ERR_INTS 6
 
 /* Element-wise op codes (ew_* kernels). */
