@@ -218,7 +218,8 @@ _EXPOSED: set = set()
 # home is deferred: id(cpu tensor) -> (cpu tensor, twin). Copying home at once costs a stream
 # sync per norm layer, which stalls the forward behind every queued kernel; device ops read the
 # cached twin (current), and the copy lands when CPU code next reads that storage through the
-# mode (a pass-through call, an op run on CPU, an upload of an alias) or when the block ends.
+# mode (a pass-through call, an op run on CPU, an upload of an alias), at an optimizer step, or
+# when the block ends.
 _PENDING: dict = {}
 _PENDING_BY_STORAGE: dict = {}  # storage data_ptr -> set of _PENDING keys on it
 stats = {"uploads": 0, "cache_hits": 0}
@@ -643,6 +644,9 @@ def _cpu_params(opt) -> bool:
 
 
 def _step_pre(opt, args, kwargs):
+    # Deferred running statistics live at most one training iteration: code outside the mode's
+    # view (DDP's buffer broadcast before the next forward, a C++ reader) finds them home.
+    _settle_all()
     stack = getattr(_steps, "stack", None)
     if stack is None:
         stack = _steps.stack = []

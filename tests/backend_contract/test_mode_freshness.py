@@ -264,3 +264,27 @@ def test_a_block_that_raises_still_settles_running_statistics(device):
     assert not mode_mod._PENDING and not torch.overrides._get_current_function_mode_stack()
     for name, buf in model.named_buffers():
         torch.testing.assert_close(buf, dict(ref.named_buffers())[name], rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_optimizer_step_brings_running_statistics_home(device):
+    """Code the mode never sees (another thread here; DDP's buffer broadcast before the next
+    forward in a training loop) reads the statistics after an optimizer step inside a long block
+    (`python -m torch_fl.run` runs a whole script in one) with CPU's values."""
+    model, ref = _cnn(), _cnn()
+    x = torch.randn(2, 3, 5, 5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        opt_ref.zero_grad()
+        ref(x).square().sum().backward()
+        opt_ref.step()
+    seen = []
+    with torch_fl.ral_mode(device):
+        for _ in range(2):
+            opt.zero_grad()
+            model(x).square().sum().backward()
+            opt.step()
+        _thread(lambda: seen.append((model[1].running_mean.clone(), model[4].running_var.clone())))
+    torch.testing.assert_close(seen[0][0], ref[1].running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(seen[0][1], ref[4].running_var, rtol=1e-5, atol=1e-6)
