@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -299,32 +300,40 @@ def test_ral0_1d_matches_cpu(case, layout, style):
     check(case, "contiguous" if layout == "special" else layout, style, plugin_device("host"), layout == "special")
 
 
-def test_queued_kernels_on_plain_runtime_buffers():
-    """TORCH_FL_OPENCL_INLINE=0 (plain runtime buffers, every command queued): the OpenCL
-    kernels of every op match CPU forward and backward, in both styles, and launch kernels."""
+def run_queued(module: str, cases, extra: str = "") -> None:
+    """In a `TORCH_FL_OPENCL_INLINE=0` subprocess (plain runtime buffers, every command queued):
+    `module.check(case, layout, style, DEV)` for each case must launch kernels and no inline
+    command; then the statements `extra` (module imported as `t`) run."""
     if _SO is None:
         pytest.skip(_NO_OPENCL)
     here = str(Path(__file__).resolve().parent)
     code = f"""
         import sys
         sys.path.insert(0, {here!r})
-        import test_opencl_pool_upsample as t
+        import {module} as t
         assert t._SO.ral_opencl_inline(-1) == -1
-        for case, layout, style in [
-            ("avg_k3s2p1_ceil_nopad", "sliced", "to"), ("avg_divisor", "contiguous", "mode"),
-            ("adaptive_4x3", "channels_last", "to"), ("adaptive_up_13x12", "contiguous", "mode"),
-            ("nearest_x2.5", "contiguous", "to"), ("nearest_size_18x7", "sliced", "mode"),
-            ("bilinear_x1.7", "channels_last", "to"), ("bilinear_size_13x20_corners", "contiguous", "mode"),
-            ("nearest_exact_x1.7", "sliced", "to"), ("linear1d_x1.7", "sliced", "to"),
-            ("nearest1d_x2.5", "contiguous", "mode"),
-        ]:
+        for case, layout, style in {list(cases)!r}:
             c = t.check(case, layout, style, t.DEV)
             assert c["kernels"] > 0 and c["inline_ops"] == 0, (case, c)
-        c = t.check("avg_k3s1p1_pad", "contiguous", "to", t.DEV, special=True)
+{textwrap.indent(textwrap.dedent(extra), " " * 8)}
         print("OK")
     """
     r = run_python(code, env={"TORCH_FL_OPENCL_INLINE": "0"})
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def test_queued_kernels_on_plain_runtime_buffers():
+    """TORCH_FL_OPENCL_INLINE=0: the OpenCL kernels of every op match CPU forward and backward,
+    in both styles, and launch kernels."""
+    cases = [
+        ("avg_k3s2p1_ceil_nopad", "sliced", "to"), ("avg_divisor", "contiguous", "mode"),
+        ("adaptive_4x3", "channels_last", "to"), ("adaptive_up_13x12", "contiguous", "mode"),
+        ("nearest_x2.5", "contiguous", "to"), ("nearest_size_18x7", "sliced", "mode"),
+        ("bilinear_x1.7", "channels_last", "to"), ("bilinear_size_13x20_corners", "contiguous", "mode"),
+        ("nearest_exact_x1.7", "sliced", "to"), ("linear1d_x1.7", "sliced", "to"),
+        ("nearest1d_x2.5", "contiguous", "mode"),
+    ]  # fmt: skip
+    run_queued("test_opencl_pool_upsample", cases, 't.check("avg_k3s1p1_pad", "contiguous", "to", t.DEV, special=True)')
 
 
 @pytest.mark.parametrize("style", ["to", "mode"])
