@@ -190,8 +190,29 @@ def _handle(dev: int):
         name = kernel_name(src)
         h = compile_kernel(target, src.replace("{name}", name), name)
         _PLUGIN[dev] = target.plugin
+        throttle_openmp_spin()
     _HANDLES[dev] = h
     return h
+
+
+def throttle_openmp_spin() -> None:
+    """Give this (the launching) thread an OpenMP team as large as the one the trampoline gives
+    inductor's kernels on the stream worker, so that libgomp counts more OpenMP threads than
+    CPUs and idles its threads in its short, throttled spin (1,000 rounds, not 300,000).
+
+    libgomp reads GOMP_SPINCOUNT once, when it loads (before torch_fl can set it); after each
+    parallel region its threads spin that many rounds before they sleep, unless the process's
+    OpenMP threads outnumber its CPUs (libgomp's documented throttled mode). The worker's team
+    alone does not: its helper then spins after every inductor kernel on the core the host
+    plugin's pool needs for the next GEMM (GPT-2 on 2 cores: the helper 100-250 ms of CPU per
+    step, the step 2-4x slower). A team on the launching thread, as any parallel PyTorch CPU op
+    makes, tips the count; one parallel fill makes it (a few microseconds, once per process)."""
+    n = torch.get_num_threads()
+    if n > 1:
+        torch.zeros(n * _TORCH_GRAIN)  # at::parallel_for: one chunk of GRAIN_SIZE per thread
+
+
+_TORCH_GRAIN = 32768  # at::internal::GRAIN_SIZE: PyTorch's CPU loops split into chunks of this
 
 
 def _address(kernel, symbol: str = "kernel"):
