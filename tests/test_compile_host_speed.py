@@ -201,8 +201,9 @@ def test_variance_rewrite_keeps_large_and_dynamic_reductions():
 
 @pytest.fixture
 def checked(monkeypatch):
-    """TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: kernels with bounds checks are launched too."""
-    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
+    """The default (TORCH_FL_INDUCTOR_ASYNC_CHECKED unset, as =1): kernels with bounds checks
+    are launched too."""
+    monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
 
 
 class _EmbedLoss(torch.nn.Module):
@@ -328,16 +329,18 @@ def test_guard_wraps_the_kernel_and_keeps_its_definition_last():
 
 
 def test_checked_switch_off_calls_directly_and_changes_the_cache_key(monkeypatch):
-    """By default (and with TORCH_FL_INDUCTOR_ASYNC_CHECKED=0) a kernel with a bounds check keeps
-    the direct call and its Python error; the switch is part of inductor's cache key."""
+    """Kernels with a bounds check are launched by default (as with
+    TORCH_FL_INDUCTOR_ASYNC_CHECKED=1); with the switch at 0 such a kernel keeps the direct call
+    and its Python error; the switch is part of inductor's cache key."""
     from torch_fl.jit import inductor_async
 
     monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
-    off = inductor_key.digest()
+    assert inductor_async.checked_enabled()
+    on = inductor_key.digest()
     monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
-    assert inductor_key.digest() != off
+    assert inductor_key.digest() == on
     monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0")
-    assert inductor_key.digest() == off
+    assert inductor_key.digest() != on
     w, idx = torch.randn(10, 4), torch.tensor([3, 2])
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     before = dict(inductor_async.STATS)
