@@ -389,7 +389,7 @@ def _threads_cpu_per_call(variant: str) -> float:
     import subprocess
     import sys
 
-    env = dict(os.environ, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")
+    env = dict(os.environ)
     env.pop("GOMP_SPINCOUNT", None)
     env.pop("OMP_WAIT_POLICY", None)
     out = subprocess.run([sys.executable, "-c", _SPIN_PROBE, variant], capture_output=True, text=True, env=env)
