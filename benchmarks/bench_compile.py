@@ -3,6 +3,7 @@
     python benchmarks/bench_compile.py [--rounds 3] [--backends ral,inductor]  # driver: alternates, median ratio
     python benchmarks/bench_compile.py --case mlp --mode ral  # one measurement (child)
     python benchmarks/bench_compile.py --case pointwise_mlp --shares  # kernel time per kind
+    python benchmarks/bench_compile.py --case gpt2 --shares --backends inductor  # same, default backend
     python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
     python benchmarks/bench_compile.py --case gpt2 --floor  # the most any backend could gain
     python benchmarks/bench_compile.py --case gpt2 --counts ral:1 --steps 2  # launches/syncs per step
@@ -193,10 +194,11 @@ def _time_launches() -> dict:
     return record
 
 
-def shares(case: str, steps: int, amp: str | None = None) -> None:
-    """Kernel time per kind of launch, eager against backend="ral" in one process: every
-    launch timed between two device syncs (rt_launch wrapped), min over steps per launch.
-    Load-independent enough to say what share of a step is GEMM, pointwise or AdamW."""
+def shares(case: str, steps: int, amp: str | None = None, backends=("ral",)) -> None:
+    """Kernel time per kind of launch, eager against each compile backend (`--backends`,
+    default "ral") in one process: every launch timed between two device syncs (rt_launch
+    wrapped), min over steps per launch. Load-independent enough to say what share of a step
+    is GEMM, pointwise, inductor's C++ kernels or AdamW."""
     import torch
 
     record = _time_launches()
@@ -206,7 +208,7 @@ def shares(case: str, steps: int, amp: str | None = None) -> None:
         torch.ral.synchronize()
         record["phase"] = "opt"
 
-    fns = {"eager": model, "ral": torch.compile(model, backend="ral")}
+    fns = {"eager": model, **{b: torch.compile(model, backend=b) for b in backends}}
     steppers = {m: _stepper(f, inputs, opt, between, amp) for m, f in fns.items()}
     runs = {m: [] for m in fns}
     for i in range(steps + 2):  # two warm-up steps each (compiles, replays recorded)
@@ -582,7 +584,7 @@ def main() -> None:
         return
     if a.shares:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
-            shares(case, a.steps, a.amp)
+            shares(case, a.steps, a.amp, a.backends.split(","))
         return
     if a.case and a.mode:
         wall, cpu = child(a.case, a.mode, a.steps, a.amp, a.device)

@@ -201,8 +201,9 @@ def test_variance_rewrite_keeps_large_and_dynamic_reductions():
 
 @pytest.fixture
 def checked(monkeypatch):
-    """TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: kernels with bounds checks are launched too."""
-    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
+    """The default (TORCH_FL_INDUCTOR_ASYNC_CHECKED unset, as =1): kernels with bounds checks
+    are launched too."""
+    monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
 
 
 class _EmbedLoss(torch.nn.Module):
@@ -328,16 +329,18 @@ def test_guard_wraps_the_kernel_and_keeps_its_definition_last():
 
 
 def test_checked_switch_off_calls_directly_and_changes_the_cache_key(monkeypatch):
-    """By default (and with TORCH_FL_INDUCTOR_ASYNC_CHECKED=0) a kernel with a bounds check keeps
-    the direct call and its Python error; the switch is part of inductor's cache key."""
+    """Kernels with a bounds check are launched by default (as with
+    TORCH_FL_INDUCTOR_ASYNC_CHECKED=1); with the switch at 0 such a kernel keeps the direct call
+    and its Python error; the switch is part of inductor's cache key."""
     from torch_fl.jit import inductor_async
 
     monkeypatch.delenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", raising=False)
-    off = inductor_key.digest()
+    assert inductor_async.checked_enabled()
+    on = inductor_key.digest()
     monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1")
-    assert inductor_key.digest() != off
+    assert inductor_key.digest() == on
     monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0")
-    assert inductor_key.digest() == off
+    assert inductor_key.digest() != on
     w, idx = torch.randn(10, 4), torch.tensor([3, 2])
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     before = dict(inductor_async.STATS)
@@ -347,3 +350,58 @@ def test_checked_switch_off_calls_directly_and_changes_the_cache_key(monkeypatch
     with pytest.raises(RuntimeError, match="index out of bounds") as err:
         f(torch.tensor([1, 20]).to("ral:0"), w.to("ral:0")).cpu()
     assert not isinstance(err.value, torch_fl.KernelError)
+
+
+_SPIN_PROBE = """
+import os, sys, time
+import torch, torch_fl
+from torch_fl.jit import inductor_async
+if sys.argv[1] == "unfixed":
+    inductor_async.throttle_openmp_spin = lambda: None
+x, w = torch.randn(128, 128), torch.randn(128, 128)
+f = torch.compile(lambda x, w: torch.relu(x @ w) * 2 + x)
+xd, wd = x.to("ral:0"), w.to("ral:0")
+got = [f(xd, wd) for _ in range(3)][-1].cpu()
+def others():
+    ticks = 0
+    for t in os.listdir("/proc/self/task"):
+        if int(t) != os.getpid():
+            fields = open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks * 1000.0 / os.sysconf("SC_CLK_TCK")
+before, launched = others(), inductor_async.STATS["launched"]
+for _ in range(20):
+    f(xd, wd)
+    torch.ral.synchronize()
+    time.sleep(0.01)
+per_call = (others() - before) / 20
+assert inductor_async.STATS["launched"] >= launched + 20, inductor_async.STATS
+# CPU ops on this thread make PyTorch's own team (the fix's effect): checked after measuring
+torch.testing.assert_close(got, torch.relu(x @ w) * 2 + x, rtol=1e-4, atol=1e-4)
+print(per_call)
+"""
+
+
+def _threads_cpu_per_call(variant: str) -> float:
+    """CPU milliseconds per call that a fresh process's threads other than the Python thread
+    spend on a compiled GEMM + inductor kernel followed by 10 ms of idling."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("GOMP_SPINCOUNT", None)
+    env.pop("OMP_WAIT_POLICY", None)
+    out = subprocess.run([sys.executable, "-c", _SPIN_PROBE, variant], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_openmp_threads_sleep_after_a_launched_kernel():
+    """An inductor kernel launched on the stream worker leaves no libgomp thread spinning after
+    it (libgomp's default spin after a region is 300,000 rounds: milliseconds of a core the
+    host plugin's pool needs); the result matches CPU. Fails without
+    `inductor_async.throttle_openmp_spin` (the `unfixed` variant: about 10 ms per call)."""
+    if torch.get_num_threads() < 2:
+        pytest.skip("one OpenMP thread: inductor's kernels make no team to spin")
+    assert _threads_cpu_per_call("fixed") < 3.0

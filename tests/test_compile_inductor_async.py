@@ -102,10 +102,12 @@ def test_in_place_write_into_an_input_and_a_view():
     torch.testing.assert_close(got.cpu(), want, **TOL)
 
 
-def test_kernels_that_can_raise_keep_the_direct_call():
-    """A bounds check (embedding) or integer division raises a Python exception from the kernel
-    on the calling thread, and the process keeps working (launched on the stream instead with
-    TORCH_FL_INDUCTOR_ASYNC_CHECKED=1: tests/test_compile_host_speed.py)."""
+def test_kernels_that_can_raise_keep_the_direct_call(monkeypatch):
+    """With TORCH_FL_INDUCTOR_ASYNC_CHECKED=0, a bounds check (embedding) or integer division
+    raises a Python exception from the kernel on the calling thread, and the process keeps
+    working (launched on the stream by default: tests/test_compile_host_speed.py)."""
+    monkeypatch.setenv("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0")
+    before = dict(inductor_async.STATS)
     w = torch.randn(10, 4)
     f = torch.compile(lambda i, t: torch.nn.functional.embedding(i, t) * 2)
     with pytest.raises(RuntimeError, match="index out of bounds"):
@@ -115,6 +117,7 @@ def test_kernels_that_can_raise_keep_the_direct_call():
     g = torch.compile(lambda a, b: a // b + 1)
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         g(torch.tensor([4, 5]).to("ral:0"), torch.tensor([2, 0]).to("ral:0")).cpu()
+    assert inductor_async.STATS["guarded"] == before["guarded"]
     assert inductor_async.may_raise("TORCH_CHECK((0 <= tmp2) && (tmp2 < 10L), ...)")
     assert not inductor_async.may_raise("auto tmp1 = tmp0.sin(); // module_mod")
 

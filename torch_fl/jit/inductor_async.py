@@ -13,21 +13,20 @@ OpenMP loops get the caller's thread count (what they would get on the Python th
 `torch.get_num_threads()`), restored afterwards (the worker keeps OpenBLAS single-threaded).
 
 Kernels that can raise (inductor's index bounds checks, integer division by zero: `may_raise`)
-keep the direct call, whose error is a Python exception: a C++ exception cannot cross the C
-trampoline. With `TORCH_FL_INDUCTOR_ASYNC_CHECKED=1` (opt-in, part of inductor's cache key)
-they are launched too, through `ral_guarded_kernel`, a C++ function `guard` adds to their
-source that calls the kernel and catches its exception. The trampoline returns the
-exception's message as the launch's failure: the stream reports it at the next sync as a
-`torch_fl.KernelError` (a RuntimeError), as CUDA reports a device-side assert, and marks the
-stream so that later inductor kernels queued on it are skipped (their inputs may be the
-failed kernel's unwritten outputs: a garbage index must not reach another bounds check)
-until the Python side has seen the error (`_settle`). A check inside an OpenMP parallel
-region cannot be caught (its exception ends the process, as with a direct call and on CPU).
-Opt-in because with no OpenMP region left on the Python thread, libgomp's helper of the
-worker's team spins after every kernel on the core the next GEMM needs (GPT-2 on 2 cores:
-steps 3-6x slower) unless `GOMP_SPINCOUNT` is set low (1000) before Python starts
-(docs/compile.md). A call with any argument other than tensors of one ral device whose
-plugin compiles C, and Python ints, takes the direct call.
+are launched through `ral_guarded_kernel`, a C++ function `guard` adds to their source that
+calls the kernel and catches its exception (a C++ exception cannot cross the C trampoline).
+The trampoline returns the exception's message as the launch's failure: the stream reports it
+at the next sync as a `torch_fl.KernelError` (a RuntimeError), as CUDA reports a device-side
+assert, and marks the stream so that later inductor kernels queued on it are skipped (their
+inputs may be the failed kernel's unwritten outputs: a garbage index must not reach another
+bounds check) until the Python side has seen the error (`_settle`). A check inside an OpenMP
+parallel region cannot be caught (its exception ends the process, as with a direct call and on
+CPU). `TORCH_FL_INDUCTOR_ASYNC_CHECKED=0` (part of inductor's cache key) gives them the direct
+call, whose error is a Python exception at the call, and which drains the stream first.
+With every kernel on the worker, libgomp's helper of the worker's team would spin after each
+kernel on the core the next GEMM needs, so the first launch gives the launching thread an
+OpenMP team too (`throttle_openmp_spin`). A call with any argument other than tensors of one
+ral device whose plugin compiles C, and Python ints, takes the direct call.
 `TORCH_FL_INDUCTOR_ASYNC=0` turns the path off (the switch is part of inductor's cache key).
 """
 
@@ -60,8 +59,8 @@ def enabled() -> bool:
 
 
 def checked_enabled() -> bool:
-    """Whether wrappers generated now launch kernels that may raise too (`guard`; opt-in)."""
-    return enabled() and os.environ.get("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "0") == "1"
+    """Whether wrappers generated now launch kernels that may raise too (`guard`; the default)."""
+    return enabled() and os.environ.get("TORCH_FL_INDUCTOR_ASYNC_CHECKED", "1") != "0"
 
 
 # Constructs of inductor's C++ kernels that throw a C++ exception: TORCH_CHECK (index bounds
@@ -190,8 +189,29 @@ def _handle(dev: int):
         name = kernel_name(src)
         h = compile_kernel(target, src.replace("{name}", name), name)
         _PLUGIN[dev] = target.plugin
+        throttle_openmp_spin()
     _HANDLES[dev] = h
     return h
+
+
+def throttle_openmp_spin() -> None:
+    """Give this (the launching) thread an OpenMP team as large as the one the trampoline gives
+    inductor's kernels on the stream worker, so that libgomp counts more OpenMP threads than
+    CPUs and idles its threads in its short, throttled spin (1,000 rounds, not 300,000).
+
+    libgomp reads GOMP_SPINCOUNT once, when it loads (before torch_fl can set it); after each
+    parallel region its threads spin that many rounds before they sleep, unless the process's
+    OpenMP threads outnumber its CPUs (libgomp's documented throttled mode). The worker's team
+    alone does not: its helper then spins after every inductor kernel on the core the host
+    plugin's pool needs for the next GEMM (GPT-2 on 2 cores: the helper 100-250 ms of CPU per
+    step, the step 2-4x slower). A team on the launching thread, as any parallel PyTorch CPU op
+    makes, tips the count; one parallel fill makes it (a few microseconds, once per process)."""
+    n = torch.get_num_threads()
+    if n > 1:
+        torch.zeros(n * _TORCH_GRAIN, device="cpu")  # at::parallel_for: a GRAIN_SIZE chunk per thread
+
+
+_TORCH_GRAIN = 32768  # at::internal::GRAIN_SIZE: PyTorch's CPU loops split into chunks of this
 
 
 def _address(kernel, symbol: str = "kernel"):
