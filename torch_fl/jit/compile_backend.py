@@ -316,8 +316,37 @@ def _joint_partition(joint, joint_inputs, **kwargs):
     rewrite(joint)  # a constant causal mask as is_causal, before the backward is cut off
     drop_detaches(joint)
     inline_fills(joint)
+    save_opencl_math(joint)
     joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
+SAVE_MATH = True  # tests switch it off to show what saving changes
+
+
+def save_opencl_math(joint) -> int:
+    """Mark the math calls that stay out of fused regions on OpenCL devices (`_opencl_math`)
+    in a joint graph (a GraphModule or its Graph) as saved for the backward, never recomputed
+    there; returns how many.
+
+    The min-cut partitioner counts pointwise ops as free to recompute inside the backward's
+    fused kernels. These are not fused: recomputing GPT-2's tanh-GELU in the backward was
+    the cube chain's kernel and the plugin's tanh again per layer, where the forward's tanh
+    kernel writes its result anyway. The mark is the one selective activation checkpointing
+    uses (`torch.utils.checkpoint.CheckpointPolicy`); the partitioner saves such a node only
+    where the backward needs it, and a policy already on a node (a user's) is kept."""
+    if not SAVE_MATH:
+        return 0
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    graph = joint.graph if isinstance(joint, torch.fx.GraphModule) else joint
+    n = 0
+    for node in graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _opencl_math(node):
+            if "recompute" not in node.meta:
+                node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+                n += 1
+    return n
 
 
 _FOLD_MAX_BYTES = 64 << 20  # a folded constant stays resident for the graph's lifetime
