@@ -71,13 +71,13 @@ class _Group:
         self.lets = []  # (name, E)
         self.node_of = {}  # id(placeholder) -> node index
 
-    def live_count(self) -> int:
-        """Placeholders still alive (the group's outputs if it flushed now). Dead ones leave
-        `node_of`: their id may come back as another tensor's."""
+    def prune(self) -> None:
+        """Forget placeholders no one holds any more: `node_of` keeps the live ones, which
+        are the group's outputs if it flushed now (a dead one's id may come back as another
+        tensor's, which must then count as a leaf)."""
         dead = [k for k, i in self.node_of.items() if self.nodes[i][3]() is None]
         for k in dead:
             del self.node_of[k]
-        return len(self.node_of)
 
 
 _META: dict = {}
@@ -219,9 +219,11 @@ class FuseMode(TorchDispatchMode):
         pending = [v for v in full if type(v) is RalTensor and g is not None and id(v) in g.node_of]
         if g is None:
             g = self.group = _Group(dev, shape, target)
-        new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
         limit = MAX_TENSORS_HOST if g.target.lang == "c" else MAX_TENSORS
-        if len(g.leaves) + len(new_leaves) + g.live_count() + 1 > limit:
+        if len(g.leaves) + len(full) + len(g.node_of) + 1 > limit:  # near the limit: drop the dead
+            g.prune()
+        new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
+        if len(g.leaves) + len(new_leaves) + len(g.node_of) + 1 > limit:
             self.flush()
             return self._defer(func, args, kwargs)
         del pending
