@@ -5,9 +5,12 @@
   FX graph drops each value after its last use) is one kernel, as GPT-2's tanh-GELU backward
   (13 ops over 3 inputs; it was two kernels and 4 intermediates written and read back). A
   group with more live results than the limit is still cut, and every value is right.
-- On OpenCL devices the math calls that stay out of fused kernels (tanh, exp, ...) are saved
-  for the backward, not recomputed there (`compile_backend.save_opencl_math`): GPT-2's
-  backward ran the cube chain's kernel and the plugin's tanh again per layer.
+- A float32 tanh fuses on OpenCL (16 lanes, PoCL's vector tanh with the plugin's +-1 rule):
+  GPT-2's GELU forward is one kernel; values against CPU at inf, NaN, the saturation and -0.0.
+- On OpenCL devices the math calls that stay out of fused kernels (exp, ...; tanh when not
+  fused) and a fused tanh are saved for the backward, not recomputed there
+  (`compile_backend.save_opencl_math`): GPT-2's backward ran the cube chain's kernel and the
+  plugin's tanh again per layer.
 """
 
 from __future__ import annotations
@@ -120,23 +123,32 @@ class _NewGELU(torch.nn.Module):
         return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-@pytest.mark.parametrize(
-    "dev,backend,save",
-    [("ral:0", "ral", True), ("ral:1", "ral", True), ("ral:1", "ral", False), ("ral:1", "inductor", True)],
-    ids=["ral:0", "ral:1", "ral:1-recompute", "ral:1-default-backend"],
-)
-def test_gelu_mlp_training_step_matches_cpu(dev, backend, save, monkeypatch):
+# (device, backend, unfused math saved, float32 tanh fused) -> fused kernels (forward, backward)
+MLP_CASES = {
+    "ral:0": ("ral:0", "ral", True, True, (1, 1)),
+    "ral:1": ("ral:1", "ral", True, True, (1, 1)),
+    "ral:1-tanh-apart": ("ral:1", "ral", True, False, (2, 1)),
+    "ral:1-tanh-apart-recompute": ("ral:1", "ral", False, False, (2, 2)),
+    "ral:1-default-backend": ("ral:1", "inductor", True, True, (1, 1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MLP_CASES))
+def test_gelu_mlp_training_step_matches_cpu(case, monkeypatch):
     """A GPT-2-style MLP (Linear, gelu_new, Linear) trained one step with backend="ral" (and
     the default backend's extern call on ral:1): loss and AdamW's update against CPU. The
-    backward is one fused kernel: on ral:0 the recomputed GELU and its gradient fuse whole;
-    on ral:1, where tanh stays out of fused kernels, the forward's tanh result is saved, not
-    recomputed (unsaved: the cube chain's kernel, the plugin's tanh, then the gradient)."""
+    forward's GELU is one fused kernel and so is the backward: on ral:1 a float32 tanh fuses
+    (16 lanes, as the plugin's kernel); kept apart, it is a kernel of its own between two
+    fused chains, and its result is saved for the backward, not recomputed (unsaved: the cube
+    chain's kernel, the plugin's tanh, then the gradient)."""
+    dev, backend, save, vector, (want_fw, want_bw) = MLP_CASES[case]
     _need(dev)
     monkeypatch.setattr(compile_backend, "SAVE_MATH", save)
+    monkeypatch.setattr(compile_backend, "VECTOR_MATH", vector)
     torch._dynamo.reset()
     torch.manual_seed(2)
     ref = torch.nn.Sequential(torch.nn.Linear(32, 128), _NewGELU(), torch.nn.Linear(128, 32))
-    x = torch.randn(64, 32)
+    x = torch.randn(64, 32) * 4.0  # reaches tanh's saturated range
     model = copy.deepcopy(ref).to(dev)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -144,13 +156,47 @@ def test_gelu_mlp_training_step_matches_cpu(dev, backend, save, monkeypatch):
     want = ref(x).pow(2).mean()
     want.backward()
     opt_ref.step()
-    loss = f(x.to(dev)).pow(2).mean()
     before = fusion.STATS["groups"]
+    loss = f(x.to(dev)).pow(2).mean()
+    mid = fusion.STATS["groups"]
     loss.backward()
-    backward_groups = fusion.STATS["groups"] - before
+    groups = (mid - before, fusion.STATS["groups"] - mid)
     opt.step()
-    torch.testing.assert_close(loss.cpu(), want, **TOL)
+    torch.testing.assert_close(loss.cpu(), want, rtol=1e-5, atol=1e-4)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.cpu(), q.detach(), rtol=1e-4, atol=1e-5)
-    want_groups = 1 if save else 2
-    assert backward_groups == want_groups, f"{backward_groups} fused kernels in the GELU backward on {dev}"
+    assert groups == (want_fw, want_bw), f"fused kernels (forward, backward) {groups} on {case}"
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("style", ["to", "mode"])
+def test_fused_tanh_matches_cpu_at_the_edges(dev, style):
+    """A fused float32 tanh chain over infinities, NaN, the +-1 saturation (|x| >= 9.1, where
+    PoCL's own tanh stops short of 1), -0.0 and tiny values, in the 16-lane loop and the scalar
+    tail (4099 elements), compiled and in a fuse() region."""
+    _need(dev)
+    torch._dynamo.reset()
+    edges = torch.tensor([float("inf"), -float("inf"), float("nan"), 9.1, -9.2, 40.0, -0.0, 1e-8, 3.0])
+    x = torch.randn(4099) * 6.0
+    x[: len(edges)] = edges
+    x[-len(edges) :] = edges
+
+    def chain(t):
+        return torch.tanh(t * 0.5) * 2.0 + t * 0.1
+
+    want = chain(x)
+    f = torch.compile(chain, backend="ral")
+
+    def run():
+        xd = x.to(dev)
+        with fuse():
+            a = chain(xd)
+        return a, f(xd)
+
+    if style == "mode":
+        with torch_fl.ral_mode(dev):
+            got = run()
+    else:
+        got = run()
+    for g in got:
+        torch.testing.assert_close(g.cpu(), want, rtol=1e-5, atol=1e-5, equal_nan=True)
