@@ -10,6 +10,7 @@
     python benchmarks/bench_compile.py --case gpt2 --breakdown ral:0  # where a compiled step's time goes
     python benchmarks/bench_compile.py --case gpt2 --device ral:1 --backends inductor  # driver on ral:1
     python benchmarks/bench_compile.py --case gpt2 --kernels ral:1  # OpenCL kernel time per step, by kernel
+    python benchmarks/bench_compile.py --case gpt2 --threads ral:1  # CPU per thread, plugin counters, per step
 
 Modes: `eager` (no compile), `ral` (torch.compile(backend="ral")), `inductor` (the default
 backend: inductor's C++ kernels on ral:0's host-mapped buffers; on ral:1 the graph as one
@@ -553,6 +554,81 @@ def kernels(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
             print(f"  {k:24s} {c:4d} {t:8.2f} ms")
 
 
+def _thread_cpu() -> dict:
+    """CPU seconds of each thread of this process so far: {(tid, name): seconds} (/proc)."""
+    import os
+
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out[(tid, stat[stat.index("(") + 1 : stat.rindex(")")])] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _opencl_counters():
+    """A function returning the OpenCL plugin's counters ({name: count}), or None without it."""
+    import ctypes
+
+    import torch_fl
+
+    rec = next((p.record for p in torch_fl.plugins() if p.record.name == "opencl"), None)
+    if rec is None:
+        return None
+    so = ctypes.CDLL(rec.library)
+    so.ral_opencl_counter_name.restype = ctypes.c_char_p
+    n = so.ral_opencl_counters(None, 0)
+    names = [so.ral_opencl_counter_name(i).decode() for i in range(n)]
+
+    def read():
+        out = (ctypes.c_uint64 * n)()
+        so.ral_opencl_counters(out, n)
+        return dict(zip(names, out))
+
+    return read
+
+
+def threads(case: str, device: str, steps: int, modes=("eager", "inductor", "ral")) -> None:
+    """Per training step, in one process: CPU time of the Python thread, of autograd's device
+    thread (the backward) and of every other thread (the device's: PoCL's workers, the host
+    plugin's stream and pool), and the OpenCL plugin's counters (kernels queued, commands run
+    inline on the calling thread, buffers created, waits). CPU time moves far less with the
+    machine's load than wall time: on 2 cores the device's threads and the host's share them."""
+    import threading
+
+    import torch
+
+    counters = _opencl_counters()
+    me = str(threading.get_native_id())
+    for mode in modes:
+        torch._dynamo.reset()
+        model, inputs, opt = _setup(case, device)
+        fn = model if mode == "eager" else torch.compile(model, backend=mode)
+        step = _stepper(fn, inputs, opt)
+        for _ in range(3):
+            step()
+        c0, t0, w0 = counters() if counters else {}, _thread_cpu(), time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - w0) / steps
+        c1, t1 = counters() if counters else {}, _thread_cpu()
+        cpu: dict = {}
+        for (tid, name), v in t1.items():
+            group = "python" if tid == me else "autograd" if name.startswith("pt_autograd") else "device/other"
+            cpu[group] = cpu.get(group, 0.0) + (v - t0.get((tid, name), 0.0)) / steps
+        per = {k: (c1[k] - c0[k]) / steps for k in c1 if c1[k] != c0[k]}
+        print(
+            f"{case} on {device}, {mode}: wall {wall * 1e3:.1f} ms/step; CPU ms/step: "
+            + ", ".join(f"{k} {cpu.get(k, 0.0) * 1e3:.1f}" for k in ("python", "autograd", "device/other"))
+        )
+        if per:
+            print("  OpenCL plugin per step: " + ", ".join(f"{k} {v:g}" for k, v in per.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=["gpt2", *CASES])
@@ -567,7 +643,11 @@ def main() -> None:
     ap.add_argument("--breakdown", metavar="DEVICE", help="a compiled step's time by kind of work on DEVICE")
     ap.add_argument("--device", default="ral:0", help="device of the driver and --mode runs")
     ap.add_argument("--kernels", metavar="DEVICE", help="OpenCL kernel time per step by kernel on DEVICE")
+    ap.add_argument("--threads", metavar="DEVICE", help="CPU time per thread and plugin counters per step")
     a = ap.parse_args()
+    if a.threads:
+        threads(a.case or "gpt2", a.threads, a.steps if a.steps != 8 else 10, *([(a.mode,)] if a.mode else []))
+        return
     if a.kernels:
         kernels(a.case or "gpt2", a.kernels, a.steps if a.steps != 8 else 4, *([(a.mode,)] if a.mode else []))
         return

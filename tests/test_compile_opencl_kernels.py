@@ -151,12 +151,18 @@ def test_vector_loop_only_where_lanes_mean_the_same():
         "cast to int": spec(("v0", cast(a0, torch.int32)), outs=(torch.int32,)),
         "bool as a number": spec(("v0", a0 > a1), ("v1", cast(var("v0", torch.bool), f32) * a1)),
         "float64 input": spec(("v0", var("a0", torch.float64) * 2.0), ins=(torch.float64,), outs=(torch.float64,)),
-        "tanh": spec(("v0", call("tanh", a0))),
+        "sin": spec(("v0", call("sin", a0))),
         "int scalar": spec(("v0", a0 * cast(var("s0", torch.int64), f32)), scalars=[(torch.int64, "i")]),
     }
     for why, s in refused.items():
         assert not vectorizable(s), why
         assert "vload16" not in pointwise_cl(s, "k", ctype), why
+    # tanh: PoCL's vector tanh with the plugin's +-1 rule in the 16-lane loop (as its own
+    # tanh kernel computes), the scalar rule in the tail
+    tanh = spec(("v0", call("tanh", a0) * a1))
+    assert vectorizable(tanh)
+    src = pointwise_cl(tanh, "k", ctype)
+    assert "ral_tanh16(a0)" in src and "ral_tanh(a0)" in src and "vload16" in src
 
 
 REDUCTIONS = [

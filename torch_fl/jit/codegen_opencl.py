@@ -50,6 +50,10 @@ SIGMOID = "#define sigmoid(x) (1 / (1 + exp(-(x))))\n"
 # OpenCL plugin's RAL_TANH (kernels/ew.cl).
 TANH = "#define ral_tanh(x) ((sizeof(x) == 4 && fabs(x) >= 9.1f) ? sign(x) : tanh(x))\n"
 NAMES = {"tanh": "ral_tanh"}
+# The 16-lane loop's tanh: PoCL's vector tanh (what the plugin's own kernels compute, 16 lanes
+# at a time) with RAL_TANH's rule, lane by lane (select steers by each lane's sign bit).
+TANH16 = "#define ral_tanh16(x) select(tanh(x), sign(x), fabs(x) >= 9.1f)\n"
+VECTOR_NAMES = {"tanh": "ral_tanh16"}
 
 
 @cache
@@ -93,7 +97,7 @@ def pointwise_cl(spec: PointwiseSpec, name: str, ctype) -> str:
     head = "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if uses_double(spec.dtypes) else ""
     flat = body_lines(spec, ctype, lambda k: f"off{k} + i", NAMES)
     row = body_lines(spec, ctype, lambda k: f"x{k} + j * st{k}_{inner}", NAMES)
-    head += SIGMOID + TANH + (half_source() if uses_half(flat) else "")
+    head += SIGMOID + TANH + TANH16 + (half_source() if uses_half(flat) else "")
     nl, nl2 = "\n    ", "\n      "
     vec, rowvec = "", ""
     if vectorizable(spec) and spec.inner_steps is not None:
@@ -157,8 +161,10 @@ def vector_lines(spec: PointwiseSpec, ctype, at=lambda k: f"off{k} + i", steps=N
         if steps is None or steps[k]
     ]
     for name, e in spec.lets:
-        lines.append(f"const {vt if e.dt == torch.float32 else f'int{LANES}'} {name} = {render(e, ctype, NAMES)};")
-    lines += [f"vstore{LANES}({render(e, ctype, NAMES)}, 0, p{o} + {at(o)});" for o, e in spec.stores]
+        lines.append(
+            f"const {vt if e.dt == torch.float32 else f'int{LANES}'} {name} = {render(e, ctype, VECTOR_NAMES)};"
+        )
+    lines += [f"vstore{LANES}({render(e, ctype, VECTOR_NAMES)}, 0, p{o} + {at(o)});" for o, e in spec.stores]
     return lines
 
 

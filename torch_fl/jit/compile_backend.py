@@ -154,16 +154,23 @@ class _FusedRegion(torch.nn.Module):
 # work-item): a fused `tanh(x * 0.5) + x` on 524k floats took 5.9 ms, exp 3.4 ms, against the
 # OpenCL plugin's own tanh at 0.5 ms (its kernels compute 16 lanes at a time). On OpenCL
 # devices these ops stay out of fused regions and take the vendor kernel; the chains around
-# them still fuse. `TORCH_FL_CL_FUSE_MATH=1` fuses them anyway.
+# them still fuse. `TORCH_FL_CL_FUSE_MATH=1` fuses them anyway. A float32 tanh fuses: the
+# kernel's 16-lane loops compute it as the plugin's kernel does (codegen_opencl.TANH16).
 OPENCL_UNFUSED_MATH = frozenset({"tanh", "exp", "erf", "log", "sigmoid", "sin", "cos", "gelu", "silu"})
+OPENCL_VECTOR_MATH = frozenset({"tanh"})  # float32: fused, vectorised (vector_cl.VECTOR_CALLS)
+VECTOR_MATH = True  # tests switch it off: float32 tanh then stays out of fused regions too
 
 
-def _opencl_math(node) -> bool:
-    """A transcendental op whose result lives on a device whose jit language is OpenCL C."""
+def _opencl_math(node, vector_fuses: bool = True) -> bool:
+    """A transcendental op whose result lives on a device whose jit language is OpenCL C (with
+    `vector_fuses`, not one a fused kernel computes 16 lanes at a time: a float32 tanh)."""
     if node.target.__name__.split(".")[0] not in OPENCL_UNFUSED_MATH or os.environ.get("TORCH_FL_CL_FUSE_MATH") == "1":
         return False
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.device.type != "ral":
+        return False
+    vector = node.target.__name__.split(".")[0] in OPENCL_VECTOR_MATH and val.dtype == torch.float32
+    if vector_fuses and VECTOR_MATH and vector:
         return False
     from torch_fl.jit.target import target_of
 
@@ -316,8 +323,42 @@ def _joint_partition(joint, joint_inputs, **kwargs):
     rewrite(joint)  # a constant causal mask as is_causal, before the backward is cut off
     drop_detaches(joint)
     inline_fills(joint)
+    save_opencl_math(joint)
     joint.recompile()
     return min_cut_rematerialization_partition(joint, joint_inputs, **kwargs)
+
+
+SAVE_MATH = True  # tests switch it off to show what saving changes
+
+
+def save_opencl_math(joint) -> int:
+    """Mark the math calls that stay out of fused regions on OpenCL devices (`_opencl_math`)
+    in a joint graph (a GraphModule or its Graph) as saved for the backward, never recomputed
+    there; returns how many.
+
+    The min-cut partitioner counts pointwise ops as free to recompute inside the backward's
+    fused kernels. These are not fused, or (a float32 tanh) fused at the cost of PoCL's
+    vector tanh: recomputing GPT-2's tanh-GELU in the backward was the cube chain's kernel and
+    the plugin's tanh again per layer, where the forward writes the tanh anyway; fused, the
+    forward's kernel writes it as one more output, and the backward's reads it. The mark is the one selective activation checkpointing
+    uses (`torch.utils.checkpoint.CheckpointPolicy`); the partitioner saves such a node only
+    where the backward needs it, and a policy already on a node (a user's) is kept."""
+    if not SAVE_MATH:
+        return 0
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    graph = joint.graph if isinstance(joint, torch.fx.GraphModule) else joint
+    n = 0
+    for node in graph.nodes:
+        if (
+            node.op == "call_function"
+            and isinstance(node.target, torch._ops.OpOverload)
+            and _opencl_math(node, vector_fuses=False)
+        ):
+            if "recompute" not in node.meta:
+                node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+                n += 1
+    return n
 
 
 _FOLD_MAX_BYTES = 64 << 20  # a folded constant stays resident for the graph's lifetime

@@ -40,6 +40,8 @@ from torch_fl.tiers.vendor import to_meta
 
 # A group flushes before it would pass this many tensors: OpenCL kernels take their
 # arguments one by one (argument limits); the host's C kernels get one descriptor array.
+# Counted are the leaves and the placeholders still alive (only those become outputs; one
+# dead now stays dead), so a long chain whose intermediates die is not cut in the middle.
 MAX_TENSORS = 12
 MAX_TENSORS_HOST = 256
 # Fused kernels launched so far (tests and benchmarks read it).
@@ -68,6 +70,14 @@ class _Group:
         self.nodes = []  # (func, args, kwargs with _Ref markers, weakref(placeholder), out dtype)
         self.lets = []  # (name, E)
         self.node_of = {}  # id(placeholder) -> node index
+
+    def prune(self) -> None:
+        """Forget placeholders no one holds any more: `node_of` keeps the live ones, which
+        are the group's outputs if it flushed now (a dead one's id may come back as another
+        tensor's, which must then count as a leaf)."""
+        dead = [k for k, i in self.node_of.items() if self.nodes[i][3]() is None]
+        for k in dead:
+            del self.node_of[k]
 
 
 _META: dict = {}
@@ -209,9 +219,11 @@ class FuseMode(TorchDispatchMode):
         pending = [v for v in full if type(v) is RalTensor and g is not None and id(v) in g.node_of]
         if g is None:
             g = self.group = _Group(dev, shape, target)
-        new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
         limit = MAX_TENSORS_HOST if g.target.lang == "c" else MAX_TENSORS
-        if len(g.leaves) + len(new_leaves) + len(g.nodes) + 1 > limit:
+        if len(g.leaves) + len(full) + len(g.node_of) + 1 > limit:  # near the limit: drop the dead
+            g.prune()
+        new_leaves = {id(v) for v in full if type(v) is RalTensor and id(v) not in g.node_of and id(v) not in g.leaf_of}
+        if len(g.leaves) + len(new_leaves) + len(g.node_of) + 1 > limit:
             self.flush()
             return self._defer(func, args, kwargs)
         del pending

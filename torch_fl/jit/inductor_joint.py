@@ -1,7 +1,9 @@
 """Inductor's joint-graph pre-pass for ral graphs (`joint_custom_pre_pass`): what runs on the
 joint forward+backward graph before inductor's partitioner cuts it, keyed like the device pass.
 
-Today it holds one rewrite, `causal_mask` (a constant causal mask as `is_causal=True`).
+It holds `causal_mask` (a constant causal mask as `is_causal=True`) and
+`compile_backend.save_opencl_math` (OpenCL's unfused math calls saved for the backward, not
+recomputed: a no-op on host devices).
 Installed by `inductor_device.register()`; the pass's `uuid()` is `inductor_key.digest()`, so
 inductor's FX-graph and AOT caches see its sources and switch (`TORCH_FL_CAUSAL_MASK`).
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl.jit import causal_mask
+from torch_fl.jit import causal_mask, compile_backend
 
 
 def install() -> bool:
@@ -25,6 +27,7 @@ def install() -> bool:
 
         def __call__(self, graph: torch.fx.Graph) -> None:
             causal_mask.rewrite(graph)
+            compile_backend.save_opencl_math(graph)
 
         def uuid(self) -> str:
             from torch_fl.jit.inductor_key import digest
