@@ -1,4 +1,5 @@
-"""Capability: 3-d pooling (`max_pool3d_with_indices`, `avg_pool3d` and their backward) runs
+"""Capability: 3-d pooling (`max_pool3d_with_indices`, `avg_pool3d`, `_adaptive_avg_pool3d` and
+their backward) runs
 as a vendor kernel on both plugins with CPU's values, indices and gradients: ral:0 (host
 plugin, plugins/host/pool3d.c over plugins/common/resample.c's ral_pool3; float32, float16,
 bfloat16) and ral:1 (OpenCL plugin, plugins/opencl/pool.c; float32) on both of its paths, the
@@ -36,6 +37,7 @@ _NAMES = getattr(base, "_NAMES", ())  # the OpenCL counters' names (none without
 
 MAX = "aten::max_pool3d_with_indices"
 AVG = "aten::avg_pool3d"
+ADAPTIVE = "aten::_adaptive_avg_pool3d"
 
 # name: (fn over the [2, 3, 6, 7, 9] view of _leaf, aten op); the backward is f"{op}_backward"
 CASES = {
@@ -48,6 +50,8 @@ CASES = {
     "avg_k3s2p1_ceil_nopad": (lambda t: F.avg_pool3d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), AVG),
     "avg_rect_ceil_pad": (lambda t: F.avg_pool3d(t, (3, 2, 3), (2, 1, 2), (1, 0, 1), ceil_mode=True), AVG),
     "avg_divisor": (lambda t: F.avg_pool3d(t, 2, 2, 1, divisor_override=3), AVG),
+    "adaptive_3x4x5": (lambda t: F.adaptive_avg_pool3d(t, (3, 4, 5)), ADAPTIVE),
+    "adaptive_up_8x9x10": (lambda t: F.adaptive_avg_pool3d(t, (8, 9, 10)), ADAPTIVE),  # windows overlap
 }
 
 
@@ -131,19 +135,21 @@ def test_ral0_mode_matches_cpu(case):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d", "sliced"])
-@pytest.mark.parametrize("case", ["max_rect_dilated_ceil", "max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "avg_divisor"])
+@pytest.mark.parametrize(
+    "case", ["max_rect_dilated_ceil", "max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "avg_divisor", "adaptive_up_8x9x10"]
+)
 def test_ral1_to_matches_cpu(case, layout, path):  # noqa: F811 (the imported fixture)
     """`.to("ral:1")`: cases in every layout on both paths."""
     _assert_path(path, check(case, layout, "to", DEV), layout)
 
 
-@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_rect_ceil_pad"])
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_rect_ceil_pad", "adaptive_3x4x5"])
 def test_ral1_mode_matches_cpu(case, path):  # noqa: F811 (the imported fixture)
     """`ral_mode("ral:1")` over CPU tensors (channels_last_3d input) on both paths."""
     _assert_path(path, check(case, "channels_last_3d", "mode", DEV))
 
 
-@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s2p1_ceil_nopad"])
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"])
 @pytest.mark.parametrize("which", ["host", "opencl"])
 def test_nan_and_inf_as_on_cpu(case, which):
     """A NaN and two infinities give CPU's NaN/inf pattern, values and gradients (NaN wins a max)."""
@@ -167,7 +173,7 @@ def test_ral0_half_types(dtype, tol):
     want_y, want_i = F.max_pool3d(x, 3, 2, 1, return_indices=True)
     got_y, got_i = F.max_pool3d(x.to(dev), 3, 2, 1, return_indices=True)
     assert torch.equal(got_y.cpu(), want_y) and torch.equal(got_i.cpu(), want_i)
-    for fn in (CASES["max_overlap_k2s1"][0], CASES["avg_rect_ceil_pad"][0]):
+    for fn in (CASES["max_overlap_k2s1"][0], CASES["avg_rect_ceil_pad"][0], CASES["adaptive_up_8x9x10"][0]):
         want = _run(fn, lambda t: t, x.float(), "cpu", "to")
         with torch_fl.coverage() as cov:
             got = _run(fn, lambda t: t, x, dev, "to")
@@ -224,6 +230,7 @@ def test_queued_kernels_on_plain_runtime_buffers():
             ("max_rect_dilated_ceil", "sliced", "to"), ("max_overlap_k2s1", "channels_last_3d", "to"),
             ("max_k3s2p1", "contiguous", "mode"), ("avg_k3s2p1_ceil_nopad", "sliced", "to"),
             ("avg_rect_ceil_pad", "channels_last_3d", "to"), ("avg_divisor", "contiguous", "mode"),
+            ("adaptive_3x4x5", "sliced", "to"), ("adaptive_up_8x9x10", "channels_last_3d", "to"),
         ]:
             c = t.check(case, layout, style, t.DEV)
             assert c["kernels"] > 0 and c["inline_ops"] == 0, (case, c)
@@ -255,7 +262,8 @@ def _empty_window_indices(x, k, s, p, d, ceil, dev) -> bool:
 @pytest.mark.parametrize("which", ["host", "opencl"])
 def test_sweep_windows_and_layouts(which):
     """Sweep: kernel 1..3, stride 1..3, padding up to half the kernel, dilation 1..2 (max),
-    ceil_mode, count_include_pad, over volumes 1..7 in two layouts, against CPU."""
+    ceil_mode, count_include_pad, adaptive outputs 2..9 per axis, over volumes 1..7 in two
+    layouts, against CPU."""
     dev = plugin_device(which)
     g = torch.Generator().manual_seed(5)
     for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
@@ -279,6 +287,9 @@ def test_sweep_windows_and_layouts(which):
                                 lambda t, c=c: F.avg_pool3d(t, k, s, p, ceil, c)  # noqa: B023
                                 for c in (False, True)
                             ]
+                            if p == 0 and not ceil:  # adaptive: outputs 1..9 per axis (1x1x1 is a mean)
+                                size = (k + s, 2 * k + 1, 3 * s)
+                                fns.append(lambda t, o=size: F.adaptive_avg_pool3d(t, o))  # noqa: B023
                             for n, fn in enumerate(fns):
                                 what = f"{D}x{H}x{W} {layout} k{k} s{s} p{p} ceil={ceil} fn{n}"
                                 try:

@@ -382,13 +382,25 @@ void ral_max_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t 
 float ral_avg_pool3_window(const ral_pool3* g, const int64_t o[3], int64_t lo[3], int64_t hi[3]) {
   int64_t padded = 1, inside = 1;
   for (int a = 0; a < 3; a++) { /* AvgPoolKernel.cpp's cpu_avg_pool3d window */
+    if (g->adaptive) {
+      lo[a] = o[a] * g->in[a] / g->out[a], hi[a] = ((o[a] + 1) * g->in[a] + g->out[a] - 1) / g->out[a];
+      inside *= hi[a] - lo[a];
+      continue;
+    }
     int64_t start = o[a] * g->s[a] - g->p[a], end = imin(start + g->k[a], g->in[a] + g->p[a]);
     padded *= end - start;
     lo[a] = imax(start, 0), hi[a] = imin(end, g->in[a]);
     inside *= hi[a] - lo[a];
   }
-  if (g->divisor) return (float)g->divisor;
-  return (float)(g->count_include_pad ? padded : inside);
+  if (g->divisor && !g->adaptive) return (float)g->divisor;
+  return (float)(g->count_include_pad && !g->adaptive ? padded : inside);
+}
+
+/* v over the divisor dv of window lo .. hi; adaptive: over each extent in turn, as CPU's
+ * AdaptiveAvgPoolKernel.cpp (sum / kd / kh / kw). */
+static float avg3_div(const ral_pool3* g, float v, float dv, const int64_t lo[3], const int64_t hi[3]) {
+  if (!g->adaptive) return v / dv;
+  return v / (float)(hi[0] - lo[0]) / (float)(hi[1] - lo[1]) / (float)(hi[2] - lo[2]);
 }
 
 /* Whether the clipped window lo .. hi is empty along some axis. */
@@ -403,7 +415,7 @@ void ral_avg_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3
         for (int64_t d = lo[0]; d < hi[0]; d++)
           for (int64_t h = lo[1]; h < hi[1]; h++)
             for (int64_t w = lo[2]; w < hi[2]; w++) sum += x[AT3(xs, d, h, w)];
-        y[AT3(ys, o[0], o[1], o[2])] = empty3(lo, hi) ? 0.0f : sum / dv;
+        y[AT3(ys, o[0], o[1], o[2])] = empty3(lo, hi) ? 0.0f : avg3_div(g, sum, dv, lo, hi);
       }
 }
 
@@ -414,7 +426,7 @@ void ral_avg_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t 
   for (o[0] = 0; o[0] < g->out[0]; o[0]++)
     for (o[1] = 0; o[1] < g->out[1]; o[1]++)
       for (o[2] = 0; o[2] < g->out[2]; o[2]++) {
-        float dv = ral_avg_pool3_window(g, o, lo, hi), v = go[AT3(os, o[0], o[1], o[2])] / dv;
+        float dv = ral_avg_pool3_window(g, o, lo, hi), v = avg3_div(g, go[AT3(os, o[0], o[1], o[2])], dv, lo, hi);
         for (int64_t d = lo[0]; d < hi[0]; d++)
           for (int64_t h = lo[1]; h < hi[1]; h++)
             for (int64_t w = lo[2]; w < hi[2]; w++) gi[AT3(gs, d, h, w)] += v;

@@ -80,11 +80,13 @@ void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const
  * the arrays: depth, height, width. Max pooling: CPU's window (dilation; the first in-volume
  * element is the index when nothing beats -inf), first maximum, NaN wins, index flat per
  * volume (d * H * W + h * W + w). Average pooling: CPU's padded window clipped to the volume,
- * divisor (0: none) or count_include_pad; an empty window gives 0. Backward forms zero gi,
+ * divisor (0: none) or count_include_pad; an empty window gives 0. adaptive
+ * (_adaptive_avg_pool3d): windows floor(o * I / O) .. ceil((o + 1) * I / O), the sum divided by
+ * each extent in turn (CPU's sum / kd / kh / kw); k, s, p unused. Backward forms zero gi,
  * then add each output's gradient in output order (CPU's). */
 typedef struct {
   int64_t in[3], out[3], k[3], s[3], p[3], dil[3], divisor;
-  int count_include_pad;
+  int count_include_pad, adaptive;
 } ral_pool3;
 
 /*! y, idx = each window's maximum and its flat index in the volume. */

@@ -1,7 +1,7 @@
 /*
  * pool3d.c -- 3-d pooling and its backward over [N, C, D, H, W] or [C, D, H, W] operands of
  * any strides (NCDHW, channels_last_3d, sliced), float32/float16/bfloat16 (computed in float):
- * max_pool3d_with_indices and avg_pool3d. One task per block of whole volumes (planes.h with
+ * max_pool3d_with_indices, avg_pool3d and _adaptive_avg_pool3d. One task per block of whole volumes (planes.h with
  * a depth axis); the volume math is plugins/common/resample.c's ral_pool3 (shared with the
  * OpenCL plugin's host path), with ATen's CPU windows, index, NaN and divisor rules, so values
  * and indices match CPU's. The output sizes (ceil_mode) come with the output tensors.
@@ -181,6 +181,28 @@ ral_status host_avg_pool3d_backward(const ral_kernel_call* c) {
   pool3_job j = {0};
   if ((s = avg_options(c, &j)) != RAL_OK || (s = operands(c, &j, &j.x, host_out(c, 0), &j.y, host_in(c, 0))) != RAL_OK)
     return s;
+  if (!host_same_shape(host_out(c, 0), host_in(c, 1)))
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
+  return run(c, &j, 1, avg_backward);
+}
+
+/* _adaptive_avg_pool3d(self, output_size) -> out (the size comes with the output). */
+ral_status host_adaptive_avg_pool3d(const ral_kernel_call* c) {
+  ral_status s = host_check_arity(c, 1, 1, 0);
+  if (s != RAL_OK) return s;
+  pool3_job j = {.g.adaptive = 1};
+  if ((s = operands(c, &j, &j.x, host_in(c, 0), &j.y, host_out(c, 0))) != RAL_OK) return s;
+  if (j.x.d * j.x.h * j.x.w == 0 && j.y.d * j.y.h * j.y.w > 0)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input has an empty spatial dimension");
+  return run(c, &j, 0, avg_forward);
+}
+
+/* _adaptive_avg_pool3d_backward(grad_output, self) -> grad_input. */
+ral_status host_adaptive_avg_pool3d_backward(const ral_kernel_call* c) {
+  ral_status s = host_check_arity(c, 1, 2, 0);
+  if (s != RAL_OK) return s;
+  pool3_job j = {.g.adaptive = 1};
+  if ((s = operands(c, &j, &j.x, host_out(c, 0), &j.y, host_in(c, 0))) != RAL_OK) return s;
   if (!host_same_shape(host_out(c, 0), host_in(c, 1)))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
   return run(c, &j, 1, avg_backward);

@@ -180,7 +180,7 @@ int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_ten
   float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
   int64_t* pi = idx ? ocl_tensor_host(idx) : NULL;
   if (!pb || !ps || (idx && !pi) || !ocl_inline_begin_drained(c->stream)) return 0;
-  ral_pool3 v = {.divisor = g->divisor, .count_include_pad = g->count_include_pad};
+  ral_pool3 v = {.divisor = g->divisor, .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
   for (int a = 0; a < 3; a++)
     v.in[a] = g->I[a], v.out[a] = g->O[a], v.k[a] = g->k[a], v.s[a] = g->s[a], v.p[a] = g->p[a], v.dil[a] = g->d[a];
   const int64_t *xs = g->xs + 2, *ys = g->ys + 2, *is = g->is + 2; /* (d, h, w) strides */

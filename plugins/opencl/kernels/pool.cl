@@ -176,6 +176,11 @@ inline void max3_span(const ocl_pool3* g, int a, long o, long* i0, long* i1) {
 /* First and last output along axis a whose window may hold input index i (kernel extent
  * ext: (k - 1) * d + 1 for max pooling, k for average pooling). */
 inline void outputs3(const ocl_pool3* g, int a, long i, long ext, long* o0, long* o1) {
+  if (g->adaptive) { /* as avg_outputs */
+    *o0 = i * g->O[a] / g->I[a];
+    *o1 = min(((i + 1) * g->O[a] + g->I[a] - 1) / g->I[a] - 1, g->O[a] - 1);
+    return;
+  }
   long t = i + g->p[a] - ext + 1;
   *o0 = t <= 0 ? 0 : (t + g->s[a] - 1) / g->s[a];
   *o1 = min((i + g->p[a]) / g->s[a], g->O[a] - 1);
@@ -241,6 +246,10 @@ __kernel void maxpool3d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_poo
 
 /* Average window of output o along axis a, clipped: [*lo, *hi); returns the padded extent. */
 inline long avg3_span(const ocl_pool3* g, int a, long o, long* lo, long* hi) {
+  if (g->adaptive) {
+    *lo = o * g->I[a] / g->O[a], *hi = ((o + 1) * g->I[a] + g->O[a] - 1) / g->O[a];
+    return *hi - *lo;
+  }
   long s = o * g->s[a] - g->p[a], e = min(s + g->k[a], g->I[a] + g->p[a]);
   *lo = max(s, 0L), *hi = min(e, g->I[a]);
   return e - s;
@@ -250,8 +259,14 @@ inline long avg3_span(const ocl_pool3* g, int a, long o, long* lo, long* hi) {
 inline float avg3_window(const ocl_pool3* g, long od, long oh, long ow, long* lo, long* hi) {
   long padded = avg3_span(g, 0, od, &lo[0], &hi[0]) * avg3_span(g, 1, oh, &lo[1], &hi[1]) *
                 avg3_span(g, 2, ow, &lo[2], &hi[2]);
-  if (g->divisor) return (float)g->divisor;
-  return (float)(g->count_include_pad ? padded : (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+  if (g->divisor && !g->adaptive) return (float)g->divisor;
+  return (float)(g->count_include_pad && !g->adaptive ? padded : (hi[0] - lo[0]) * (hi[1] - lo[1]) * (hi[2] - lo[2]));
+}
+
+/* v over the divisor dv; adaptive: over each extent in turn (CPU's sum / kd / kh / kw). */
+inline float avg3_div(const ocl_pool3* g, float v, float dv, const long* lo, const long* hi) {
+  if (!g->adaptive) return v / dv;
+  return v / (float)(hi[0] - lo[0]) / (float)(hi[1] - lo[1]) / (float)(hi[2] - lo[2]);
 }
 
 /* Output rows r = (b * OD + od) * OH + oh: the window sums over the divisor (0 for an empty window). */
@@ -267,7 +282,7 @@ __kernel void avgpool3d_fwd(gbuf y, gcbuf x, ocl_pool3 g, long chunk) {
         for (long ih = lo[1]; ih < hi[1]; ih++)
           for (long iw = lo[2]; iw < hi[2]; iw++) s += ld_f(x, pb + iz * g.xs[2] + ih * g.xs[3] + iw * g.xs[4], g.dt);
       int empty = lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2];
-      st_f(y, OCL_VOLUME_AT(g.off_y, g.ys, g.C, b, od, oh, ow), g.dt, empty ? 0.0f : s / dv);
+      st_f(y, OCL_VOLUME_AT(g.off_y, g.ys, g.C, b, od, oh, ow), g.dt, empty ? 0.0f : avg3_div(&g, s, dv, lo, hi));
     }
   }
 }
@@ -290,7 +305,7 @@ __kernel void avgpool3d_bwd(gbuf gi, gcbuf go, ocl_pool3 g, long chunk) {
             long lo[3], hi[3];
             float dv = avg3_window(&g, od, oh, ow, lo, hi);
             if (iz >= lo[0] && iz < hi[0] && ih >= lo[1] && ih < hi[1] && iw >= lo[2] && iw < hi[2])
-              acc += ld_f(go, OCL_VOLUME_AT(g.off_y, g.ys, g.C, b, od, oh, ow), g.dt) / dv;
+              acc += avg3_div(&g, ld_f(go, OCL_VOLUME_AT(g.off_y, g.ys, g.C, b, od, oh, ow), g.dt), dv, lo, hi);
           }
       st_f(gi, OCL_VOLUME_AT(g.off_x, g.xs, g.C, b, iz, ih, iw), g.dt, acc);
     }

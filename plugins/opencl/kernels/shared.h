@@ -135,12 +135,13 @@ typedef struct {
 /* 3-d pooling over [B, D, H, W] volumes (B = N * C) of x (input, or grad_input) into y
  * ([B, OD, OH, OW]: output, or grad_output), operands of any strides (xs, ys, is over n, c,
  * d, h, w; is: max pooling's indices, laid out as y's shape). Axis arrays: depth, height,
- * width. Average pooling: divisor (0: none), count_include_pad. */
+ * width. Average pooling: divisor (0: none), count_include_pad, adaptive (windows from the
+ * sizes alone, the sum divided by each extent in turn). */
 typedef struct {
   g_i64 B, C, I[3], O[3], k[3], s[3], p[3], d[3];
   g_i64 off_x, off_y, off_i, divisor;
   g_i64 xs[5], ys[5], is[5];
-  g_i32 dt, count_include_pad;
+  g_i32 dt, count_include_pad, adaptive, pad0;
 } ocl_pool3;
 
 /* Element (volume b = n * C + c, z, h, w) of an operand with element offset `off` and element
