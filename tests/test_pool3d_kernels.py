@@ -183,6 +183,24 @@ def test_ral0_half_types(dtype, tol):
         assert not cov.ops_in_tier("cpu"), cov.counts
 
 
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_unbatched_input_and_empty_batch(which):
+    """A [C, D, H, W] input (one sample) gives CPU's values and gradients in the vendor tier; an
+    empty batch gives CPU's empty shape."""
+    dev = plugin_device(which)
+    x = torch.randn(3, 5, 6, 7, generator=torch.Generator().manual_seed(6))
+    for case in ("max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"):
+        fn, op = CASES[case]
+        want = _run(fn, lambda t: t, x, "cpu", "to")
+        with torch_fl.coverage() as cov:
+            got = _run(fn, lambda t: t, x, dev, "to")
+        _close(got[0], want[0], f"{case} output")
+        _close(got[1], want[1], f"{case} input gradient")
+        assert op in cov.ops_in_tier("vendor") and not cov.ops_in_tier("cpu"), cov.counts
+        empty = torch.randn(0, 2, 6, 7, 9)
+        assert fn(empty.to(dev)).shape == fn(empty).shape
+
+
 def _bad_backward(dev: str, bad: int) -> torch.Tensor:
     x = torch.randn(1, 2, 4, 4, 4)
     y, i = F.max_pool3d(x, 2, return_indices=True)
