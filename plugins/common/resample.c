@@ -317,3 +317,118 @@ void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y)
 void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go) {
   interpolate_cl(g, C, gi, (float*)go, 1);
 }
+
+/* ---------------------------------------------------------------- 3-d pooling */
+/* Element (d, h, w) of an operand with strides st. */
+#define AT3(st, a, b, c) ((a) * (st)[0] + (b) * (st)[1] + (c) * (st)[2])
+
+void ral_max_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3], float* y, const int64_t ys[3],
+                          int64_t* idx, const int64_t is[3]) {
+  int64_t H = g->in[1], W = g->in[2], o[3], lo[3], hi[3];
+  for (o[0] = 0; o[0] < g->out[0]; o[0]++)
+    for (o[1] = 0; o[1] < g->out[1]; o[1]++)
+      for (o[2] = 0; o[2] < g->out[2]; o[2]++) {
+        for (int a = 0; a < 3; a++) { /* MaxPoolKernel.cpp's window: end clipped, start stepped in */
+          lo[a] = o[a] * g->s[a] - g->p[a];
+          hi[a] = imin(lo[a] + (g->k[a] - 1) * g->dil[a] + 1, g->in[a]);
+          while (lo[a] < 0) lo[a] += g->dil[a];
+        }
+        int64_t best = (lo[0] * H + lo[1]) * W + lo[2];
+        float m = -INFINITY;
+        for (int64_t d = lo[0]; d < hi[0]; d += g->dil[0])
+          for (int64_t h = lo[1]; h < hi[1]; h += g->dil[1])
+            for (int64_t w = lo[2]; w < hi[2]; w += g->dil[2]) {
+              float e = x[AT3(xs, d, h, w)];
+              if (e > m || isnan(e)) {
+                m = e;
+                best = (d * H + h) * W + w;
+              }
+            }
+        y[AT3(ys, o[0], o[1], o[2])] = m;
+        idx[AT3(is, o[0], o[1], o[2])] = best;
+      }
+}
+
+int ral_max_pool3_bad_index(const ral_pool3* g, const int64_t* idx, const int64_t is[3], int64_t* bad) {
+  int64_t n = g->in[0] * g->in[1] * g->in[2];
+  for (int64_t d = 0; d < g->out[0]; d++)
+    for (int64_t h = 0; h < g->out[1]; h++)
+      for (int64_t w = 0; w < g->out[2]; w++) {
+        int64_t v = idx[AT3(is, d, h, w)];
+        if (v < 0 || v >= n) return *bad = v, 1;
+      }
+  return 0;
+}
+
+/* gi = 0 over the whole volume. */
+static void zero3(const ral_pool3* g, float* gi, const int64_t gs[3]) {
+  for (int64_t d = 0; d < g->in[0]; d++)
+    for (int64_t h = 0; h < g->in[1]; h++)
+      for (int64_t w = 0; w < g->in[2]; w++) gi[AT3(gs, d, h, w)] = 0.0f;
+}
+
+void ral_max_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t gs[3], const float* go,
+                                   const int64_t os[3], const int64_t* idx, const int64_t is[3]) {
+  int64_t H = g->in[1], W = g->in[2], n = g->in[0] * H * W;
+  zero3(g, gi, gs);
+  for (int64_t d = 0; d < g->out[0]; d++)
+    for (int64_t h = 0; h < g->out[1]; h++)
+      for (int64_t w = 0; w < g->out[2]; w++) {
+        int64_t v = idx[AT3(is, d, h, w)];
+        if (v >= 0 && v < n) gi[AT3(gs, v / (H * W), v / W % H, v % W)] += go[AT3(os, d, h, w)];
+      }
+}
+
+float ral_avg_pool3_window(const ral_pool3* g, const int64_t o[3], int64_t lo[3], int64_t hi[3]) {
+  int64_t padded = 1, inside = 1;
+  for (int a = 0; a < 3; a++) { /* AvgPoolKernel.cpp's cpu_avg_pool3d window */
+    if (g->adaptive) {
+      lo[a] = o[a] * g->in[a] / g->out[a], hi[a] = ((o[a] + 1) * g->in[a] + g->out[a] - 1) / g->out[a];
+      inside *= hi[a] - lo[a];
+      continue;
+    }
+    int64_t start = o[a] * g->s[a] - g->p[a], end = imin(start + g->k[a], g->in[a] + g->p[a]);
+    padded *= end - start;
+    lo[a] = imax(start, 0), hi[a] = imin(end, g->in[a]);
+    inside *= hi[a] - lo[a];
+  }
+  if (g->divisor && !g->adaptive) return (float)g->divisor;
+  return (float)(g->count_include_pad && !g->adaptive ? padded : inside);
+}
+
+/* v over the divisor dv of window lo .. hi; adaptive: over each extent in turn, as CPU's
+ * AdaptiveAvgPoolKernel.cpp (sum / kd / kh / kw). */
+static float avg3_div(const ral_pool3* g, float v, float dv, const int64_t lo[3], const int64_t hi[3]) {
+  if (!g->adaptive) return v / dv;
+  return v / (float)(hi[0] - lo[0]) / (float)(hi[1] - lo[1]) / (float)(hi[2] - lo[2]);
+}
+
+/* Whether the clipped window lo .. hi is empty along some axis. */
+static int empty3(const int64_t lo[3], const int64_t hi[3]) { return lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2]; }
+
+void ral_avg_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3], float* y, const int64_t ys[3]) {
+  int64_t o[3], lo[3], hi[3];
+  for (o[0] = 0; o[0] < g->out[0]; o[0]++)
+    for (o[1] = 0; o[1] < g->out[1]; o[1]++)
+      for (o[2] = 0; o[2] < g->out[2]; o[2]++) {
+        float dv = ral_avg_pool3_window(g, o, lo, hi), sum = 0.0f;
+        for (int64_t d = lo[0]; d < hi[0]; d++)
+          for (int64_t h = lo[1]; h < hi[1]; h++)
+            for (int64_t w = lo[2]; w < hi[2]; w++) sum += x[AT3(xs, d, h, w)];
+        y[AT3(ys, o[0], o[1], o[2])] = empty3(lo, hi) ? 0.0f : avg3_div(g, sum, dv, lo, hi);
+      }
+}
+
+void ral_avg_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t gs[3], const float* go,
+                                   const int64_t os[3]) {
+  int64_t o[3], lo[3], hi[3];
+  zero3(g, gi, gs);
+  for (o[0] = 0; o[0] < g->out[0]; o[0]++)
+    for (o[1] = 0; o[1] < g->out[1]; o[1]++)
+      for (o[2] = 0; o[2] < g->out[2]; o[2]++) {
+        float dv = ral_avg_pool3_window(g, o, lo, hi), v = avg3_div(g, go[AT3(os, o[0], o[1], o[2])], dv, lo, hi);
+        for (int64_t d = lo[0]; d < hi[0]; d++)
+          for (int64_t h = lo[1]; h < hi[1]; h++)
+            for (int64_t w = lo[2]; w < hi[2]; w++) gi[AT3(gs, d, h, w)] += v;
+      }
+}

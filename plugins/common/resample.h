@@ -74,6 +74,37 @@ void ral_avg_pool_cl_backward(const ral_avg_pool* g, int64_t C, float* gi, const
 void ral_upsample_cl(const ral_upsample* g, int64_t C, const float* x, float* y);
 void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const float* go);
 
+/* 3-d pooling of one [D, H, W] volume into [OD, OH, OW] (max_pool3d_with_indices,
+ * avg_pool3d and their backward), every operand with its own element strides over (d, h, w)
+ * (st[3]), so each plugin passes its float blocks or its buffers as they lie. Axis order in
+ * the arrays: depth, height, width. Max pooling: CPU's window (dilation; the first in-volume
+ * element is the index when nothing beats -inf), first maximum, NaN wins, index flat per
+ * volume (d * H * W + h * W + w). Average pooling: CPU's padded window clipped to the volume,
+ * divisor (0: none) or count_include_pad; an empty window gives 0. adaptive
+ * (_adaptive_avg_pool3d): windows floor(o * I / O) .. ceil((o + 1) * I / O), the sum divided by
+ * each extent in turn (CPU's sum / kd / kh / kw); k, s, p unused. Backward forms zero gi,
+ * then add each output's gradient in output order (CPU's). */
+typedef struct {
+  int64_t in[3], out[3], k[3], s[3], p[3], dil[3], divisor;
+  int count_include_pad, adaptive;
+} ral_pool3;
+
+/*! y, idx = each window's maximum and its flat index in the volume. */
+void ral_max_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3], float* y, const int64_t ys[3],
+                          int64_t* idx, const int64_t is[3]);
+/*! Whether idx holds an index outside the volume (the first in *bad). */
+int ral_max_pool3_bad_index(const ral_pool3* g, const int64_t* idx, const int64_t is[3], int64_t* bad);
+/*! gi = 0, then each gradient added at its index (one outside the volume is skipped: check first). */
+void ral_max_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t gs[3], const float* go,
+                                   const int64_t os[3], const int64_t* idx, const int64_t is[3]);
+/*! Window lo[a] .. hi[a] of output o[3], clipped to the volume, and its divisor. */
+float ral_avg_pool3_window(const ral_pool3* g, const int64_t o[3], int64_t lo[3], int64_t hi[3]);
+/*! y = the window averages of x. */
+void ral_avg_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3], float* y, const int64_t ys[3]);
+/*! gi = 0, then each output's gradient / divisor added over its window. */
+void ral_avg_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t gs[3], const float* go,
+                                   const int64_t os[3]);
+
 /*
  * The upsampling ops both plugins serve and where their call keeps its scalars (one table, so
  * the plugins cannot disagree): X(op, scale_at, align_at, backward, cubic).

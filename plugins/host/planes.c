@@ -10,6 +10,7 @@
 
 int plane_operand_of(plane_operand* p, const ral_tensor* t) {
   p->t = t;
+  p->d = 1, p->sd = 0;
   if (t->ndim == 3) {
     p->n = 1;
     p->sn = 0;
@@ -23,6 +24,16 @@ int plane_operand_of(plane_operand* p, const ral_tensor* t) {
   return 1;
 }
 
+int plane_operand_of3(plane_operand* p, const ral_tensor* t) {
+  int r = t->ndim;
+  if (r != 4 && r != 5) return 0;
+  p->t = t;
+  p->n = r == 5 ? t->sizes[0] : 1, p->sn = r == 5 ? t->strides[0] : 0;
+  p->c = t->sizes[r - 4], p->d = t->sizes[r - 3], p->h = t->sizes[r - 2], p->w = t->sizes[r - 1];
+  p->sc = t->strides[r - 4], p->sd = t->strides[r - 3], p->sh = t->strides[r - 2], p->sw = t->strides[r - 1];
+  return 1;
+}
+
 static int64_t plane_block(int64_t C, int64_t plane_a, int64_t plane_b) {
   int64_t plane = plane_a > plane_b ? plane_a : plane_b;
   int64_t cb = plane > 0 ? (1 << 16) / plane : C;
@@ -30,10 +41,10 @@ static int64_t plane_block(int64_t C, int64_t plane_a, int64_t plane_b) {
   return cb < C ? cb : (C > 0 ? C : 1);
 }
 
-/* Element (n, c, h, 0) of p, as bytes. */
-static char* at(const plane_operand* p, int64_t n, int64_t c, int64_t h) {
+/* Element (n, c, row, 0) of p, as bytes; row = z * h + y over a volume's depth and height. */
+static char* at(const plane_operand* p, int64_t n, int64_t c, int64_t row) {
   size_t es = host_dtype_size(p->t->dtype);
-  return host_ptr(p->t) + (n * p->sn + c * p->sc + h * p->sh) * (int64_t)es;
+  return host_ptr(p->t) + (n * p->sn + c * p->sc + (row / p->h) * p->sd + (row % p->h) * p->sh) * (int64_t)es;
 }
 
 /* A channels_last operand (channel stride below the width stride) is read and written in
@@ -45,7 +56,8 @@ static int channel_runs(const plane_operand* p, int64_t cb) { return cb > 1 && p
 
 /* Moves channels [c0, c0 + cb) of sample n between p and the float block buf[cb][h][w]. */
 static void plane_move(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, float* buf, int store) {
-  int64_t es = (int64_t)host_dtype_size(p->t->dtype), H = p->h, W = p->w, HW = H * W;
+  /* rows H of a volume run over depth and height; HW is a whole plane or volume */
+  int64_t es = (int64_t)host_dtype_size(p->t->dtype), H = p->d * p->h, W = p->w, HW = H * W;
   int32_t dt = p->t->dtype, f32 = RAL_DTYPE_FLOAT32;
   if (channel_runs(p, cb)) {
     float run[RUN];
@@ -67,7 +79,7 @@ static void plane_move(const plane_operand* p, int64_t n, int64_t c0, int64_t cb
     return;
   }
   if (dt == f32 && p->sw == 1) { /* float32 rows: plain copies (the whole block when dense) */
-    int dense = p->sh == W && p->sc == HW;
+    int dense = p->sh == W && p->sc == HW && (p->d == 1 || p->sd == p->h * W);
     for (int64_t c = 0; c < (dense ? 1 : cb); c++)
       for (int64_t h = 0; h < (dense ? 1 : H); h++) {
         float* row = (float*)at(p, n, c0 + c, h);
@@ -95,7 +107,7 @@ void plane_store(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, cons
 
 static void run_tasks(int64_t t0, int64_t t1, void* arg) {
   plane_run* r = arg;
-  int64_t in = r->src->h * r->src->w, out = r->dst->h * r->dst->w;
+  int64_t in = r->src->d * r->src->h * r->src->w, out = r->dst->d * r->dst->h * r->dst->w;
   float* src = malloc((size_t)(r->cb * (in + out) + 1) * sizeof(float));
   if (!src) {
     r->failed = 1;
@@ -114,9 +126,10 @@ static void run_tasks(int64_t t0, int64_t t1, void* arg) {
 }
 
 int plane_run_all(plane_run* r) {
-  r->cb = plane_block(r->src->c, r->src->h * r->src->w, r->dst->h * r->dst->w);
+  int64_t in = r->src->d * r->src->h * r->src->w, out = r->dst->d * r->dst->h * r->dst->w;
+  r->cb = plane_block(r->src->c, in, out);
   r->blocks = (r->src->c + r->cb - 1) / r->cb;
   r->failed = 0;
-  if (r->src->n * r->blocks > 0 && r->dst->h * r->dst->w > 0) host_parallel_for(r->src->n * r->blocks, 1, run_tasks, r);
+  if (r->src->n * r->blocks > 0 && out > 0) host_parallel_for(r->src->n * r->blocks, 1, run_tasks, r);
   return !r->failed;
 }

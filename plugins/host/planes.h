@@ -10,16 +10,21 @@
 
 #include "host.h"
 
-/* A 3-d ([C, H, W], one sample) or 4-d operand as N, C, H, W with element strides. */
+/* A 3-d ([C, H, W], one sample) or 4-d operand as N, C, H, W with element strides; a
+ * volume operand (plane_operand_of3: [C, D, H, W] or [N, C, D, H, W]) also has a depth d
+ * (stride sd), and its planes are [d][h][w] volumes (d = 1, sd = 0 for a 2-d operand). */
 typedef struct {
   const ral_tensor* t;
   int64_t n, c, h, w;
   int64_t sn, sc, sh, sw;
+  int64_t d, sd;
 } plane_operand;
 
 /*! Fills p from t (3-d or 4-d); 0 when t has another rank. */
 HOST_HIDDEN int plane_operand_of(plane_operand* p, const ral_tensor* t);
-/*! Reads channels [c0, c0 + cb) of sample n into dst[cb][h][w] (float). */
+/*! Fills p from a volume operand t (4-d [C, D, H, W] or 5-d); 0 when t has another rank. */
+HOST_HIDDEN int plane_operand_of3(plane_operand* p, const ral_tensor* t);
+/*! Reads channels [c0, c0 + cb) of sample n into dst[cb][d][h][w] (float). */
 HOST_HIDDEN void plane_load(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, float* dst);
 /*! Writes src[cb][h][w] to channels [c0, c0 + cb) of sample n. */
 HOST_HIDDEN void plane_store(const plane_operand* p, int64_t n, int64_t c0, int64_t cb, const float* src);

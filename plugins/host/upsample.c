@@ -39,7 +39,7 @@ static float scale_of(const ral_kernel_call* c, int at, int64_t in, int64_t out)
 
 /* [N, C, L] as [N, C, 1, L] planes. */
 static void one_row_planes(plane_operand* p, const ral_tensor* t) {
-  *p = (plane_operand){.t = t, .n = t->sizes[0], .c = t->sizes[1], .h = 1, .w = t->sizes[2],
+  *p = (plane_operand){.t = t, .n = t->sizes[0], .c = t->sizes[1], .d = 1, .h = 1, .w = t->sizes[2],
                        .sn = t->strides[0], .sc = t->strides[1], .sh = 0, .sw = t->strides[2]};
 }
 

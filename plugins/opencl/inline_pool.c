@@ -1,6 +1,7 @@
 /*
- * inline_pool.c -- 2-d average pooling (plain and adaptive) and nearest / bilinear / bicubic
- * upsampling, forward and backward, run on the calling thread over the buffers' host memory
+ * inline_pool.c -- 2-d average pooling (plain and adaptive), nearest / bilinear / bicubic
+ * upsampling and 3-d max / average pooling (ocl_inline_pool3, each volume through its strides),
+ * forward and backward, run on the calling thread over the buffers' host memory
  * for CPU runtimes whose buffers are host memory (PoCL), as inline_cnn.c does for max
  * pooling and for the same reasons: the data is host memory already, and a loop over planes
  * on PyTorch's OpenMP team beats a round trip through the runtime's worker threads.
@@ -165,4 +166,44 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
                  : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));
   ral_upsample_free(&u);
   return done;
+}
+
+/* ---------------------------------------------------------------- 3-d pooling */
+/* Volume b's element 0 of an operand with strides s over (n, c, d, h, w). */
+static size_t volume_at(const ocl_pool3* g, const int64_t* s, int64_t b) {
+  return (size_t)((b / g->C) * s[0] + (b % g->C) * s[1]);
+}
+
+int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_tensor* big, const ral_tensor* idx,
+                     const ral_tensor* small, int backward, ral_status* st) {
+  if (!c->stream || !c->stream->inl) return 0;
+  float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
+  int64_t* pi = idx ? ocl_tensor_host(idx) : NULL;
+  if (!pb || !ps || (idx && !pi) || !ocl_inline_begin_drained(c->stream)) return 0;
+  ral_pool3 v = {.divisor = g->divisor, .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
+  for (int a = 0; a < 3; a++)
+    v.in[a] = g->I[a], v.out[a] = g->O[a], v.k[a] = g->k[a], v.s[a] = g->s[a], v.p[a] = g->p[a], v.dil[a] = g->d[a];
+  const int64_t *xs = g->xs + 2, *ys = g->ys + 2, *is = g->is + 2; /* (d, h, w) strides */
+  int64_t work = g->B * (v.in[0] * v.in[1] * v.in[2] + v.out[0] * v.out[1] * v.out[2]), bad = 0;
+  *st = RAL_OK;
+  if (idx && backward) /* checked before anything is written: the queued kernel records the same fault */
+    for (int64_t b = 0; b < g->B; b++)
+      if (ral_max_pool3_bad_index(&v, pi + volume_at(g, g->is, b), is, &bad)) {
+        ocl_inline_end(c->stream);
+        *st = ocl_index_error(OCL_SITE_MAX_POOL3D_BACKWARD, (long long)bad, 0,
+                              (long long)(v.in[0] * v.in[1] * v.in[2]), 0);
+        return 1;
+      }
+#pragma omp parallel for schedule(static) if (work >= POOL_PARALLEL_WORK)
+  for (int64_t b = 0; b < g->B; b++) {
+    float *x = pb + volume_at(g, g->xs, b), *y = ps + volume_at(g, g->ys, b);
+    int64_t* ix = idx ? pi + volume_at(g, g->is, b) : NULL;
+    if (idx && backward) ral_max_pool3_volume_backward(&v, x, xs, y, ys, ix, is);
+    else if (idx) ral_max_pool3_volume(&v, x, xs, y, ys, ix, is);
+    else if (backward) ral_avg_pool3_volume_backward(&v, x, xs, y, ys);
+    else ral_avg_pool3_volume(&v, x, xs, y, ys);
+  }
+  ocl_inline_end(c->stream);
+  ocl_count(OCL_CNT_inline_ops);
+  return 1;
 }

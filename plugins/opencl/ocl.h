@@ -44,7 +44,8 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
   X(conv, conv_im2col) X(conv, conv_im2col_p) X(conv, conv_im2col_t) X(conv, conv_col2im) X(conv, conv_to_t) X(conv, conv_from_t)         \
   X(conv, conv_bias_grad) X(bn, bn_stats) X(bn, bn_apply) X(bn, bn_bwd_stats)               \
   X(bn, bn_bwd_apply) X(pool, maxpool2d_fwd) X(pool, maxpool2d_bwd)                          \
-  X(pool, avgpool2d_fwd) X(pool, avgpool2d_bwd) X(upsample, upsample2d_fwd) X(upsample, upsample2d_bwd) \
+  X(pool, avgpool2d_fwd) X(pool, avgpool2d_bwd) X(pool, maxpool3d_fwd) X(pool, maxpool3d_bwd)       \
+  X(pool, avgpool3d_fwd) X(pool, avgpool3d_bwd) X(upsample, upsample2d_fwd) X(upsample, upsample2d_bwd) \
   X(upsample, bicubic2d_fwd) X(upsample, bicubic2d_bwd)
 #define OCL_KERNEL_ENUM(fam, name) OCL_K_##name,
 enum { OCL_CL_KERNELS(OCL_KERNEL_ENUM) OCL_N_KERNELS };
@@ -205,6 +206,10 @@ int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
                        int backward);
 int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const ral_tensor* big,
                         const ral_tensor* small, int backward);
+/*! 3-d max (idx non-NULL) or average pooling on the host (inline_pool.c), as
+ *  ocl_inline_maxpool: big is x or grad_input [B, D, H, W], small y or grad_output; any strides. */
+int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_tensor* big, const ral_tensor* idx,
+                     const ral_tensor* small, int backward, ral_status* st);
 /*! Host address of a tensor's every element (inline_cnn.c), NULL when it has none. */
 void* ocl_tensor_host(const ral_tensor* t);
 

@@ -1,6 +1,8 @@
 /*
  * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
- * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d, operands of any strides
+ * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d; 3-d max_pool3d_with_indices
+ * avg_pool3d and _adaptive_avg_pool3d over [C, D, H, W] or [N, C, D, H, W] float32 (inline_pool.c's host path,
+ * kernels/pool.cl's *3d_* kernels); operands of any strides
  * (so outputs take CPU's layout, channels_last included); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
  * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
  * so ceil_mode needs no code here.
@@ -215,4 +217,171 @@ ral_status ocl_adaptive_avg_pool2d_backward(const ral_kernel_call* c) {
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
   g.adaptive = 1;
   return avg_run(c, &g, ocl_out(c, 0), ocl_in(c, 0), 1);
+}
+
+/* ---------------------------------------------------------------- 3-d pooling */
+/* An int[3] scalar; a one-entry list is repeated, an empty one gives `dflt`. */
+static int triple(const ral_kernel_call* c, int at, const int64_t* dflt, int64_t out[3]) {
+  int n;
+  const int64_t* v = ocl_scalar_list(c, at, &n);
+  if (!v || n == 0) {
+    for (int a = 0; a < 3; a++) out[a] = dflt[a];
+    return 1;
+  }
+  if (n != 1 && n != 3) return 0;
+  for (int a = 0; a < 3; a++) out[a] = v[n == 1 ? 0 : a];
+  return 1;
+}
+
+/* Element strides of a 4-d or 5-d operand over (n, c, d, h, w); a 4-d one has one sample. */
+static void volume_strides(const ral_tensor* t, int64_t s[5]) {
+  int r = t->ndim;
+  s[0] = r == 5 ? t->strides[0] : 0;
+  for (int i = 1; i < 5; i++) s[i] = t->strides[r - 5 + i];
+}
+
+/* Volume geometry of x (input or grad_input) and y (output or grad_output), float32 both,
+ * and the window: VOL_ADAPTIVE none (windows from the sizes), VOL_AVG scalars 0..2, VOL_MAX
+ * with the dilation at 3. */
+enum { VOL_ADAPTIVE, VOL_AVG, VOL_MAX };
+static ral_status volumes(const ral_kernel_call* c, const ral_tensor* x, const ral_tensor* y, ocl_pool3* g,
+                          int win) {
+  static const int64_t zero[3] = {0, 0, 0}, one[3] = {1, 1, 1};
+  memset(g, 0, sizeof *g);
+  if (x->dtype != RAL_DTYPE_FLOAT32 || y->dtype != RAL_DTYPE_FLOAT32)
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "3-d pooling takes float32, got %s", ocl_dtype_name(x->dtype));
+  if ((x->ndim != 4 && x->ndim != 5) || y->ndim != x->ndim)
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d or 5-d operands of one rank, got %d-d", x->ndim);
+  int r = x->ndim;
+  g->B = 1;
+  for (int i = 0; i < r - 3; i++) {
+    if (x->sizes[i] != y->sizes[i]) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "input and output batch/channels differ");
+    g->B *= x->sizes[i];
+  }
+  g->C = x->sizes[r - 4];
+  for (int a = 0; a < 3; a++)
+    g->I[a] = x->sizes[r - 3 + a], g->O[a] = y->sizes[r - 3 + a], g->d[a] = g->k[a] = g->s[a] = 1;
+  g->adaptive = win == VOL_ADAPTIVE;
+  if (win != VOL_ADAPTIVE && (!triple(c, 0, one, g->k) || !triple(c, 1, g->k, g->s) || !triple(c, 2, zero, g->p) ||
+      (win == VOL_MAX && !triple(c, 3, one, g->d))))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "kernel_size/stride/padding/dilation must have 1 or 3 entries");
+  for (int a = 0; a < 3; a++)
+    if (g->k[a] < 1 || g->s[a] < 1 || g->d[a] < 1 || g->p[a] < 0 || 2 * g->p[a] > g->k[a])
+      return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "invalid kernel_size/stride/padding/dilation");
+  volume_strides(x, g->xs);
+  volume_strides(y, g->ys);
+  g->dt = x->dtype;
+  g->off_x = ocl_elem_off(x);
+  g->off_y = ocl_elem_off(y);
+  return RAL_OK;
+}
+
+/* The int64 indices operand of y's shape. */
+static ral_status volume_indices(const ral_kernel_call* c, const ral_tensor* idx, const ral_tensor* y, ocl_pool3* g) {
+  if (idx->dtype != RAL_DTYPE_INT64 || !same_sizes(idx, y))
+    return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "indices must be int64 of the output's shape");
+  g->off_i = ocl_elem_off(idx);
+  volume_strides(idx, g->is);
+  return RAL_OK;
+}
+
+/* max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
+ral_status ocl_max_pool3d_with_indices(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 2, 1, 4);
+  if (st != RAL_OK) return st;
+  const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
+  ocl_pool3 g;
+  if ((st = volumes(c, x, y, &g, VOL_MAX)) != RAL_OK || (st = volume_indices(c, idx, y, &g)) != RAL_OK) return st;
+  if (ocl_numel(y) == 0) return RAL_OK;
+  if (g.I[0] * g.I[1] * g.I[2] == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input volume");
+  if (ocl_inline_pool3(c, &g, x, idx, y, 0, &st)) return st; /* a CPU runtime with host-unified buffers */
+  ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
+  return ocl_enqueue_rows(c, OCL_K_maxpool3d_fwd, 4, a, g.B * g.O[0] * g.O[1], g.O[2] * g.k[0] * g.k[1] * g.k[2]);
+}
+
+/* max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+ * ceil_mode, indices) -> grad_input: a gather in output order; an index outside its volume
+ * raises IndexError (the host path before writing, the queued kernel at the next sync). */
+ral_status ocl_max_pool3d_with_indices_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 3, 4);
+  if (st != RAL_OK) return st;
+  const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
+  ocl_pool3 g;
+  if (!same_sizes(gi, x)) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input does not match the input");
+  if ((st = volumes(c, gi, go, &g, VOL_MAX)) != RAL_OK || (st = volume_indices(c, idx, go, &g)) != RAL_OK) return st;
+  if (ocl_numel(gi) == 0) return RAL_OK;
+  if (ocl_inline_pool3(c, &g, gi, idx, go, 1, &st)) return st;
+  ocl_arg a[6] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
+  st = ocl_enqueue_rows(c, OCL_K_maxpool3d_bwd, 5, a, g.B * g.I[0] * g.I[1], g.I[2]);
+  if (st == RAL_OK) ocl_stream_arm(c);
+  return st;
+}
+
+/* Forward (big = x, small = y) or backward (big = grad_input, small = grad_output) of a 3-d
+ * average pooling whose geometry g is complete: the host path, else the queued kernel. */
+static ral_status avg3_run(const ral_kernel_call* c, ocl_pool3* g, const ral_tensor* big, const ral_tensor* small,
+                           int backward) {
+  ral_status st = RAL_OK;
+  if (ocl_numel(backward ? big : small) == 0) return RAL_OK;
+  if (!backward && g->I[0] * g->I[1] * g->I[2] == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input volume");
+  if (ocl_inline_pool3(c, g, big, NULL, small, backward, &st)) return st;
+  /* a window's work: its size, or an adaptive one's (about I / O + 1 per axis) */
+  int64_t win = 1;
+  for (int a = 0; a < 3; a++) win *= g->adaptive ? g->I[a] / (g->O[a] ? g->O[a] : 1) + 1 : g->k[a];
+  ocl_arg a[4] = {ocl_mem(backward ? big : small), ocl_mem(backward ? small : big), OCL_VAL(*g)};
+  if (backward) return ocl_enqueue_rows(c, OCL_K_avgpool3d_bwd, 3, a, g->B * g->I[0] * g->I[1], g->I[2] * win);
+  return ocl_enqueue_rows(c, OCL_K_avgpool3d_fwd, 3, a, g->B * g->O[0] * g->O[1], g->O[2] * win);
+}
+
+/* count_include_pad (scalar 4) and divisor_override (scalar 5, None: 0). */
+static ral_status avg3_options(const ral_kernel_call* c, ocl_pool3* g) {
+  double f;
+  int64_t v = 0;
+  g->count_include_pad = ocl_scalar_i(c, 4, 1) != 0;
+  if (ocl_scalar_num(c, 5, &f, &v) && v == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "divisor must be not zero");
+  g->divisor = v;
+  return RAL_OK;
+}
+
+/* avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+ * divisor_override) -> out */
+ral_status ocl_avg_pool3d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 5);
+  if (st != RAL_OK) return st;
+  const ral_tensor *x = ocl_in(c, 0), *y = ocl_out(c, 0);
+  ocl_pool3 g;
+  if ((st = volumes(c, x, y, &g, VOL_AVG)) != RAL_OK || (st = avg3_options(c, &g)) != RAL_OK) return st;
+  return avg3_run(c, &g, x, y, 0);
+}
+
+/* avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+ * count_include_pad, divisor_override) -> grad_input */
+ral_status ocl_avg_pool3d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 2, 5);
+  if (st != RAL_OK) return st;
+  const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0);
+  ocl_pool3 g;
+  if (!same_sizes(gi, ocl_in(c, 1))) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
+  if ((st = volumes(c, gi, go, &g, VOL_AVG)) != RAL_OK || (st = avg3_options(c, &g)) != RAL_OK) return st;
+  return avg3_run(c, &g, gi, go, 1);
+}
+
+/* _adaptive_avg_pool3d(self, output_size) -> out (the size comes with the output) */
+ral_status ocl_adaptive_avg_pool3d(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 1, 0);
+  if (st != RAL_OK) return st;
+  ocl_pool3 g;
+  if ((st = volumes(c, ocl_in(c, 0), ocl_out(c, 0), &g, VOL_ADAPTIVE)) != RAL_OK) return st;
+  return avg3_run(c, &g, ocl_in(c, 0), ocl_out(c, 0), 0);
+}
+
+/* _adaptive_avg_pool3d_backward(grad_output, self) -> grad_input */
+ral_status ocl_adaptive_avg_pool3d_backward(const ral_kernel_call* c) {
+  ral_status st = ocl_check_arity(c, 1, 2, 0);
+  if (st != RAL_OK) return st;
+  const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0);
+  ocl_pool3 g;
+  if (!same_sizes(gi, ocl_in(c, 1))) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
+  if ((st = volumes(c, gi, go, &g, VOL_ADAPTIVE)) != RAL_OK) return st;
+  return avg3_run(c, &g, gi, go, 1);
 }

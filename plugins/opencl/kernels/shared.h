@@ -132,6 +132,23 @@ typedef struct {
   g_i32 dt, count_include_pad, adaptive, pad0;
 } ocl_pool;
 
+/* 3-d pooling over [B, D, H, W] volumes (B = N * C) of x (input, or grad_input) into y
+ * ([B, OD, OH, OW]: output, or grad_output), operands of any strides (xs, ys, is over n, c,
+ * d, h, w; is: max pooling's indices, laid out as y's shape). Axis arrays: depth, height,
+ * width. Average pooling: divisor (0: none), count_include_pad, adaptive (windows from the
+ * sizes alone, the sum divided by each extent in turn). */
+typedef struct {
+  g_i64 B, C, I[3], O[3], k[3], s[3], p[3], d[3];
+  g_i64 off_x, off_y, off_i, divisor;
+  g_i64 xs[5], ys[5], is[5];
+  g_i32 dt, count_include_pad, adaptive, pad0;
+} ocl_pool3;
+
+/* Element (volume b = n * C + c, z, h, w) of an operand with element offset `off` and element
+ * strides s[5] over (n, c, d, h, w). */
+#define OCL_VOLUME_AT(off, s, C, b, z, h, w) \
+  ((off) + ((b) / (C)) * (s)[0] + ((b) % (C)) * (s)[1] + (z) * (s)[2] + (h) * (s)[3] + (w) * (s)[4])
+
 /* 2-d nearest / bilinear / bicubic upsampling of [B, H, W] planes x into [B, OH, OW] planes y (both
  * of any strides: xs, ys over n, c, h, w): step_h/w are the source steps
  * (plugins/common/resample.c: ral_up_scale, and for bilinear / bicubic ral_up_linear_step), computed
@@ -150,7 +167,7 @@ typedef struct {
  * dim, size lo/hi. OCL_SITE_SCATTER + 1 is scatter_add. */
 enum { OCL_SITE_NONE, OCL_SITE_GATHER, OCL_SITE_INDEX_SELECT, OCL_SITE_SCATTER, OCL_SITE_SCATTER_ADD,
        OCL_SITE_EMBEDDING, OCL_SITE_EMBEDDING_BACKWARD, OCL_SITE_NLL_LOSS, OCL_SITE_MAX_POOL_BACKWARD,
-       OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD, OCL_N_SITES };
+       OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD, OCL_SITE_MAX_POOL3D_BACKWARD, OCL_N_SITES };
 #define OCL_ERR_INTS 6
 
 /* Element-wise op codes (ew_* kernels). */

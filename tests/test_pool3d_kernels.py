@@ -1,0 +1,321 @@
+"""Capability: 3-d pooling (`max_pool3d_with_indices`, `avg_pool3d`, `_adaptive_avg_pool3d` and
+their backward) runs
+as a vendor kernel on both plugins with CPU's values, indices and gradients: ral:0 (host
+plugin, plugins/host/pool3d.c over plugins/common/resample.c's ral_pool3; float32, float16,
+bfloat16) and ral:1 (OpenCL plugin, plugins/opencl/pool.c; float32) on both of its paths, the
+host path over the buffers' host memory on PoCL (inline_pool.c) and the queued kernels
+(kernels/pool.cl: `ral_opencl_inline(0)` in-process, and a subprocess with
+`TORCH_FL_OPENCL_INLINE=0`).
+
+Max pooling's values and indices must equal CPU's exactly (a max picks an element; first
+maximum, NaN wins; indices flat per [D, H, W] volume); average pooling's output and every input
+gradient within rtol 1e-5 / atol 1e-5 of the largest value (both sum in CPU's order; the
+backward is a gather on the queued path). Inputs: contiguous, channels_last_3d and sliced; in
+`.to` style the strides of output and gradient must be CPU's (channels_last_3d stays
+channels_last_3d). The coverage report must show both ops in the vendor tier and nothing in the
+cpu tier. A max pooling backward index outside its volume raises (ral:0: the plugin's
+RuntimeError; ral:1: IndexError) and the device keeps working.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_fl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_opencl_pool_upsample as base  # noqa: E402
+from conftest import plugin_device, run_python  # noqa: E402
+from test_opencl_pool_upsample import _SO, DEV, _assert_path, _close, _run, path  # noqa: E402,F401
+
+_NAMES = getattr(base, "_NAMES", ())  # the OpenCL counters' names (none without the OpenCL plugin)
+
+MAX = "aten::max_pool3d_with_indices"
+AVG = "aten::avg_pool3d"
+ADAPTIVE = "aten::_adaptive_avg_pool3d"
+
+# name: (fn over the [2, 3, 6, 7, 9] view of _leaf, aten op); the backward is f"{op}_backward"
+CASES = {
+    "max_k3s2p1": (lambda t: F.max_pool3d(t, 3, 2, 1), MAX),
+    "max_rect_dilated_ceil": (
+        lambda t: F.max_pool3d(t, (2, 3, 2), (1, 2, 1), (1, 1, 0), dilation=(2, 1, 2), ceil_mode=True),
+        MAX,
+    ),
+    "max_overlap_k2s1": (lambda t: F.max_pool3d(t, 2, 1), MAX),  # windows overlap: gradients add
+    "avg_k3s2p1_ceil_nopad": (lambda t: F.avg_pool3d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), AVG),
+    "avg_rect_ceil_pad": (lambda t: F.avg_pool3d(t, (3, 2, 3), (2, 1, 2), (1, 0, 1), ceil_mode=True), AVG),
+    "avg_divisor": (lambda t: F.avg_pool3d(t, 2, 2, 1, divisor_override=3), AVG),
+    "adaptive_3x4x5": (lambda t: F.adaptive_avg_pool3d(t, (3, 4, 5)), ADAPTIVE),
+    "adaptive_up_8x9x10": (lambda t: F.adaptive_avg_pool3d(t, (8, 9, 10)), ADAPTIVE),  # windows overlap
+}
+
+
+def _leaf(layout: str, special: bool = False) -> tuple[torch.Tensor, object]:
+    """The leaf tensor of a case and the view of it the op sees ([2, 3, 6, 7, 9] either way)."""
+    g = torch.Generator().manual_seed(0)
+    if layout == "sliced":  # offset, and a width stride of 2
+        return torch.randn(3, 4, 7, 8, 18, generator=g), lambda t: t[1:, 1:, 1:, 1:, ::2]
+    x = torch.randn(2, 3, 6, 7, 9, generator=g)
+    if special:  # NaN and infinities propagate as on CPU
+        x.view(6, -1)[1, 30] = float("nan")
+        x.view(6, -1)[4, 70] = float("inf")
+        x.view(6, -1)[5, 0] = float("-inf")
+    if layout == "channels_last_3d":
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    return x, lambda t: t
+
+
+def check(case: str, layout: str, style: str, dev: str, special: bool = False) -> dict:
+    """Output and input gradient of a case on dev equal CPU's (max pooling's output exactly),
+    both ops in the vendor tier and none in the cpu tier; returns the OpenCL counter
+    increments of a ral:1 run."""
+    fn, op = CASES[case]
+    leaf, view = _leaf(layout, special)
+    want = _run(fn, view, leaf, "cpu", style)
+    if dev == DEV:
+        torch.ral.synchronize(DEV)
+        a = base.counters()
+    with torch_fl.coverage() as cov:
+        got = _run(fn, view, leaf, dev, style)
+    if op == MAX:  # a max picks an element
+        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True, msg=f"{case} output")
+    else:
+        _close(got[0], want[0], f"{case} output")
+    _close(got[1], want[1], f"{case} input gradient")
+    if style == "to":  # laid out as CPU's (channels_last_3d stays channels_last_3d)
+        assert got[2:] == want[2:], (got[2:], want[2:])
+    ran = cov.ops_in_tier("vendor")
+    assert op in ran and f"{op}_backward" in ran, cov.counts
+    assert not cov.ops_in_tier("cpu"), cov.counts
+    if dev != DEV:
+        return {}
+    torch.ral.synchronize(DEV)
+    b = base.counters()
+    return {k: b[k] - a[k] for k in _NAMES}
+
+
+def indices_match(dev: str, layout: str) -> None:
+    """max_pool3d's values, flat per-volume indices and their strides equal CPU's; the backward
+    op called directly with a channels_last_3d gradient equals CPU's, strides included."""
+    leaf, view = _leaf(layout)
+    want_y, want_i = F.max_pool3d(view(leaf), 3, 2, 1, return_indices=True)
+    with torch_fl.coverage() as cov:
+        got_y, got_i = F.max_pool3d(view(leaf.to(dev)), 3, 2, 1, return_indices=True)
+    assert MAX in cov.ops_in_tier("vendor") and not cov.ops_in_tier("cpu"), cov.counts
+    torch.testing.assert_close(got_y.cpu(), want_y, rtol=0, atol=0)
+    assert torch.equal(got_i.cpu(), want_i)
+    assert (got_y.stride(), got_i.stride()) == (want_y.stride(), want_i.stride())
+    gy = torch.randn(want_y.shape, generator=torch.Generator().manual_seed(4))
+    gy = gy.contiguous(memory_format=torch.channels_last_3d)
+    args = ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)
+    want_g = torch.ops.aten.max_pool3d_with_indices_backward(gy, view(leaf), *args, want_i)
+    with torch_fl.coverage() as cov:
+        got_g = torch.ops.aten.max_pool3d_with_indices_backward(gy.to(dev), view(leaf.to(dev)), *args, got_i)
+    assert f"{MAX}_backward" in cov.ops_in_tier("vendor"), cov.counts
+    _close(got_g.cpu(), want_g, "direct backward")
+    assert got_g.stride() == want_g.stride()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d", "sliced"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ral0_to_matches_cpu(case, layout):
+    """`.to("ral:0")`: every case in every layout."""
+    check(case, layout, "to", plugin_device("host"))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_ral0_mode_matches_cpu(case):
+    """`ral_mode("ral:0")` over CPU tensors: every case (channels_last_3d input)."""
+    check(case, "channels_last_3d", "mode", plugin_device("host"))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d", "sliced"])
+@pytest.mark.parametrize(
+    "case", ["max_rect_dilated_ceil", "max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "avg_divisor", "adaptive_up_8x9x10"]
+)
+def test_ral1_to_matches_cpu(case, layout, path):  # noqa: F811 (the imported fixture)
+    """`.to("ral:1")`: cases in every layout on both paths."""
+    _assert_path(path, check(case, layout, "to", DEV), layout)
+
+
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_rect_ceil_pad", "adaptive_3x4x5"])
+def test_ral1_mode_matches_cpu(case, path):  # noqa: F811 (the imported fixture)
+    """`ral_mode("ral:1")` over CPU tensors (channels_last_3d input) on both paths."""
+    _assert_path(path, check(case, "channels_last_3d", "mode", DEV))
+
+
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"])
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_nan_and_inf_as_on_cpu(case, which):
+    """A NaN and two infinities give CPU's NaN/inf pattern, values and gradients (NaN wins a max)."""
+    check(case, "contiguous", "to", plugin_device(which), special=True)
+
+
+@pytest.mark.parametrize("layout", ["channels_last_3d", "sliced"])
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_indices_and_strides_as_on_cpu(which, layout):
+    """Values, indices and strides of max_pool3d equal CPU's; the direct backward too."""
+    indices_match(plugin_device(which), layout)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
+def test_ral0_half_types(dtype, tol):
+    """float16 / bfloat16 on ral:0 (computed in float, rounded once): max values and indices
+    equal CPU's in the same dtype; outputs and gradients within tol of the largest value of
+    CPU's float32 result over the same (rounded) input (CPU has no float16 avg_pool3d)."""
+    dev = plugin_device("host")
+    x = torch.randn(2, 3, 6, 7, 9, generator=torch.Generator().manual_seed(3)).to(dtype)
+    want_y, want_i = F.max_pool3d(x, 3, 2, 1, return_indices=True)
+    got_y, got_i = F.max_pool3d(x.to(dev), 3, 2, 1, return_indices=True)
+    assert torch.equal(got_y.cpu(), want_y) and torch.equal(got_i.cpu(), want_i)
+    for fn in (CASES["max_overlap_k2s1"][0], CASES["avg_rect_ceil_pad"][0], CASES["adaptive_up_8x9x10"][0]):
+        want = _run(fn, lambda t: t, x.float(), "cpu", "to")
+        with torch_fl.coverage() as cov:
+            got = _run(fn, lambda t: t, x, dev, "to")
+        assert got[0].dtype == got[1].dtype == dtype
+        for g, w in zip(got[:2], want[:2]):
+            torch.testing.assert_close(g.float(), w.float(), rtol=0, atol=tol * w.float().abs().max().item())
+        assert not cov.ops_in_tier("cpu"), cov.counts
+
+
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_unbatched_input_and_empty_batch(which):
+    """A [C, D, H, W] input (one sample) gives CPU's values and gradients in the vendor tier; an
+    empty batch gives CPU's empty shape."""
+    dev = plugin_device(which)
+    x = torch.randn(3, 5, 6, 7, generator=torch.Generator().manual_seed(6))
+    for case in ("max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"):
+        fn, op = CASES[case]
+        want = _run(fn, lambda t: t, x, "cpu", "to")
+        with torch_fl.coverage() as cov:
+            got = _run(fn, lambda t: t, x, dev, "to")
+        _close(got[0], want[0], f"{case} output")
+        _close(got[1], want[1], f"{case} input gradient")
+        assert op in cov.ops_in_tier("vendor") and not cov.ops_in_tier("cpu"), cov.counts
+        empty = torch.randn(0, 2, 6, 7, 9)
+        assert fn(empty.to(dev)).shape == fn(empty).shape
+
+
+def _bad_backward(dev: str, bad: int) -> torch.Tensor:
+    x = torch.randn(1, 2, 4, 4, 4)
+    y, i = F.max_pool3d(x, 2, return_indices=True)
+    i = i.clone()
+    i[0, 1, 1, 0, 1] = bad
+    args = ([2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1], False)
+    return torch.ops.aten.max_pool3d_with_indices_backward(torch.ones_like(y).to(dev), x.to(dev), *args, i.to(dev))
+
+
+def _still_works(dev: str) -> None:
+    x = torch.randn(1, 2, 4, 4, 4)
+    torch.testing.assert_close(F.max_pool3d(x.to(dev), 2).cpu(), F.max_pool3d(x, 2), rtol=0, atol=0)
+
+
+def test_ral0_backward_index_outside_its_volume_raises():
+    """ral:0: the plugin's error names op and reason; the device keeps working."""
+    dev = plugin_device("host")
+    for bad in (64, -3):
+        with pytest.raises(RuntimeError, match="max_pool3d_with_indices_backward.*outside its input volume"):
+            _bad_backward(dev, bad).cpu()
+    _still_works(dev)
+
+
+def test_ral1_backward_index_outside_its_volume_raises(path):  # noqa: F811 (the imported fixture)
+    """ral:1 on both paths: IndexError naming op, index and volume size (the queued kernel's
+    fault record surfaces at the next sync); the device keeps working."""
+    for bad in (99, -3):
+        with pytest.raises(IndexError, match=f"max_pool3d_with_indices_backward: index {bad} is out of bounds.*64"):
+            _bad_backward(DEV, bad).cpu()
+    _still_works(DEV)
+
+
+def test_queued_kernels_on_plain_runtime_buffers():
+    """TORCH_FL_OPENCL_INLINE=0 (plain runtime buffers): the OpenCL kernels match CPU in both
+    styles, values, indices, gradients and strides, and launch kernels."""
+    if _SO is None:
+        pytest.skip("no OpenCL plugin/platform")
+    here = str(Path(__file__).resolve().parent)
+    code = f"""
+        import sys
+        sys.path.insert(0, {here!r})
+        import test_pool3d_kernels as t
+        assert t._SO.ral_opencl_inline(-1) == -1
+        for case, layout, style in [
+            ("max_rect_dilated_ceil", "sliced", "to"), ("max_overlap_k2s1", "channels_last_3d", "to"),
+            ("max_k3s2p1", "contiguous", "mode"), ("avg_k3s2p1_ceil_nopad", "sliced", "to"),
+            ("avg_rect_ceil_pad", "channels_last_3d", "to"), ("avg_divisor", "contiguous", "mode"),
+            ("adaptive_3x4x5", "sliced", "to"), ("adaptive_up_8x9x10", "channels_last_3d", "to"),
+        ]:
+            c = t.check(case, layout, style, t.DEV)
+            assert c["kernels"] > 0 and c["inline_ops"] == 0, (case, c)
+        t.check("max_k3s2p1", "contiguous", "to", t.DEV, special=True)
+        t.indices_match(t.DEV, "channels_last_3d")
+        print("OK")
+    """
+    r = run_python(code, env={"TORCH_FL_OPENCL_INLINE": "0"})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def _empty_window_indices(x, k, s, p, d, ceil, dev) -> bool:
+    """Where a max window holds no input element (all padding, stepped past by the dilation),
+    CPU's forward gives -inf and an index past the volume, and CPU's backward writes through
+    it (out of bounds: not run here). The device gives the same forward, and its backward
+    raises. True when that is the case (checked here)."""
+    want_y, want_i = F.max_pool3d(x, k, s, p, d, ceil, return_indices=True)
+    if not ((want_i < 0) | (want_i >= x[0, 0].numel())).any():
+        return False
+    got_y, got_i = F.max_pool3d(x.to(dev), k, s, p, d, ceil, return_indices=True)
+    assert torch.equal(got_y.cpu(), want_y) and torch.equal(got_i.cpu(), want_i)
+    with pytest.raises((RuntimeError, IndexError), match="outside its input volume|out of bounds"):
+        args = ([k] * 3, [s] * 3, [p] * 3, [d] * 3, ceil)
+        torch.ops.aten.max_pool3d_with_indices_backward(got_y, x.to(dev), *args, got_i).cpu()
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_sweep_windows_and_layouts(which):
+    """Sweep: kernel 1..3, stride 1..3, padding up to half the kernel, dilation 1..2 (max),
+    ceil_mode, count_include_pad, adaptive outputs 2..9 per axis, over volumes 1..7 in two
+    layouts, against CPU."""
+    dev = plugin_device(which)
+    g = torch.Generator().manual_seed(5)
+    for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
+        for layout in ("contiguous", "channels_last_3d"):
+            x = torch.randn(2, 3, D, H, W, generator=g)
+            if layout == "channels_last_3d":
+                x = x.contiguous(memory_format=torch.channels_last_3d)
+            for k in (1, 2, 3):
+                for s in (1, 2, 3):
+                    for p in range(k // 2 + 1):
+                        for ceil in (False, True):
+                            fns = []
+                            for d in (1, 2):
+                                try:
+                                    if _empty_window_indices(x, k, s, p, d, ceil, dev):
+                                        continue
+                                except RuntimeError:  # an empty output: handled below
+                                    pass
+                                fns.append(lambda t, d=d: F.max_pool3d(t, k, s, p, d, ceil))  # noqa: B023
+                            fns += [
+                                lambda t, c=c: F.avg_pool3d(t, k, s, p, ceil, c)  # noqa: B023
+                                for c in (False, True)
+                            ]
+                            if p == 0 and not ceil:  # adaptive: outputs 1..9 per axis (1x1x1 is a mean)
+                                size = (k + s, 2 * k + 1, 3 * s)
+                                fns.append(lambda t, o=size: F.adaptive_avg_pool3d(t, o))  # noqa: B023
+                            for n, fn in enumerate(fns):
+                                what = f"{D}x{H}x{W} {layout} k{k} s{s} p{p} ceil={ceil} fn{n}"
+                                try:
+                                    want = _run(fn, lambda t: t, x, "cpu", "to")
+                                except RuntimeError:  # an empty output: the device raises too
+                                    with pytest.raises(RuntimeError):
+                                        _run(fn, lambda t: t, x, dev, "to")
+                                    continue
+                                got = _run(fn, lambda t: t, x, dev, "to")
+                                _close(got[0], want[0], what)
+                                _close(got[1], want[1], what)
