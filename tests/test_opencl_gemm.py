@@ -115,3 +115,48 @@ print("ok")
 """
     r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_gemm_panels_are_kept_per_stream_and_reused():
+    """Each GEMM packs its operands into panel buffers; a stream keeps them for its later GEMMs
+    (panels.c) instead of creating two buffers per GEMM (PoCL: a host allocation whose pages
+    fault on the first pack). Queued GEMMs of changing sizes reuse the kept panels, bigger for
+    smaller, with CPU's values; another stream keeps its own."""
+    from test_opencl_latency import _SO, counters
+
+    if _SO.ral_opencl_inline(-1) < 0:
+        pytest.skip(f"{DEV} has no host path to turn off")
+    torch.ral.synchronize(DEV)
+    before = _SO.ral_opencl_inline(0)  # every GEMM queued (small ones would run inline)
+    try:
+        torch.manual_seed(0)
+        shapes = [(96, 80, 200), (40, 70, 120), (96, 80, 200), (64, 64, 64), (40, 70, 120)]
+        pairs = [(torch.randn(m, k), torch.randn(k, n)) for m, n, k in shapes]
+        ins = [(a.to(DEV), b.to(DEV)) for a, b in pairs]
+        warm = [x @ y for x, y in ins]  # the stream keeps these GEMMs' panels, the pool their outputs
+        del warm
+        torch.ral.synchronize(DEV)
+        c0 = counters()
+        outs = [x @ y for x, y in ins]
+        torch.ral.synchronize(DEV)
+        assert counters()["buffers"] - c0["buffers"] == 0, "a GEMM created panel buffers"
+        for got, (a, b) in zip(outs, pairs):
+            _close(got, a @ b, a.shape[1])
+        s = torch.ral.Stream(DEV)
+        with torch.ral.stream(s):
+            x, y = ins[0]
+            c1 = counters()
+            first = x @ y
+            s.synchronize()
+            c2 = counters()
+            _close(first, pairs[0][0] @ pairs[0][1], 200)
+            del first  # its output block serves the next product
+            got = x @ y
+            s.synchronize()
+            # its first GEMM made its own two panels (and maybe an output), the next one none
+            assert c2["buffers"] - c1["buffers"] >= 2, "a new stream used another stream's panels"
+            assert counters()["buffers"] - c2["buffers"] == 0
+        _close(got, pairs[0][0] @ pairs[0][1], 200)
+    finally:
+        torch.ral.synchronize(DEV)
+        _SO.ral_opencl_inline(before)

@@ -109,8 +109,7 @@ static ral_status pack(const ral_kernel_call* c, cl_mem* dst, const ral_tensor* 
   p.V = V;
   size_t n = (size_t)(batch * p.P * K * V);
   cl_int err;
-  ocl_count(OCL_CNT_buffers);
-  *dst = CL.clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+  *dst = ocl_panel_get(c, n * sizeof(float), &err);
   if (!*dst) return ocl_fail(c, ocl_cl_fail(err, "clCreateBuffer (gemm panel)"), "%s", ocl_last_error());
   ral_tensor t = *src;
   t.data = *dst;
@@ -139,9 +138,9 @@ static ral_status gemm_reg_run(const ral_kernel_call* c, ocl_mmgeom* g, const ra
     ocl_arg args[5] = {ocl_mem(out), ocl_mem(&ta), ocl_mem(&tb), ocl_mem(in), OCL_VAL(*g)};
     st = ocl_enqueue(c, v->kid, 5, args, 3, global, local);
   }
-  /* Queued kernels keep released buffers alive until they finish. */
-  if (pa) CL.clReleaseMemObject(pa);
-  if (pb && !pre_b) CL.clReleaseMemObject(pb);
+  /* Back to the stream's cache: its in-order queue runs any later pack into them after this GEMM. */
+  ocl_panel_put(c, pa);
+  if (!pre_b) ocl_panel_put(c, pb);
   return st;
 }
 

@@ -86,6 +86,10 @@ extern int g_ndev;
  * batch (one wake-up) instead of one wake-up per command; `held` counts them. Opened
  * (under `gate_mu`) by every wait, query, event record and read to the host, after
  * OCL_GATE_MAX commands, and by a launch large enough to start at once. */
+/* Panels kept per stream (panels.c): at most this many, of at most this many bytes in all. */
+#define OCL_PANEL_SLOTS 16
+#define OCL_PANEL_CACHE_MAX ((size_t)512 << 20)
+
 struct ral_stream_s {
   cl_command_queue q;
   int32_t device;
@@ -108,7 +112,23 @@ struct ral_stream_s {
   int inl;
   pthread_mutex_t inl_mu;
   uint64_t announced, done_n;
+  /* GEMM panel buffers kept for this stream's later GEMMs (panels.c), under panel_mu. */
+  pthread_mutex_t panel_mu;
+  struct {
+    cl_mem mem;
+    size_t cap;
+  } panels[OCL_PANEL_SLOTS];
+  int n_panels;
+  size_t panel_bytes;
 };
+
+/*! A panel buffer of at least nbytes for a GEMM queued on c's stream: a kept one or a new one
+ *  (NULL with *err set when the runtime has no memory even after the kept ones were released). */
+cl_mem ocl_panel_get(const ral_kernel_call* c, size_t nbytes, cl_int* err);
+/*! Give a panel back to c's stream once the GEMM reading it is queued (or release it). */
+void ocl_panel_put(const ral_kernel_call* c, cl_mem m);
+/*! Release a stream's kept panels (the stream is being destroyed). */
+void ocl_panels_release(struct ral_stream_s* s);
 
 /* Commands one gate holds back at most before it opens by itself. */
 #define OCL_GATE_MAX 16

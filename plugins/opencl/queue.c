@@ -173,6 +173,7 @@ ral_status ocl_stream_create(int32_t device, ral_stream* stream) {
   pthread_mutex_init(&s->tail_mu, NULL);
   pthread_mutex_init(&s->gate_mu, NULL);
   pthread_mutex_init(&s->inl_mu, NULL);
+  pthread_mutex_init(&s->panel_mu, NULL);
   s->batch = gate_fits(d) && batch_enabled();
   s->inl = ocl_inline_stream_ok(d);
   *stream = s;
@@ -228,6 +229,8 @@ ral_status ocl_stream_destroy(int32_t device, ral_stream stream) {
   ocl_stream_start(stream);
   ocl_count(OCL_CNT_finishes);
   CL.clFinish(stream->q);
+  ocl_panels_release(stream);
+  pthread_mutex_destroy(&stream->panel_mu);
   CL.clReleaseMemObject(stream->err);
   if (stream->tail) CL.clReleaseEvent(stream->tail);
   pthread_mutex_destroy(&stream->tail_mu);
