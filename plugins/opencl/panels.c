@@ -5,9 +5,10 @@
  * first pack: a GPT-2 training step packs about 140 panels, its LM head's alone some 250 MB.
  * A stream's queue is in order, so a later command that rewrites a kept panel runs only after
  * every earlier command that read it: a panel goes back to its stream's cache as soon as the
- * GEMM that reads it is queued. At most OCL_PANEL_SLOTS panels of OCL_PANEL_CACHE_MAX bytes in
- * all are kept per stream, the most recently used; older ones are released (OpenCL frees a
- * released buffer once the commands using it finish). */
+ * GEMM that reads it is queued. At most OCL_PANEL_SLOTS panels are kept per stream, the most
+ * recently used, of OCL_PANEL_CACHE_MAX bytes in all or a sixteenth of the device's memory if
+ * less; older ones are released (OpenCL frees a released buffer once the commands using it
+ * finish). */
 #include <pthread.h>
 #include <string.h>
 
@@ -57,19 +58,25 @@ cl_mem ocl_panel_get(const ral_kernel_call* c, size_t nbytes, cl_int* err) {
   return m;
 }
 
+/* Bytes of panels a stream of this device may keep. */
+static size_t cache_max(const ocl_device* d) {
+  size_t sixteenth = d && d->global_mem ? (size_t)(d->global_mem / 16) : OCL_PANEL_CACHE_MAX;
+  return sixteenth < OCL_PANEL_CACHE_MAX ? sixteenth : OCL_PANEL_CACHE_MAX;
+}
+
 void ocl_panel_put(const ral_kernel_call* c, cl_mem m) {
   if (!m) return;
   struct ral_stream_s* s = c->stream;
-  size_t cap = 0;
+  size_t cap = 0, limit = cache_max(ocl_device_get(c->device));
   if (CL.clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof cap, &cap, NULL) != CL_SUCCESS) cap = 0;
-  if (cap == 0 || cap > OCL_PANEL_CACHE_MAX) {
+  if (cap == 0 || cap > limit) {
     CL.clReleaseMemObject(m);
     return;
   }
   cl_mem evicted[OCL_PANEL_SLOTS];
   int n_evicted = 0;
   pthread_mutex_lock(&s->panel_mu);
-  while (s->n_panels == OCL_PANEL_SLOTS || s->panel_bytes + cap > OCL_PANEL_CACHE_MAX) {
+  while (s->n_panels == OCL_PANEL_SLOTS || s->panel_bytes + cap > limit) {
     evicted[n_evicted++] = s->panels[0].mem; /* the least recently given back */
     remove_at(s, 0);
   }
