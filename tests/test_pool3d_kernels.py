@@ -1,5 +1,5 @@
-"""Capability: 3-d pooling (`max_pool3d_with_indices`, `avg_pool3d`, `_adaptive_avg_pool3d` and
-their backward) runs
+"""Capability: 3-d pooling (`max_pool3d_with_indices`, `avg_pool3d`, `_adaptive_avg_pool3d`,
+`adaptive_max_pool3d` and their backward) runs
 as a vendor kernel on both plugins with CPU's values, indices and gradients: ral:0 (host
 plugin, plugins/host/pool3d.c over plugins/common/resample.c's ral_pool3; float32, float16,
 bfloat16) and ral:1 (OpenCL plugin, plugins/opencl/pool.c; float32) on both of its paths, the
@@ -38,6 +38,7 @@ _NAMES = getattr(base, "_NAMES", ())  # the OpenCL counters' names (none without
 MAX = "aten::max_pool3d_with_indices"
 AVG = "aten::avg_pool3d"
 ADAPTIVE = "aten::_adaptive_avg_pool3d"
+ADAPTIVE_MAX = "aten::adaptive_max_pool3d"
 
 # name: (fn over the [2, 3, 6, 7, 9] view of _leaf, aten op); the backward is f"{op}_backward"
 CASES = {
@@ -52,6 +53,8 @@ CASES = {
     "avg_divisor": (lambda t: F.avg_pool3d(t, 2, 2, 1, divisor_override=3), AVG),
     "adaptive_3x4x5": (lambda t: F.adaptive_avg_pool3d(t, (3, 4, 5)), ADAPTIVE),
     "adaptive_up_8x9x10": (lambda t: F.adaptive_avg_pool3d(t, (8, 9, 10)), ADAPTIVE),  # windows overlap
+    "adaptive_max_4x3x5": (lambda t: F.adaptive_max_pool3d(t, (4, 3, 5)), ADAPTIVE_MAX),  # windows overlap
+    "adaptive_max_up_8x9x10": (lambda t: F.adaptive_max_pool3d(t, (8, 9, 10)), ADAPTIVE_MAX),
 }
 
 
@@ -82,7 +85,7 @@ def check(case: str, layout: str, style: str, dev: str, special: bool = False) -
         a = base.counters()
     with torch_fl.coverage() as cov:
         got = _run(fn, view, leaf, dev, style)
-    if op == MAX:  # a max picks an element
+    if op in (MAX, ADAPTIVE_MAX):  # a max picks an element
         torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True, msg=f"{case} output")
     else:
         _close(got[0], want[0], f"{case} output")
@@ -99,24 +102,32 @@ def check(case: str, layout: str, style: str, dev: str, special: bool = False) -
     return {k: b[k] - a[k] for k in _NAMES}
 
 
-def indices_match(dev: str, layout: str) -> None:
-    """max_pool3d's values, flat per-volume indices and their strides equal CPU's; the backward
-    op called directly with a channels_last_3d gradient equals CPU's, strides included."""
+def indices_match(dev: str, layout: str, adaptive: bool = False) -> None:
+    """max_pool3d's (adaptive: adaptive_max_pool3d's) values, flat per-volume indices and their
+    strides equal CPU's; the backward op called directly with a channels_last_3d gradient equals
+    CPU's, strides included."""
     leaf, view = _leaf(layout)
-    want_y, want_i = F.max_pool3d(view(leaf), 3, 2, 1, return_indices=True)
+    op = ADAPTIVE_MAX if adaptive else MAX
+    if adaptive:
+        fwd = lambda t: F.adaptive_max_pool3d(t, (4, 5, 4), return_indices=True)  # noqa: E731
+        bwd = torch.ops.aten.adaptive_max_pool3d_backward
+    else:
+        fwd = lambda t: F.max_pool3d(t, 3, 2, 1, return_indices=True)  # noqa: E731
+        args = ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)
+        bwd = lambda g, x, i: torch.ops.aten.max_pool3d_with_indices_backward(g, x, *args, i)  # noqa: E731
+    want_y, want_i = fwd(view(leaf))
     with torch_fl.coverage() as cov:
-        got_y, got_i = F.max_pool3d(view(leaf.to(dev)), 3, 2, 1, return_indices=True)
-    assert MAX in cov.ops_in_tier("vendor") and not cov.ops_in_tier("cpu"), cov.counts
+        got_y, got_i = fwd(view(leaf.to(dev)))
+    assert op in cov.ops_in_tier("vendor") and not cov.ops_in_tier("cpu"), cov.counts
     torch.testing.assert_close(got_y.cpu(), want_y, rtol=0, atol=0)
     assert torch.equal(got_i.cpu(), want_i)
     assert (got_y.stride(), got_i.stride()) == (want_y.stride(), want_i.stride())
     gy = torch.randn(want_y.shape, generator=torch.Generator().manual_seed(4))
     gy = gy.contiguous(memory_format=torch.channels_last_3d)
-    args = ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], False)
-    want_g = torch.ops.aten.max_pool3d_with_indices_backward(gy, view(leaf), *args, want_i)
+    want_g = bwd(gy, view(leaf), want_i)
     with torch_fl.coverage() as cov:
-        got_g = torch.ops.aten.max_pool3d_with_indices_backward(gy.to(dev), view(leaf.to(dev)), *args, got_i)
-    assert f"{MAX}_backward" in cov.ops_in_tier("vendor"), cov.counts
+        got_g = bwd(gy.to(dev), view(leaf.to(dev)), got_i)
+    assert f"{op}_backward" in cov.ops_in_tier("vendor"), cov.counts
     _close(got_g.cpu(), want_g, "direct backward")
     assert got_g.stride() == want_g.stride()
 
@@ -136,20 +147,28 @@ def test_ral0_mode_matches_cpu(case):
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last_3d", "sliced"])
 @pytest.mark.parametrize(
-    "case", ["max_rect_dilated_ceil", "max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "avg_divisor", "adaptive_up_8x9x10"]
+    "case",
+    [
+        "max_rect_dilated_ceil",
+        "max_overlap_k2s1",
+        "avg_k3s2p1_ceil_nopad",
+        "avg_divisor",
+        "adaptive_up_8x9x10",
+        "adaptive_max_4x3x5",
+    ],
 )
 def test_ral1_to_matches_cpu(case, layout, path):  # noqa: F811 (the imported fixture)
     """`.to("ral:1")`: cases in every layout on both paths."""
     _assert_path(path, check(case, layout, "to", DEV), layout)
 
 
-@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_rect_ceil_pad", "adaptive_3x4x5"])
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_rect_ceil_pad", "adaptive_3x4x5", "adaptive_max_up_8x9x10"])
 def test_ral1_mode_matches_cpu(case, path):  # noqa: F811 (the imported fixture)
     """`ral_mode("ral:1")` over CPU tensors (channels_last_3d input) on both paths."""
     _assert_path(path, check(case, "channels_last_3d", "mode", DEV))
 
 
-@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"])
+@pytest.mark.parametrize("case", ["max_k3s2p1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5", "adaptive_max_4x3x5"])
 @pytest.mark.parametrize("which", ["host", "opencl"])
 def test_nan_and_inf_as_on_cpu(case, which):
     """A NaN and two infinities give CPU's NaN/inf pattern, values and gradients (NaN wins a max)."""
@@ -161,6 +180,7 @@ def test_nan_and_inf_as_on_cpu(case, which):
 def test_indices_and_strides_as_on_cpu(which, layout):
     """Values, indices and strides of max_pool3d equal CPU's; the direct backward too."""
     indices_match(plugin_device(which), layout)
+    indices_match(plugin_device(which), layout, adaptive=True)
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)])
@@ -173,7 +193,15 @@ def test_ral0_half_types(dtype, tol):
     want_y, want_i = F.max_pool3d(x, 3, 2, 1, return_indices=True)
     got_y, got_i = F.max_pool3d(x.to(dev), 3, 2, 1, return_indices=True)
     assert torch.equal(got_y.cpu(), want_y) and torch.equal(got_i.cpu(), want_i)
-    for fn in (CASES["max_overlap_k2s1"][0], CASES["avg_rect_ceil_pad"][0], CASES["adaptive_up_8x9x10"][0]):
+    want_y, want_i = F.adaptive_max_pool3d(x, (4, 3, 5), return_indices=True)
+    got_y, got_i = F.adaptive_max_pool3d(x.to(dev), (4, 3, 5), return_indices=True)
+    assert torch.equal(got_y.cpu(), want_y) and torch.equal(got_i.cpu(), want_i)
+    for fn in (
+        CASES["max_overlap_k2s1"][0],
+        CASES["avg_rect_ceil_pad"][0],
+        CASES["adaptive_up_8x9x10"][0],
+        CASES["adaptive_max_up_8x9x10"][0],
+    ):
         want = _run(fn, lambda t: t, x.float(), "cpu", "to")
         with torch_fl.coverage() as cov:
             got = _run(fn, lambda t: t, x, dev, "to")
@@ -189,7 +217,7 @@ def test_unbatched_input_and_empty_batch(which):
     empty batch gives CPU's empty shape."""
     dev = plugin_device(which)
     x = torch.randn(3, 5, 6, 7, generator=torch.Generator().manual_seed(6))
-    for case in ("max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5"):
+    for case in ("max_overlap_k2s1", "avg_k3s2p1_ceil_nopad", "adaptive_3x4x5", "adaptive_max_4x3x5"):
         fn, op = CASES[case]
         want = _run(fn, lambda t: t, x, "cpu", "to")
         with torch_fl.coverage() as cov:
@@ -201,11 +229,13 @@ def test_unbatched_input_and_empty_batch(which):
         assert fn(empty.to(dev)).shape == fn(empty).shape
 
 
-def _bad_backward(dev: str, bad: int) -> torch.Tensor:
+def _bad_backward(dev: str, bad: int, adaptive: bool = False) -> torch.Tensor:
     x = torch.randn(1, 2, 4, 4, 4)
-    y, i = F.max_pool3d(x, 2, return_indices=True)
+    y, i = F.adaptive_max_pool3d(x, 2, return_indices=True) if adaptive else F.max_pool3d(x, 2, return_indices=True)
     i = i.clone()
     i[0, 1, 1, 0, 1] = bad
+    if adaptive:
+        return torch.ops.aten.adaptive_max_pool3d_backward(torch.ones_like(y).to(dev), x.to(dev), i.to(dev))
     args = ([2, 2, 2], [2, 2, 2], [0, 0, 0], [1, 1, 1], False)
     return torch.ops.aten.max_pool3d_with_indices_backward(torch.ones_like(y).to(dev), x.to(dev), *args, i.to(dev))
 
@@ -221,6 +251,8 @@ def test_ral0_backward_index_outside_its_volume_raises():
     for bad in (64, -3):
         with pytest.raises(RuntimeError, match="max_pool3d_with_indices_backward.*outside its input volume"):
             _bad_backward(dev, bad).cpu()
+        with pytest.raises(RuntimeError, match="adaptive_max_pool3d_backward.*outside its input volume"):
+            _bad_backward(dev, bad, adaptive=True).cpu()
     _still_works(dev)
 
 
@@ -230,6 +262,8 @@ def test_ral1_backward_index_outside_its_volume_raises(path):  # noqa: F811 (the
     for bad in (99, -3):
         with pytest.raises(IndexError, match=f"max_pool3d_with_indices_backward: index {bad} is out of bounds.*64"):
             _bad_backward(DEV, bad).cpu()
+        with pytest.raises(IndexError, match=f"adaptive_max_pool3d_backward: index {bad} is out of bounds.*64"):
+            _bad_backward(DEV, bad, adaptive=True).cpu()
     _still_works(DEV)
 
 
@@ -241,10 +275,13 @@ def test_queued_kernels_on_plain_runtime_buffers():
         ("max_k3s2p1", "contiguous", "mode"), ("avg_k3s2p1_ceil_nopad", "sliced", "to"),
         ("avg_rect_ceil_pad", "channels_last_3d", "to"), ("avg_divisor", "contiguous", "mode"),
         ("adaptive_3x4x5", "sliced", "to"), ("adaptive_up_8x9x10", "channels_last_3d", "to"),
+        ("adaptive_max_4x3x5", "sliced", "to"), ("adaptive_max_up_8x9x10", "contiguous", "mode"),
     ]  # fmt: skip
     extra = """
         t.check("max_k3s2p1", "contiguous", "to", t.DEV, special=True)
         t.indices_match(t.DEV, "channels_last_3d")
+        t.check("adaptive_max_4x3x5", "contiguous", "to", t.DEV, special=True)
+        t.indices_match(t.DEV, "channels_last_3d", adaptive=True)
     """
     base.run_queued("test_pool3d_kernels", cases, extra)
 
@@ -297,6 +334,7 @@ def test_sweep_windows_and_layouts(which):
                             if p == 0 and not ceil:  # adaptive: outputs 1..9 per axis (1x1x1 is a mean)
                                 size = (k + s, 2 * k + 1, 3 * s)
                                 fns.append(lambda t, o=size: F.adaptive_avg_pool3d(t, o))  # noqa: B023
+                                fns.append(lambda t, o=size: F.adaptive_max_pool3d(t, o))  # noqa: B023
                             for n, fn in enumerate(fns):
                                 what = f"{D}x{H}x{W} {layout} k{k} s{s} p{p} ceil={ceil} fn{n}"
                                 try:

@@ -329,6 +329,10 @@ void ral_max_pool3_volume(const ral_pool3* g, const float* x, const int64_t xs[3
     for (o[1] = 0; o[1] < g->out[1]; o[1]++)
       for (o[2] = 0; o[2] < g->out[2]; o[2]++) {
         for (int a = 0; a < 3; a++) { /* MaxPoolKernel.cpp's window: end clipped, start stepped in */
+          if (g->adaptive) { /* AdaptiveMaxPoolKernel.cpp's: floor(o * I / O) .. ceil((o + 1) * I / O) */
+            lo[a] = o[a] * g->in[a] / g->out[a], hi[a] = ((o[a] + 1) * g->in[a] + g->out[a] - 1) / g->out[a];
+            continue;
+          }
           lo[a] = o[a] * g->s[a] - g->p[a];
           hi[a] = imin(lo[a] + (g->k[a] - 1) * g->dil[a] + 1, g->in[a]);
           while (lo[a] < 0) lo[a] += g->dil[a];

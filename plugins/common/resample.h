@@ -79,7 +79,8 @@ void ral_upsample_cl_backward(const ral_upsample* g, int64_t C, float* gi, const
  * (st[3]), so each plugin passes its float blocks or its buffers as they lie. Axis order in
  * the arrays: depth, height, width. Max pooling: CPU's window (dilation; the first in-volume
  * element is the index when nothing beats -inf), first maximum, NaN wins, index flat per
- * volume (d * H * W + h * W + w). Average pooling: CPU's padded window clipped to the volume,
+ * volume (d * H * W + h * W + w); with `adaptive` (adaptive_max_pool3d) over the adaptive
+ * windows below, dilation 1. Average pooling: CPU's padded window clipped to the volume,
  * divisor (0: none) or count_include_pad; an empty window gives 0. adaptive
  * (_adaptive_avg_pool3d): windows floor(o * I / O) .. ceil((o + 1) * I / O), the sum divided by
  * each extent in turn (CPU's sum / kd / kh / kw); k, s, p unused. Backward forms zero gi,

@@ -46,7 +46,7 @@
   X(host_max_pool2d) X(host_max_pool2d_backward) X(host_avg_pool2d) X(host_avg_pool2d_backward)      \
   X(host_adaptive_avg_pool2d) X(host_adaptive_avg_pool2d_backward) X(host_adaptive_max_pool2d)       \
   X(host_adaptive_max_pool2d_backward) X(host_max_pool3d) X(host_max_pool3d_backward) X(host_avg_pool3d)     \
-  X(host_avg_pool3d_backward) X(host_adaptive_avg_pool3d) X(host_adaptive_avg_pool3d_backward) X(host_upsample_nearest2d) \
+  X(host_avg_pool3d_backward) X(host_adaptive_avg_pool3d) X(host_adaptive_avg_pool3d_backward) X(host_adaptive_max_pool3d) X(host_adaptive_max_pool3d_backward) X(host_upsample_nearest2d) \
   X(host_upsample_nearest2d_backward) X(host_upsample_bilinear2d) X(host_upsample_bilinear2d_backward)  \
   X(host_upsample_nearest_exact2d) X(host_upsample_nearest_exact2d_backward) X(host_upsample_nearest1d)  \
   X(host_upsample_nearest1d_backward) X(host_upsample_nearest_exact1d) X(host_upsample_nearest_exact1d_backward) \

@@ -1,7 +1,7 @@
 /*
  * pool3d.c -- 3-d pooling and its backward over [N, C, D, H, W] or [C, D, H, W] operands of
  * any strides (NCDHW, channels_last_3d, sliced), float32/float16/bfloat16 (computed in float):
- * max_pool3d_with_indices, avg_pool3d and _adaptive_avg_pool3d. One task per block of whole volumes (planes.h with
+ * max_pool3d_with_indices, avg_pool3d, _adaptive_avg_pool3d and adaptive_max_pool3d. One task per block of whole volumes (planes.h with
  * a depth axis); the volume math is plugins/common/resample.c's ral_pool3 (shared with the
  * OpenCL plugin's host path), with ATen's CPU windows, index, NaN and divisor rules, so values
  * and indices match CPU's. The output sizes (ceil_mode) come with the output tensors.
@@ -122,13 +122,14 @@ static ral_status index_operand(const ral_kernel_call* c, pool3_job* j, const ra
   return RAL_OK;
 }
 
-/* max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) ->
- * (out, indices); ceil_mode is in the output sizes. */
-ral_status host_max_pool3d(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 2, 1, 4);
+/* Max pooling's forward (plain: the window from scalars 0..3; adaptive: from the sizes,
+ * dilation 1) -> (out, indices); the output sizes (ceil_mode) come with the outputs. */
+static ral_status max_pool(const ral_kernel_call* c, int adaptive) {
+  ral_status s = host_check_arity(c, 2, 1, adaptive ? 0 : 4);
   if (s != RAL_OK) return s;
-  pool3_job j = {0};
-  if ((s = window(c, &j.g, 1)) != RAL_OK || (s = operands(c, &j, &j.x, host_in(c, 0), &j.y, host_out(c, 0))) != RAL_OK ||
+  pool3_job j = {.g = {.adaptive = adaptive, .k = {1, 1, 1}, .s = {1, 1, 1}, .dil = {1, 1, 1}}};
+  if ((!adaptive && (s = window(c, &j.g, 1)) != RAL_OK) ||
+      (s = operands(c, &j, &j.x, host_in(c, 0), &j.y, host_out(c, 0))) != RAL_OK ||
       (s = index_operand(c, &j, host_out(c, 1), host_out(c, 0))) != RAL_OK)
     return s;
   if (j.x.d * j.x.h * j.x.w == 0 && j.y.d * j.y.h * j.y.w > 0)
@@ -136,20 +137,35 @@ ral_status host_max_pool3d(const ral_kernel_call* c) {
   return run(c, &j, 0, max_forward);
 }
 
-/* max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
- * dilation, ceil_mode, indices) -> grad_input: each gradient goes to its saved index, in
- * output order (CPU's); an index outside its volume fails the call. */
-ral_status host_max_pool3d_backward(const ral_kernel_call* c) {
-  ral_status s = host_check_arity(c, 1, 3, 4);
+/* Max pooling's backward (grad_output, self, [window scalars,] indices) -> grad_input: each
+ * gradient goes to its saved index, in output order (CPU's); an index outside its volume
+ * fails the call. */
+static ral_status max_pool_backward(const ral_kernel_call* c, int adaptive) {
+  ral_status s = host_check_arity(c, 1, 3, adaptive ? 0 : 4);
   if (s != RAL_OK) return s;
-  pool3_job j = {0};
-  if ((s = window(c, &j.g, 1)) != RAL_OK || (s = operands(c, &j, &j.x, host_out(c, 0), &j.y, host_in(c, 0))) != RAL_OK ||
+  pool3_job j = {.g = {.adaptive = adaptive, .k = {1, 1, 1}, .s = {1, 1, 1}, .dil = {1, 1, 1}}};
+  if ((!adaptive && (s = window(c, &j.g, 1)) != RAL_OK) ||
+      (s = operands(c, &j, &j.x, host_out(c, 0), &j.y, host_in(c, 0))) != RAL_OK ||
       (s = index_operand(c, &j, host_in(c, 2), host_in(c, 0))) != RAL_OK)
     return s;
   if (!host_same_shape(host_out(c, 0), host_in(c, 1)))
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input and self shapes differ");
   return run(c, &j, 1, max_backward);
 }
+
+/* max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices). */
+ral_status host_max_pool3d(const ral_kernel_call* c) { return max_pool(c, 0); }
+
+/* max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+ * dilation, ceil_mode, indices) -> grad_input. */
+ral_status host_max_pool3d_backward(const ral_kernel_call* c) { return max_pool_backward(c, 0); }
+
+/* adaptive_max_pool3d(self, output_size) -> (out, indices): max pooling's rules (first maximum,
+ * NaN wins) over the adaptive windows; indices flat per volume, as CPU's. */
+ral_status host_adaptive_max_pool3d(const ral_kernel_call* c) { return max_pool(c, 1); }
+
+/* adaptive_max_pool3d_backward(grad_output, self, indices) -> grad_input. */
+ral_status host_adaptive_max_pool3d_backward(const ral_kernel_call* c) { return max_pool_backward(c, 1); }
 
 /* Window scalars 0..2, count_include_pad (scalar 4) and divisor_override (scalar 5). */
 static ral_status avg_options(const ral_kernel_call* c, pool3_job* j) {

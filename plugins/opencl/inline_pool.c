@@ -190,7 +190,8 @@ int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_ten
     for (int64_t b = 0; b < g->B; b++)
       if (ral_max_pool3_bad_index(&v, pi + volume_at(g, g->is, b), is, &bad)) {
         ocl_inline_end(c->stream);
-        *st = ocl_index_error(OCL_SITE_MAX_POOL3D_BACKWARD, (long long)bad, 0,
+        *st = ocl_index_error(g->adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL3D_BACKWARD : OCL_SITE_MAX_POOL3D_BACKWARD,
+                              (long long)bad, 0,
                               (long long)(v.in[0] * v.in[1] * v.in[2]), 0);
         return 1;
       }

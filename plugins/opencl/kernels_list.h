@@ -48,7 +48,7 @@
   X(ocl_adaptive_max_pool2d) X(ocl_adaptive_max_pool2d_backward) \
   X(ocl_avg_pool2d) X(ocl_avg_pool2d_backward) X(ocl_adaptive_avg_pool2d)                 \
   X(ocl_max_pool3d_with_indices) X(ocl_max_pool3d_with_indices_backward) X(ocl_avg_pool3d)         \
-  X(ocl_avg_pool3d_backward) X(ocl_adaptive_avg_pool3d) X(ocl_adaptive_avg_pool3d_backward) X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
+  X(ocl_avg_pool3d_backward) X(ocl_adaptive_avg_pool3d) X(ocl_adaptive_avg_pool3d_backward) X(ocl_adaptive_max_pool3d) X(ocl_adaptive_max_pool3d_backward) X(ocl_adaptive_avg_pool2d_backward) X(ocl_upsample_nearest2d) X(ocl_upsample_nearest2d_backward) \
   X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
   X(ocl_upsample_nearest_exact2d_backward) X(ocl_upsample_nearest1d) X(ocl_upsample_nearest1d_backward)   \
   X(ocl_upsample_nearest_exact1d) X(ocl_upsample_nearest_exact1d_backward) X(ocl_upsample_linear1d)        \

@@ -1,7 +1,7 @@
 /*
  * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
- * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d; 3-d max_pool3d_with_indices
- * avg_pool3d and _adaptive_avg_pool3d over [C, D, H, W] or [N, C, D, H, W] float32 (inline_pool.c's host path,
+ * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d; 3-d max_pool3d_with_indices,
+ * adaptive_max_pool3d, avg_pool3d and _adaptive_avg_pool3d over [C, D, H, W] or [N, C, D, H, W] float32 (inline_pool.c's host path,
  * kernels/pool.cl's *3d_* kernels); operands of any strides
  * (so outputs take CPU's layout, channels_last included); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
  * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
@@ -285,37 +285,60 @@ static ral_status volume_indices(const ral_kernel_call* c, const ral_tensor* idx
   return RAL_OK;
 }
 
-/* max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
-ral_status ocl_max_pool3d_with_indices(const ral_kernel_call* c) {
-  ral_status st = ocl_check_arity(c, 2, 1, 4);
+/* 3-d max pooling forward (plain: the window from scalars 0..3; adaptive: from the sizes)
+ * -> (out, indices). */
+static ral_status max3_forward(const ral_kernel_call* c, int adaptive) {
+  ral_status st = ocl_check_arity(c, 2, 1, adaptive ? 0 : 4);
   if (st != RAL_OK) return st;
   const ral_tensor *y = ocl_out(c, 0), *idx = ocl_out(c, 1), *x = ocl_in(c, 0);
   ocl_pool3 g;
-  if ((st = volumes(c, x, y, &g, VOL_MAX)) != RAL_OK || (st = volume_indices(c, idx, y, &g)) != RAL_OK) return st;
+  if ((st = volumes(c, x, y, &g, adaptive ? VOL_ADAPTIVE : VOL_MAX)) != RAL_OK ||
+      (st = volume_indices(c, idx, y, &g)) != RAL_OK)
+    return st;
   if (ocl_numel(y) == 0) return RAL_OK;
   if (g.I[0] * g.I[1] * g.I[2] == 0) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "empty input volume");
   if (ocl_inline_pool3(c, &g, x, idx, y, 0, &st)) return st; /* a CPU runtime with host-unified buffers */
   ocl_arg a[5] = {ocl_mem(y), ocl_mem(idx), ocl_mem(x), OCL_VAL(g)};
-  return ocl_enqueue_rows(c, OCL_K_maxpool3d_fwd, 4, a, g.B * g.O[0] * g.O[1], g.O[2] * g.k[0] * g.k[1] * g.k[2]);
+  int64_t win = 1; /* a window's work: its size, or an adaptive one's (about I / O + 1 per axis) */
+  for (int k = 0; k < 3; k++) win *= adaptive ? g.I[k] / g.O[k] + 1 : g.k[k];
+  return ocl_enqueue_rows(c, OCL_K_maxpool3d_fwd, 4, a, g.B * g.O[0] * g.O[1], g.O[2] * win);
 }
 
-/* max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
- * ceil_mode, indices) -> grad_input: a gather in output order; an index outside its volume
- * raises IndexError (the host path before writing, the queued kernel at the next sync). */
-ral_status ocl_max_pool3d_with_indices_backward(const ral_kernel_call* c) {
-  ral_status st = ocl_check_arity(c, 1, 3, 4);
+/* 3-d max pooling backward (grad_output, self, [window scalars,] indices) -> grad_input: a
+ * gather in output order; an index outside its volume raises IndexError (the host path
+ * before writing, the queued kernel at the next sync). */
+static ral_status max3_backward(const ral_kernel_call* c, int adaptive) {
+  ral_status st = ocl_check_arity(c, 1, 3, adaptive ? 0 : 4);
   if (st != RAL_OK) return st;
   const ral_tensor *gi = ocl_out(c, 0), *go = ocl_in(c, 0), *x = ocl_in(c, 1), *idx = ocl_in(c, 2);
   ocl_pool3 g;
   if (!same_sizes(gi, x)) return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "grad_input does not match the input");
-  if ((st = volumes(c, gi, go, &g, VOL_MAX)) != RAL_OK || (st = volume_indices(c, idx, go, &g)) != RAL_OK) return st;
+  if ((st = volumes(c, gi, go, &g, adaptive ? VOL_ADAPTIVE : VOL_MAX)) != RAL_OK ||
+      (st = volume_indices(c, idx, go, &g)) != RAL_OK)
+    return st;
   if (ocl_numel(gi) == 0) return RAL_OK;
   if (ocl_inline_pool3(c, &g, gi, idx, go, 1, &st)) return st;
   ocl_arg a[6] = {ocl_mem(gi), ocl_mem(go), ocl_mem(idx), OCL_VAL(g), ocl_stream_err_arg(c)};
-  st = ocl_enqueue_rows(c, OCL_K_maxpool3d_bwd, 5, a, g.B * g.I[0] * g.I[1], g.I[2]);
+  int64_t win = 1; /* the outputs whose window may hold one input element */
+  for (int k = 0; k < 3; k++) win *= adaptive ? g.O[k] / (g.I[k] ? g.I[k] : 1) + 1 : 1;
+  st = ocl_enqueue_rows(c, OCL_K_maxpool3d_bwd, 5, a, g.B * g.I[0] * g.I[1], g.I[2] * win);
   if (st == RAL_OK) ocl_stream_arm(c);
   return st;
 }
+
+/* max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) -> (out, indices) */
+ral_status ocl_max_pool3d_with_indices(const ral_kernel_call* c) { return max3_forward(c, 0); }
+
+/* max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation,
+ * ceil_mode, indices) -> grad_input */
+ral_status ocl_max_pool3d_with_indices_backward(const ral_kernel_call* c) { return max3_backward(c, 0); }
+
+/* adaptive_max_pool3d(self, output_size) -> (out, indices): max pooling's rules over the
+ * adaptive windows; indices flat per volume, as CPU's. */
+ral_status ocl_adaptive_max_pool3d(const ral_kernel_call* c) { return max3_forward(c, 1); }
+
+/* adaptive_max_pool3d_backward(grad_output, self, indices) -> grad_input */
+ral_status ocl_adaptive_max_pool3d_backward(const ral_kernel_call* c) { return max3_backward(c, 1); }
 
 /* Forward (big = x, small = y) or backward (big = grad_input, small = grad_output) of a 3-d
  * average pooling whose geometry g is complete: the host path, else the queued kernel. */

@@ -187,6 +187,7 @@ void ocl_stream_arm(const ral_kernel_call* c) { atomic_store(&c->stream->armed, 
 static const char* const k_site_names[OCL_N_SITES] = {
     "?", "gather", "index_select", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "nll_loss",
     "max_pool2d_with_indices_backward", "adaptive_max_pool2d_backward", "max_pool3d_with_indices_backward",
+    "adaptive_max_pool3d_backward",
 };
 
 /* After the queue drained: report (and clear) an index fault recorded by a kernel.

@@ -167,6 +167,10 @@ __kernel void avgpool2d_bwd(gbuf gi, gcbuf go, ocl_pool g, long chunk) {
 
 /* Max window of output o along axis a: [i0, i1) by the dilation, its first in-bounds element first. */
 inline void max3_span(const ocl_pool3* g, int a, long o, long* i0, long* i1) {
+  if (g->adaptive) { /* adaptive_max_pool3d: floor(o * I / O) .. ceil((o + 1) * I / O), dilation 1 */
+    *i0 = o * g->I[a] / g->O[a], *i1 = ((o + 1) * g->I[a] + g->O[a] - 1) / g->O[a];
+    return;
+  }
   long s = o * g->s[a] - g->p[a];
   *i1 = min(s + (g->k[a] - 1) * g->d[a] + 1, g->I[a]);
   while (s < 0) s += g->d[a];
@@ -237,7 +241,7 @@ __kernel void maxpool3d_bwd(gbuf gi, gcbuf go, __global const long* idx, ocl_poo
             if (v == me)
               acc += ld_f(go, OCL_VOLUME_AT(g.off_y, g.ys, g.C, b, od, oh, ow), g.dt);
             else if (v < 0 || v >= vol)
-              index_fault(err, OCL_SITE_MAX_POOL3D_BACKWARD, v, 0, vol);
+              index_fault(err, g.adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL3D_BACKWARD : OCL_SITE_MAX_POOL3D_BACKWARD, v, 0, vol);
           }
       st_f(gi, OCL_VOLUME_AT(g.off_x, g.xs, g.C, b, iz, ih, iw), g.dt, acc);
     }
