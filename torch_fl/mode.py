@@ -210,10 +210,12 @@ _KINDS: dict = {}
 #     twin or weak reference outlives its block.
 _CACHE: dict = {}
 _BY_STORAGE: dict = {}  # storage data_ptr -> set of _CACHE keys on it
-# Storage data_ptrs handed to numpy under the mode, or copied into a device tensor by `copy_`
-# (how inductor's generated code on ral:0 reads a CPU graph input, whose update it then writes
-# back from a C++ kernel that bumps no version counter): never cached again.
-_EXPOSED: set = set()
+# Storages handed to numpy under the mode, or copied into a device tensor by `copy_` (how
+# inductor's generated code on ral:0 reads a CPU graph input, whose update it then writes back
+# from a C++ kernel that bumps no version counter): not cached while a tensor that exposed them
+# lives (a numpy array keeps its tensor alive). Storage data_ptr -> {id(tensor): weak ref}; a
+# dead tensor's entry goes, so a later storage at the same address caches again.
+_EXPOSED: dict = {}
 # Running statistics (batch/instance norm in training) updated on their device twins whose copy
 # home is deferred: id(cpu tensor) -> (cpu tensor, twin). Copying home at once costs a stream
 # sync per norm layer, which stalls the forward behind every queued kernel; device ops read the
@@ -289,12 +291,24 @@ def _invalidate_storage(t) -> None:
         _CACHE.pop(key, None)
 
 
+def _unexpose(sptr: int, key: int, ref) -> None:
+    refs = _EXPOSED.get(sptr)
+    if refs is not None and refs.get(key) is ref:
+        del refs[key]
+        if not refs:
+            _EXPOSED.pop(sptr, None)
+
+
 def _expose(t) -> None:
     """t's memory was handed to code whose writes bump no version counter (numpy, a compiled
-    graph): t's storage is never cached again."""
+    graph): t's storage is not cached again while t lives."""
     if _is_cpu_tensor(t) and t.layout is torch.strided:
         _invalidate_storage(t)
-        _EXPOSED.add(_storage_ptr(t))
+        sptr, key = _storage_ptr(t), id(t)
+        refs = _EXPOSED.setdefault(sptr, {})
+        old = refs.get(key)
+        if old is None or old() is not t:
+            refs[key] = weakref.ref(t, lambda ref, sptr=sptr, key=key: _unexpose(sptr, key, ref))
 
 
 def flush_upload_cache() -> None:

@@ -288,3 +288,28 @@ def test_optimizer_step_brings_running_statistics_home(device):
         _thread(lambda: seen.append((model[1].running_mean.clone(), model[4].running_var.clone())))
     torch.testing.assert_close(seen[0][0], ref[1].running_mean, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(seen[0][1], ref[4].running_var, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_storage_copied_into_a_device_tensor_is_not_cached_while_its_tensor_lives(device):
+    """`device_buffer.copy_(cpu_tensor)` (how inductor's generated code on ral:0 reads a CPU graph
+    input it may then update from C++ without a version bump) keeps the CPU tensor's storage out
+    of the upload cache while that tensor lives; once it dies a new storage at the same address
+    caches again (an address set that only grew made unrelated later tensors uncacheable)."""
+    import gc
+
+    from torch_fl import mode as mode_mod
+
+    t = torch.arange(8.0)  # a CPU tensor (made inside the mode it would be on the device)
+    with torch_fl.ral_mode(device):
+        buf = torch.empty(8, device=device)
+        buf.copy_(t)
+        sptr = t.untyped_storage().data_ptr()
+        assert sptr in mode_mod._EXPOSED
+        assert float((t * 2).sum()) == 56.0 and mode_mod._cache_get(t) is None
+        with torch.no_grad():
+            torch.Tensor.add_(t.data, 1)  # a write the version counter of t does not see
+        assert float((t * 2).sum()) == 72.0
+        del t
+        gc.collect()
+        assert sptr not in mode_mod._EXPOSED
