@@ -541,12 +541,9 @@ def _settle_all() -> None:
     if not _PENDING:
         return
     with torch._C.DisableTorchFunction():  # may run while a mode is active (enter/exit)
-        while _PENDING:
-            key, (t, twin) = _PENDING.popitem()
-            for keys in _PENDING_BY_STORAGE.values():
-                keys.discard(key)
-            _write_back(t, twin)
-    _PENDING_BY_STORAGE.clear()
+        while _PENDING:  # one at a time: a failed copy leaves the rest pending
+            _write_back(*_PENDING.popitem()[1])
+    _PENDING_BY_STORAGE.clear()  # _settle_storage skips keys already settled meanwhile
 
 
 def upload(t: torch.Tensor, dev: int) -> RalTensor:
