@@ -3,7 +3,11 @@ distributed/FSDP2/example.py and distributed/tensor_parallelism/tensor_parallel_
 (torch.accelerator to pick the device, init_device_mesh, fully_shard / parallelize_module, a bare
 device type for inputs). Run under torchrun; rank 0 prints the losses as JSON.
 
-    torchrun --nproc-per-node 2 fsdp_tp_script.py {fsdp,tp} {ral,cpu}
+    torchrun --nproc-per-node 2 fsdp_tp_script.py {fsdp,tp} {ral,cpu} {set,mesh}
+
+"set" picks the rank's device with one line; "mesh" picks none, as the FSDP2 example does (its
+`torch.accelerator.device_index(rank)` is never entered), and leaves it to DeviceMesh, which sets
+it from LOCAL_RANK only while `torch.<device>.is_initialized()` is False.
 """
 
 import json
@@ -14,12 +18,16 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-mode, device_type = sys.argv[1], sys.argv[2]
+mode, device_type, pick = sys.argv[1], sys.argv[2], sys.argv[3]
 local_rank = int(os.environ["LOCAL_RANK"])
-if device_type != "cpu":
+if device_type != "cpu" and pick == "set":
     torch.accelerator.set_device_index(local_rank)  # the one-line device choice
 device = torch.device(device_type, local_rank) if device_type != "cpu" else torch.device("cpu")
+if device_type != "cpu":
+    assert torch.accelerator.device_count() == 2  # counting devices must not stop DeviceMesh picking one
 mesh = init_device_mesh(device_type, (int(os.environ["WORLD_SIZE"]),))
+if device_type != "cpu":
+    assert torch.accelerator.current_device_index() == local_rank, (pick, torch.accelerator.current_device_index())
 losses = []
 
 

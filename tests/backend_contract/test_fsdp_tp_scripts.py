@@ -1,6 +1,7 @@
 """Contract: FSDP2 and tensor-parallel training written as pytorch/examples writes it runs under
 `torchrun --nproc-per-node 2` on ral (rank r on ral:r, chosen with one line), and its losses
-match the same script on CPU with gloo."""
+match the same script on CPU with gloo. The tensor-parallel run sets no device and leaves the
+choice to DeviceMesh, as pytorch/examples' FSDP2 example does."""
 
 import json
 import os
@@ -28,10 +29,10 @@ def _torchrun(*args) -> list[float]:
     return json.loads(line.removeprefix("LOSSES "))
 
 
-@pytest.mark.parametrize("mode", ["fsdp", "tp"])
-def test_losses_match_cpu_gloo(mode):
-    ral = _torchrun(mode, "ral")
-    cpu = _torchrun(mode, "cpu")
+@pytest.mark.parametrize(("mode", "pick"), [("fsdp", "set"), ("tp", "mesh")])
+def test_losses_match_cpu_gloo(mode, pick):
+    ral = _torchrun(mode, "ral", pick)
+    cpu = _torchrun(mode, "cpu", pick)
     assert len(ral) == len(cpu) == 4
     assert ral == pytest.approx(cpu, rel=1e-4, abs=1e-5)
     assert ral[-1] != ral[0]  # it trained
