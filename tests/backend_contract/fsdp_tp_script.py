@@ -64,6 +64,48 @@ if mode == "fsdp":
         total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(total.item() / dist.get_world_size())
+elif mode == "tp_attn":
+    # fsdp_tp_example.py's attention plan: q/k/v column-parallel as DTensors (use_local_output
+    # False), SDPA over DTensors sharded on heads, the output projection row-parallel.
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    class Attention(torch.nn.Module):
+        def __init__(self, dim=16, heads=4):
+            super().__init__()
+            self.heads, self.head_dim = heads, dim // heads
+            self.wq, self.wk, self.wv = (torch.nn.Linear(dim, dim, bias=False) for _ in range(3))
+            self.wo = torch.nn.Linear(dim, dim, bias=False)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = (w(x).view(b, t, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(y.transpose(1, 2).contiguous().view(b, t, -1))
+
+    def train(model):
+        """Four SGD steps; the losses."""
+        optim = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = []
+        for step in range(4):
+            g = torch.Generator().manual_seed(step)  # every TP rank sees the same input
+            inp = torch.rand(2, 6, 16, generator=g).to(device_type)
+            loss = model(inp).pow(2).mean()
+            loss.backward()
+            optim.step()
+            optim.zero_grad()
+            out.append(loss.item())
+        return out
+
+    torch.manual_seed(0)
+    reference = Attention()  # the same model unsharded, on plain CPU (DTensor has no CPU SDPA strategy)
+    model = Attention().to(device_type)
+    model.load_state_dict(reference.state_dict())
+    plan = {name: ColwiseParallel(use_local_output=False) for name in ("wq", "wk", "wv")}
+    model = parallelize_module(model, mesh, {**plan, "wo": RowwiseParallel()})
+    losses = train(model)
+    device_type = "cpu"
+    if dist.get_rank() == 0:
+        print("REFERENCE " + json.dumps(train(reference)))
 else:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 

@@ -51,9 +51,10 @@ def sdpa_forward(
     B, H, L = query.shape[0], query.shape[1], query.shape[2]
     if tuple(lse.shape) != (B, H, L):
         lse = aten.reshape.default(lse, [B, H, L])
-    empty = aten.empty.memory_format([0], dtype=torch.long, device=query.device)
     seed = aten.empty.memory_format([], dtype=torch.long, device=query.device)
-    return out, lse, empty, empty, L, key.shape[-2], seed, seed, empty
+    # No cumulative sequence lengths or debug mask: undefined, as PyTorch's meta kernel for this
+    # op says (DTensor and compiled graphs plan the outputs by it).
+    return out, lse, None, None, L, key.shape[-2], seed, seed, None
 
 
 def _bmm(a, b, ta=False, tb=False):
