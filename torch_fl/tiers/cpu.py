@@ -10,7 +10,7 @@ from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_
 from torch_fl.tensor.layout import is_dense
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
-from torch_fl.tensor.restride import restride
+from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.transfer import empty_on, to_device
 from torch_fl.tiers.widen import WIDENED
 
@@ -111,7 +111,7 @@ class CpuRun:
         resized = set()
         for (orig, cpu), before in zip(copies, shapes):
             if (cpu.shape, cpu.stride()) != before:
-                _adopt_resized(orig, cpu, dev)  # new geometry and data: nothing to write back
+                _adopt_resized(orig, cpu)  # new geometry and data: nothing to write back
                 resized.add(id(orig))
         # Mutated arguments: zero-copy host views (a host-mappable device) were the memory and
         # saw every write, secret mutations included; host copies go back.
@@ -210,11 +210,19 @@ def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
     return out
 
 
-def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
+def _adopt_resized(orig: RalTensor, cpu: torch.Tensor) -> None:
     """An out= or in-place op resized its argument on CPU: give the ral tensor the new
-    geometry and data."""
-    fresh = to_device(cpu, dev)
-    restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
+    geometry and data, resized as CPU resizes it."""
+    # CPU's resize_ keeps the storage where the new size fits, so a resized out= view still
+    # aliases its base (`torch.abs(x, out=o[:, ::3])` writes into o). A fresh buffer here lost
+    # those writes on a device that is not host-mappable, and unshared the view on one that is.
+    resize(orig, cpu.shape)
+    if orig.stride() != cpu.stride():  # TensorIterator lays a resized out like its inputs
+        restride(orig, orig._buf, cpu.shape, cpu.stride(), orig.storage_offset())
+    view = host_view(orig)
+    if view is not None and view.data_ptr() == cpu.data_ptr():
+        return  # CPU wrote through a zero-copy view of this very memory
+    torch.ops.aten.copy_.default(orig, cpu)
 
 
 def _up(v, by_cpu, dev, keep_layout):
