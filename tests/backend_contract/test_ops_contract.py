@@ -52,3 +52,41 @@ def test_resized_out_view_keeps_aliasing_its_base(device, case):
         mode_out = _run(case, x, mode_base)
     torch.testing.assert_close(mode_out.cpu(), want_out, rtol=0, atol=0)
     torch.testing.assert_close(mode_base.cpu(), want_base, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_names_what_ral_lacks_and_the_tensor_keeps_working(device):
+    """ral carries no quantized dtypes (nor does this torch keep them for long: it warns they
+    are deprecated). Quantizing a ral tensor says so, with PyTorch's exception type for a
+    backend that lacks an op, rather than a copy error; the tensor stays usable."""
+    x = torch.randn(3, 4)
+    xd = x.to(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's deprecation of quantized dtypes
+        with pytest.raises(NotImplementedError, match=r"quantize_per_tensor: ral devices do not carry quantized"):
+            torch.quantize_per_tensor(xd, 0.1, 10, torch.qint8)
+    torch.testing.assert_close((xd * 2 + 1).cpu(), x * 2 + 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_under_ral_mode_stays_cpu_state_as_without_the_mode(device):
+    """Under ral_mode a quantized result is CPU state, as without the mode, even when its
+    operands (per-channel scales) were computed on the device; dequantize gives CPU's values."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        want = torch.quantize_per_tensor(x, 0.1, 10, torch.qint8)
+        want_c = torch.quantize_per_channel(x, torch.ones(3) * 0.1, torch.zeros(3, dtype=torch.long), 0, torch.quint8)
+        with torch_fl.ral_mode(device):
+            got = torch.quantize_per_tensor(x, 0.1, 10, torch.qint8)
+            got_c = torch.quantize_per_channel(
+                x, torch.ones(3) * 0.1, torch.zeros(3, dtype=torch.long), 0, torch.quint8
+            )
+            back = got.dequantize()
+            y = (x * 2).sum()
+    assert got.device.type == "cpu" and got.dtype == torch.qint8 and got_c.dtype == torch.quint8
+    torch.testing.assert_close(back, want.dequantize(), rtol=0, atol=0)
+    torch.testing.assert_close(got_c.dequantize(), want_c.dequantize(), rtol=0, atol=0)
+    assert y.device == torch.device(device)
+    torch.testing.assert_close(y.cpu(), (x * 2).sum())

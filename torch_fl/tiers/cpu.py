@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
 from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, host_view, write_back
@@ -108,6 +109,7 @@ class CpuRun:
                 return direct
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.fn(*cpu_args, **cpu_kwargs)
+        _refuse_quantized(result, self.sch.name)
         resized = set()
         for (orig, cpu), before in zip(copies, shapes):
             if (cpu.shape, cpu.stride()) != before:
@@ -208,6 +210,19 @@ def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
     if (tuple(view.shape), view.stride()) != geo[:2]:
         raise RuntimeError(f"{func}: the out= kernel resized a result whose size the meta kernel gave")
     return out
+
+
+def _refuse_quantized(result, op: str) -> None:
+    """A quantized CPU result cannot become a ral tensor (no quantized dtypes there): say so
+    before the upload fails with PyTorch's 'Copying from quantized Tensor' message."""
+    items = result if isinstance(result, (list, tuple)) else (result,)
+    for r in items:
+        if isinstance(r, torch.Tensor) and r.is_quantized:
+            raise UnsupportedError(
+                f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry quantized tensors ({r.dtype}); "
+                "quantize a CPU copy (x.cpu()) instead",
+                op=op,
+            )
 
 
 def _adopt_resized(orig: RalTensor, cpu: torch.Tensor) -> None:
