@@ -8,7 +8,7 @@ from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
 from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, host_view, write_back
-from torch_fl.tensor.layout import is_dense
+from torch_fl.tensor.layout import extent_elems, is_dense
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
@@ -233,7 +233,12 @@ def _adopt_resized(orig: RalTensor, cpu: torch.Tensor) -> None:
     # those writes on a device that is not host-mappable, and unshared the view on one that is.
     resize(orig, cpu.shape)
     if orig.stride() != cpu.stride():  # TensorIterator lays a resized out like its inputs
-        restride(orig, orig._buf, cpu.shape, cpu.stride(), orig.storage_offset())
+        offset = orig.storage_offset()
+        if (offset + extent_elems(cpu.shape, cpu.stride())) * cpu.itemsize > orig._buf.nbytes:
+            fresh = to_device(cpu, orig._dev)  # a layout the kept buffer cannot hold
+            restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
+            return
+        restride(orig, orig._buf, cpu.shape, cpu.stride(), offset)
     view = host_view(orig)
     if view is not None and view.data_ptr() == cpu.data_ptr():
         return  # CPU wrote through a zero-copy view of this very memory
