@@ -187,6 +187,10 @@ _NUMPY = -1  # hands a CPU tensor's memory to numpy (whose writes bump no versio
 # DLPack hands it to any library (np/torch.from_dlpack): as numpy, and never uploaded
 _NUMPY_NAMES = {"numpy", "__array__", "__dlpack__", "__dlpack_device__"}
 _SET_DATA = -2  # `cpu_tensor.data = value`: the value a computation made on the device comes home
+# Ops whose results ral devices cannot hold (quantized dtypes): CPU PyTorch with any device
+# operand downloaded, the quantized result CPU state as without the mode.
+_HOST_ONLY = -3
+_HOST_ONLY_NAMES = {"quantize_per_tensor", "quantize_per_tensor_dynamic", "quantize_per_channel"}
 _DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 _KINDS: dict = {}
 
@@ -355,6 +359,8 @@ def _kind(func) -> int:
             k = _SWAP
         elif name in _NUMPY_NAMES:
             k = _NUMPY
+        elif name in _HOST_ONLY_NAMES:
+            k = _HOST_ONLY
         elif name == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
             k = _SET_DATA
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__") or _opaque_handle_op(func):
@@ -1012,6 +1018,8 @@ class ral_mode(TorchFunctionMode):
         kind = _static_kind(func)
         if kind == _PASS or kind == _SWAP or kind == _NUMPY or kind == _SET_DATA:
             return func(*args, **kwargs)
+        if kind == _HOST_ONLY:
+            return func(*_map(list(args), _down_traced), **{k: _map(v, _down_traced) for k, v in kwargs.items()})
         if kind == _INIT:
             return self._init(func, args, kwargs, _is_device_tensor)
         if kind >= _RNG_INPLACE:
@@ -1084,6 +1092,8 @@ class ral_mode(TorchFunctionMode):
             _settle(args, kwargs)  # CPU code is about to read or write these tensors (see _PENDING)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if kind == _HOST_ONLY:
+            return _on_cpu(kind, func, args, kwargs)
         if kind == _NUMPY:
             if args:
                 _expose(args[0])
@@ -1141,8 +1151,8 @@ class ral_mode(TorchFunctionMode):
             # value) insist on one device, and everything in an unmodified script is on CPU.
             if type(t) is RalTensor or t.device.type != "cpu":
                 return t
-            if t.layout is not torch.strided:
-                sparse.append(t)  # ral devices refuse sparse layouts: the op runs on CPU
+            if t.layout is not torch.strided or t.is_quantized:
+                sparse.append(t)  # ral devices refuse sparse layouts and quantized dtypes: the op runs on CPU
                 return t
             if _functorch_wrapped(t):
                 # a torch.func (vmap/grad/jacrev) wrapper of CPU data has no storage to cache

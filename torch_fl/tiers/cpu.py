@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
 from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, host_view, write_back
-from torch_fl.tensor.layout import is_dense
+from torch_fl.tensor.layout import extent_elems, is_dense
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
-from torch_fl.tensor.restride import restride
+from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.transfer import empty_on, to_device
 from torch_fl.tiers.widen import WIDENED
 
@@ -108,10 +109,11 @@ class CpuRun:
                 return direct
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = self.fn(*cpu_args, **cpu_kwargs)
+        _refuse_quantized(result, self.sch.name)
         resized = set()
         for (orig, cpu), before in zip(copies, shapes):
             if (cpu.shape, cpu.stride()) != before:
-                _adopt_resized(orig, cpu, dev)  # new geometry and data: nothing to write back
+                _adopt_resized(orig, cpu)  # new geometry and data: nothing to write back
                 resized.add(id(orig))
         # Mutated arguments: zero-copy host views (a host-mappable device) were the memory and
         # saw every write, secret mutations included; host copies go back.
@@ -210,11 +212,37 @@ def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
     return out
 
 
-def _adopt_resized(orig: RalTensor, cpu: torch.Tensor, dev: int) -> None:
+def _refuse_quantized(result, op: str) -> None:
+    """A quantized CPU result cannot become a ral tensor (no quantized dtypes there): say so
+    before the upload fails with PyTorch's 'Copying from quantized Tensor' message."""
+    items = result if isinstance(result, (list, tuple)) else (result,)
+    for r in items:
+        if isinstance(r, torch.Tensor) and r.is_quantized:
+            raise UnsupportedError(
+                f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry quantized tensors ({r.dtype}); "
+                "quantize a CPU copy (x.cpu()) instead",
+                op=op,
+            )
+
+
+def _adopt_resized(orig: RalTensor, cpu: torch.Tensor) -> None:
     """An out= or in-place op resized its argument on CPU: give the ral tensor the new
-    geometry and data."""
-    fresh = to_device(cpu, dev)
-    restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
+    geometry and data, resized as CPU resizes it."""
+    # CPU's resize_ keeps the storage where the new size fits, so a resized out= view still
+    # aliases its base (`torch.abs(x, out=o[:, ::3])` writes into o). A fresh buffer here lost
+    # those writes on a device that is not host-mappable, and unshared the view on one that is.
+    resize(orig, cpu.shape)
+    if orig.stride() != cpu.stride():  # TensorIterator lays a resized out like its inputs
+        offset = orig.storage_offset()
+        if (offset + extent_elems(cpu.shape, cpu.stride())) * cpu.itemsize > orig._buf.nbytes:
+            fresh = to_device(cpu, orig._dev)  # a layout the kept buffer cannot hold
+            restride(orig, fresh._buf, fresh.shape, fresh.stride(), 0)
+            return
+        restride(orig, orig._buf, cpu.shape, cpu.stride(), offset)
+    view = host_view(orig)
+    if view is not None and view.data_ptr() == cpu.data_ptr():
+        return  # CPU wrote through a zero-copy view of this very memory
+    torch.ops.aten.copy_.default(orig, cpu)
 
 
 def _up(v, by_cpu, dev, keep_layout):
