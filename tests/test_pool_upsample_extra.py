@@ -53,6 +53,10 @@ CASES = {
         lambda t: F.interpolate(t, scale_factor=1.05, mode="bicubic"),
         BICUBIC,
     ),
+    "bilinear_x1.05_same_size": (  # sizes equal, scale given: CPU copies (compute_source_index_and_lambda)
+        lambda t: F.interpolate(t, scale_factor=1.05, mode="bilinear"),
+        "aten::upsample_bilinear2d",
+    ),
     "bicubic_x2_given": (  # the scale given (recompute_scale_factor=False): 1 / 2 as the step
         lambda t: F.interpolate(t, scale_factor=2.0, mode="bicubic", recompute_scale_factor=False),
         BICUBIC,
@@ -132,7 +136,15 @@ def test_ral1_to_matches_cpu(case, layout, path):  # noqa: F811 (the imported fi
 
 @pytest.mark.parametrize(
     "case",
-    ["amax_4x3", "amax_none_3", "amax1d_up_15", "bicubic_x0.6_corners", "bicubic_x2_given", "bicubic_x1.05_same_size"],
+    [
+        "amax_4x3",
+        "amax_none_3",
+        "amax1d_up_15",
+        "bicubic_x0.6_corners",
+        "bicubic_x2_given",
+        "bicubic_x1.05_same_size",
+        "bilinear_x1.05_same_size",
+    ],
 )
 def test_ral1_mode_matches_cpu(case, path):  # noqa: F811 (the imported fixture)
     """`ral_mode("ral:1")` over CPU tensors (channels_last 2-d input, a 1-d case) on both paths."""
@@ -150,6 +162,7 @@ def test_ral1_mode_matches_cpu(case, path):  # noqa: F811 (the imported fixture)
         "bicubic_x0.6_corners",
         "bicubic_size_4x30",
         "bicubic_x1.05_same_size",
+        "bilinear_x1.05_same_size",
     ],
 )
 def test_ral0_matches_cpu(case, style):
@@ -216,9 +229,9 @@ def test_bad_input_raises_and_the_device_keeps_working():
         dev = plugin_device(which)
         with pytest.raises(RuntimeError, match="non-zero size"):
             F.adaptive_max_pool2d(torch.randn(1, 2, 0, 4).to(dev), 2)
-        # CPU raises RuntimeError (sizes must be > 0); torch's meta kernel lets it through and
-        # the plugin raises its InvalidArgumentError (a RuntimeError) naming op and reason
-        with pytest.raises(RuntimeError, match="upsample_bicubic2d.*empty spatial dimension"):
+        # CPU's RuntimeError and message (sizes must be > 0; torch's meta kernel lets the call
+        # through, the router's argument check raises CPU's error: dispatch/argument_checks.py)
+        with pytest.raises(RuntimeError, match=r"sizes should be greater than 0, but got input \(H: 0, W: 4\)"):
             F.interpolate(torch.randn(1, 2, 0, 4).to(dev), size=(3, 3), mode="bicubic")
         if which == "host":
             with pytest.raises(RuntimeError, match="adaptive_max_pool2d_backward.*outside its input plane"):
