@@ -23,6 +23,7 @@ RuntimeError; ral:1: IndexError) and the device keeps working.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -492,3 +493,44 @@ def test_sweep_windows_and_layouts(which):
                                 got = _run(fn, lambda t: t, x, dev, "to")
                                 _close(got[0], want[0], what)
                                 _close(got[1], want[1], what)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["host", "opencl"])
+def test_sweep_upsampling(which):
+    """Sweep: volumes 1x1x1..7x2x6 in two layouts, to output sizes 1..11 per axis (down, equal,
+    up) and by given scales, nearest / nearest-exact / trilinear (align_corners both ways),
+    forward and backward against CPU."""
+    dev = plugin_device(which)
+    g = torch.Generator().manual_seed(11)
+    for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
+        for layout in ("contiguous", "channels_last_3d"):
+            x = torch.randn(2, 3, D, H, W, generator=g)
+            if layout == "channels_last_3d":
+                x = x.contiguous(memory_format=torch.channels_last_3d)
+            sizes = [(1, 1, 1), (D, H, W), (2 * D, H + 1, 3), (11, 2, 2 * W + 1)]
+            for size in sizes:
+                fns = [lambda t, m=m: F.interpolate(t, size=size, mode=m) for m in ("nearest", "nearest-exact")]  # noqa: B023
+                fns += [
+                    lambda t, a=a: F.interpolate(t, size=size, mode="trilinear", align_corners=a)  # noqa: B023
+                    for a in (False, True)
+                ]
+                for n, fn in enumerate(fns):
+                    want = _run(fn, lambda t: t, x, "cpu", "to")
+                    got = _run(fn, lambda t: t, x, dev, "to")
+                    what = f"{D}x{H}x{W} {layout} -> {size} fn{n}"
+                    if n < 2:  # nearest picks an element
+                        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, msg=what)
+                    _close(got[0], want[0], what)
+                    _close(got[1], want[1], what)
+            for scale in (0.6, 1.3, 2.0):
+                fn = lambda t, s=scale: F.interpolate(t, scale_factor=s, mode="trilinear", recompute_scale_factor=False)  # noqa: E731
+                try:
+                    want = _run(fn, lambda t: t, x, "cpu", "to")
+                except RuntimeError as e:  # an empty output: the device raises CPU's message
+                    with pytest.raises(RuntimeError, match=re.escape(str(e).splitlines()[0])):
+                        _run(fn, lambda t: t, x, dev, "to")
+                    continue
+                got = _run(fn, lambda t: t, x, dev, "to")
+                _close(got[0], want[0], f"{D}x{H}x{W} {layout} x{scale}")
+                _close(got[1], want[1], f"{D}x{H}x{W} {layout} x{scale}")
