@@ -23,7 +23,6 @@ RuntimeError; ral:1: IndexError) and the device keeps working.
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -449,6 +448,18 @@ def _empty_window_indices(x, k, s, p, d, ceil, dev) -> bool:
     return True
 
 
+def _sweep_volumes(seed: int):
+    """The slow sweeps' inputs: ((D, H, W), layout, [2, 3, D, H, W] tensor) over four volumes
+    (1x1x1 .. 7x2x6) in two layouts."""
+    g = torch.Generator().manual_seed(seed)
+    for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
+        for layout in ("contiguous", "channels_last_3d"):
+            x = torch.randn(2, 3, D, H, W, generator=g)
+            if layout == "channels_last_3d":
+                x = x.contiguous(memory_format=torch.channels_last_3d)
+            yield (D, H, W), layout, x
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("which", ["host", "opencl"])
 def test_sweep_windows_and_layouts(which):
@@ -456,43 +467,30 @@ def test_sweep_windows_and_layouts(which):
     ceil_mode, count_include_pad, adaptive outputs 2..9 per axis, over volumes 1..7 in two
     layouts, against CPU."""
     dev = plugin_device(which)
-    g = torch.Generator().manual_seed(5)
-    for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
-        for layout in ("contiguous", "channels_last_3d"):
-            x = torch.randn(2, 3, D, H, W, generator=g)
-            if layout == "channels_last_3d":
-                x = x.contiguous(memory_format=torch.channels_last_3d)
-            for k in (1, 2, 3):
-                for s in (1, 2, 3):
-                    for p in range(k // 2 + 1):
-                        for ceil in (False, True):
-                            fns = []
-                            for d in (1, 2):
-                                try:
-                                    if _empty_window_indices(x, k, s, p, d, ceil, dev):
-                                        continue
-                                except RuntimeError:  # an empty output: handled below
-                                    pass
-                                fns.append(lambda t, d=d: F.max_pool3d(t, k, s, p, d, ceil))  # noqa: B023
-                            fns += [
-                                lambda t, c=c: F.avg_pool3d(t, k, s, p, ceil, c)  # noqa: B023
-                                for c in (False, True)
-                            ]
-                            if p == 0 and not ceil:  # adaptive: outputs 1..9 per axis (1x1x1 is a mean)
-                                size = (k + s, 2 * k + 1, 3 * s)
-                                fns.append(lambda t, o=size: F.adaptive_avg_pool3d(t, o))  # noqa: B023
-                                fns.append(lambda t, o=size: F.adaptive_max_pool3d(t, o))  # noqa: B023
-                            for n, fn in enumerate(fns):
-                                what = f"{D}x{H}x{W} {layout} k{k} s{s} p{p} ceil={ceil} fn{n}"
-                                try:
-                                    want = _run(fn, lambda t: t, x, "cpu", "to")
-                                except RuntimeError:  # an empty output: the device raises too
-                                    with pytest.raises(RuntimeError):
-                                        _run(fn, lambda t: t, x, dev, "to")
+    for (D, H, W), layout, x in _sweep_volumes(5):
+        for k in (1, 2, 3):
+            for s in (1, 2, 3):
+                for p in range(k // 2 + 1):
+                    for ceil in (False, True):
+                        fns = []
+                        for d in (1, 2):
+                            try:
+                                if _empty_window_indices(x, k, s, p, d, ceil, dev):
                                     continue
-                                got = _run(fn, lambda t: t, x, dev, "to")
-                                _close(got[0], want[0], what)
-                                _close(got[1], want[1], what)
+                            except RuntimeError:  # an empty output: handled below
+                                pass
+                            fns.append(lambda t, d=d: F.max_pool3d(t, k, s, p, d, ceil))  # noqa: B023
+                        fns += [
+                            lambda t, c=c: F.avg_pool3d(t, k, s, p, ceil, c)  # noqa: B023
+                            for c in (False, True)
+                        ]
+                        if p == 0 and not ceil:  # adaptive: outputs 1..9 per axis (1x1x1 is a mean)
+                            size = (k + s, 2 * k + 1, 3 * s)
+                            fns.append(lambda t, o=size: F.adaptive_avg_pool3d(t, o))  # noqa: B023
+                            fns.append(lambda t, o=size: F.adaptive_max_pool3d(t, o))  # noqa: B023
+                        for n, fn in enumerate(fns):
+                            what = f"{D}x{H}x{W} {layout} k{k} s{s} p{p} ceil={ceil} fn{n}"
+                            base.sweep_case(fn, x, dev, what)  # an empty output: the device raises too
 
 
 @pytest.mark.slow
@@ -502,35 +500,19 @@ def test_sweep_upsampling(which):
     up) and by given scales, nearest / nearest-exact / trilinear (align_corners both ways),
     forward and backward against CPU."""
     dev = plugin_device(which)
-    g = torch.Generator().manual_seed(11)
-    for D, H, W in [(1, 1, 1), (3, 5, 4), (7, 2, 6), (4, 4, 4)]:
-        for layout in ("contiguous", "channels_last_3d"):
-            x = torch.randn(2, 3, D, H, W, generator=g)
-            if layout == "channels_last_3d":
-                x = x.contiguous(memory_format=torch.channels_last_3d)
-            sizes = [(1, 1, 1), (D, H, W), (2 * D, H + 1, 3), (11, 2, 2 * W + 1)]
-            for size in sizes:
-                fns = [lambda t, m=m: F.interpolate(t, size=size, mode=m) for m in ("nearest", "nearest-exact")]  # noqa: B023
-                fns += [
-                    lambda t, a=a: F.interpolate(t, size=size, mode="trilinear", align_corners=a)  # noqa: B023
-                    for a in (False, True)
-                ]
-                for n, fn in enumerate(fns):
-                    want = _run(fn, lambda t: t, x, "cpu", "to")
-                    got = _run(fn, lambda t: t, x, dev, "to")
-                    what = f"{D}x{H}x{W} {layout} -> {size} fn{n}"
-                    if n < 2:  # nearest picks an element
-                        torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, msg=what)
-                    _close(got[0], want[0], what)
-                    _close(got[1], want[1], what)
-            for scale in (0.6, 1.3, 2.0):
-                fn = lambda t, s=scale: F.interpolate(t, scale_factor=s, mode="trilinear", recompute_scale_factor=False)  # noqa: E731
-                try:
-                    want = _run(fn, lambda t: t, x, "cpu", "to")
-                except RuntimeError as e:  # an empty output: the device raises CPU's message
-                    with pytest.raises(RuntimeError, match=re.escape(str(e).splitlines()[0])):
-                        _run(fn, lambda t: t, x, dev, "to")
-                    continue
-                got = _run(fn, lambda t: t, x, dev, "to")
-                _close(got[0], want[0], f"{D}x{H}x{W} {layout} x{scale}")
-                _close(got[1], want[1], f"{D}x{H}x{W} {layout} x{scale}")
+    for (D, H, W), layout, x in _sweep_volumes(11):
+        sizes = [(1, 1, 1), (D, H, W), (2 * D, H + 1, 3), (11, 2, 2 * W + 1)]
+        for size in sizes:
+            fns = [lambda t, m=m: F.interpolate(t, size=size, mode=m) for m in ("nearest", "nearest-exact")]  # noqa: B023
+            fns += [
+                lambda t, a=a: F.interpolate(t, size=size, mode="trilinear", align_corners=a)  # noqa: B023
+                for a in (False, True)
+            ]
+            for n, fn in enumerate(fns):
+                what = f"{D}x{H}x{W} {layout} -> {size} fn{n}"
+                got, want = base.sweep_case(fn, x, dev, what)
+                if n < 2:  # nearest picks an element
+                    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, msg=what)
+        for scale in (0.6, 1.3, 2.0):
+            fn = lambda t, s=scale: F.interpolate(t, scale_factor=s, mode="trilinear", recompute_scale_factor=False)  # noqa: E731
+            base.sweep_case(fn, x, dev, f"{D}x{H}x{W} {layout} x{scale}")  # 0.6 x 1: raises as CPU
