@@ -21,47 +21,58 @@ def _no_upload(*args, **kwargs):
     raise AssertionError("the cpu tier uploaded a result through to_device on a host-mappable device")
 
 
-@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last_3d])
+def _aa(t: torch.Tensor, scale: float) -> torch.Tensor:
+    """Antialiased bilinear resampling (`_upsample_bilinear2d_aa`): a cpu-tier op on both
+    devices (no vendor kernel), and CPU keeps a channels_last input's layout."""
+    return torch.nn.functional.interpolate(t, scale_factor=scale, mode="bilinear", antialias=True)
+
+
+def _aa_backward(g: torch.Tensor, x_shape) -> torch.Tensor:
+    return torch.ops.aten._upsample_bilinear2d_aa_backward(g, list(g.shape[2:]), list(x_shape), False, None, None)
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 def test_results_are_written_in_place_with_cpu_layout(monkeypatch, layout):
     torch.manual_seed(0)
-    x = torch.randn(2, 3, 4, 6, 6).to(memory_format=layout)
+    x = torch.randn(2, 3, 12, 10).to(memory_format=layout)
     xd = x.to("ral:0")
     monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
-    with torch_fl.coverage() as cov:  # 3-d nearest upsampling: a cpu-tier op on ral:0
-        got = torch.nn.functional.interpolate(xd, scale_factor=1.5, mode="nearest")
-        back = torch.ops.aten.upsample_nearest3d_backward(got, list(got.shape[2:]), list(x.shape), None, None, None)
-    assert ("aten::upsample_nearest3d", "cpu") in cov.counts, cov.counts
-    want = torch.nn.functional.interpolate(x, scale_factor=1.5, mode="nearest")
-    want_back = torch.ops.aten.upsample_nearest3d_backward(want, list(want.shape[2:]), list(x.shape), None, None, None)
-    assert got.stride() == want.stride()  # CPU keeps channels_last_3d; so does the result here
+    with torch_fl.coverage() as cov:  # antialiased downsampling: a cpu-tier op on ral:0
+        got = _aa(xd, 0.6)
+        back = _aa_backward(got, x.shape)
+    assert ("aten::_upsample_bilinear2d_aa", "cpu") in cov.counts, cov.counts
+    assert ("aten::_upsample_bilinear2d_aa_backward", "cpu") in cov.counts, cov.counts
+    want = _aa(x, 0.6)
+    want_back = _aa_backward(want, x.shape)
+    assert got.stride() == want.stride()  # CPU keeps channels_last; so does the result here
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
     torch.testing.assert_close(back.cpu(), want_back, rtol=0, atol=0)
 
 
 def test_empty_result(monkeypatch):
     monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
-    x = torch.randn(0, 3, 2, 8, 8)
-    got = torch.nn.functional.interpolate(x.to("ral:0"), scale_factor=2, mode="nearest")
-    assert got.shape == (0, 3, 4, 16, 16) and got.device.type == "ral"
+    x = torch.randn(0, 3, 8, 8)
+    got = _aa(x.to("ral:0"), 2)
+    assert got.shape == (0, 3, 16, 16) and got.device.type == "ral"
 
 
 def _no_fill(*args, **kwargs):
     raise AssertionError("a large result was copied into device memory rather than written there")
 
 
-@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last_3d])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 def test_large_results_are_written_by_the_out_overload(monkeypatch, layout):
-    """cumsum of 64K floats and a trilinear upsample: no copy of the result (neither upload nor
-    _fill_on_host), CPU's values and layout."""
+    """cumsum of 64K floats and an antialiased bilinear upsample (512K floats): no copy of the
+    result (neither upload nor _fill_on_host), CPU's values and layout."""
     torch.manual_seed(0)
-    x, img = torch.randn(1 << 16), torch.randn(2, 4, 4, 16, 16).to(memory_format=layout)
+    x, img = torch.randn(1 << 16), torch.randn(2, 4, 64, 64).to(memory_format=layout)
     monkeypatch.setattr(cpu_tier, "to_device", _no_upload)
     monkeypatch.setattr(cpu_tier, "_fill_on_host", _no_fill)
     with torch_fl.coverage() as cov:
         got = torch.cumsum(x.to("ral:0"), 0)
-        up = torch.nn.functional.interpolate(img.to("ral:0"), scale_factor=4, mode="trilinear")
-    assert ("aten::cumsum", "cpu") in cov.counts and ("aten::upsample_trilinear3d", "cpu") in cov.counts, cov.counts
+        up = _aa(img.to("ral:0"), 4)
+    assert ("aten::cumsum", "cpu") in cov.counts and ("aten::_upsample_bilinear2d_aa", "cpu") in cov.counts, cov.counts
     torch.testing.assert_close(got.cpu(), torch.cumsum(x, 0), rtol=0, atol=0)
-    want = torch.nn.functional.interpolate(img, scale_factor=4, mode="trilinear")
+    want = _aa(img, 4)
     assert up.stride() == want.stride()
     torch.testing.assert_close(up.cpu(), want, rtol=0, atol=0)

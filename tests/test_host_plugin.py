@@ -774,12 +774,14 @@ def test_pooling_upsampling_and_recurrent_cell_kernels():
         v = x.view(2, 1, 4, 8, 8)  # the 3-d forms over [D, H, W] = [4, 8, 8] volumes
         v = F.adaptive_avg_pool3d(F.max_pool3d(v, 3, 1, 1) + F.avg_pool3d(v, 3, 1, 1), (3, 5, 6))
         u = F.adaptive_max_pool3d(v, (2, 4, 4))  # overlapping windows
+        t = sum(F.interpolate(v, scale_factor=1.5, mode=m) for m in ("nearest", "nearest-exact", "trilinear"))
         seq = z.flatten(2).permute(2, 0, 1)
         out, _ = lstm(seq)
         out_g, _ = gru(seq)
-        (out.square().sum() + out_g.square().sum() + w.square().sum() + v.square().sum() + u.sum()).backward()
+        loss = out.square().sum() + out_g.square().sum() + w.square().sum() + v.square().sum() + u.sum()
+        (loss + t.square().sum()).backward()
         params = [*lstm.parameters(), *gru.parameters()]
-        return [z, w, v, u, out, out_g, x.grad, *[p.grad for p in params]]
+        return [z, w, v, u, t, out, out_g, x.grad, *[p.grad for p in params]]
 
     torch.manual_seed(0)
     ref, ref_gru = torch.nn.LSTM(4, 5), torch.nn.GRU(4, 5)

@@ -147,6 +147,22 @@ def _close(got, want, what):
     torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL * scale, equal_nan=True, msg=what)
 
 
+def sweep_case(fn, x, dev, what):
+    """One case of a slow sweep: fn(x)'s output and input gradient on dev against CPU's
+    (`.to` style); where CPU raises (an empty output) the device must raise too. Returns
+    (got, want), or None where CPU raised."""
+    try:
+        want = _run(fn, lambda t: t, x, "cpu", "to")
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            _run(fn, lambda t: t, x, dev, "to")
+        return None
+    got = _run(fn, lambda t: t, x, dev, "to")
+    _close(got[0], want[0], what)
+    _close(got[1], want[1], what)
+    return got, want
+
+
 def check(case: str, layout: str, style: str, dev: str, special: bool = False) -> dict:
     """Output and input gradient of a case on dev equal CPU's, both ops in the vendor tier and
     none in the cpu tier; returns the OpenCL counter increments of the device run (ral:1)."""

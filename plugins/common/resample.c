@@ -78,10 +78,16 @@ static void nearest_axis(ral_up_axis* m, int64_t in, int64_t out, float scale, i
   }
 }
 
-/* area_pixel_compute_source_index (non-cubic) and guard_index_and_lambda. */
+/* compute_source_index_and_lambda: a copy at equal sizes (even with a scale given), else
+ * area_pixel_compute_source_index (non-cubic) and guard_index_and_lambda. */
 static void linear_axis(ral_up_axis* m, int64_t in, int64_t out, int align, float scale) {
   float sc = ral_up_linear_step(in, out, align, scale);
   for (int64_t o = 0; o < out; o++) {
+    if (out == in) {
+      m->i0[o] = m->i1[o] = o;
+      m->l0[o] = 1.0f;
+      continue;
+    }
     float r = align ? sc * (float)o : sc * ((float)o + 0.5f) - 0.5f;
     if (!align && r < 0) r = 0;
     int64_t i = imin((int64_t)floorf(r), in - 1);
@@ -130,24 +136,26 @@ static void axis_free(ral_up_axis* m) {
   m->l0 = NULL;
 }
 
-int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w) {
+/* One axis's table of the mode g says. */
+static void axis_fill(const ral_upsample* g, ral_up_axis* m, int64_t in, int64_t out, int align, float scale) {
+  if (g->cubic) cubic_axis(m, in, out, align, scale);
+  else if (g->linear) linear_axis(m, in, out, align, scale);
+  else nearest_axis(m, in, out, scale, g->exact);
+}
+
+int ral_upsample_tables(ral_upsample* g, int align, float scale_d, float scale_h, float scale_w) {
   if (!axis_alloc(&g->h, g->OH) || !axis_alloc(&g->w, g->OW)) return 0;
-  if (g->cubic) {
-    cubic_axis(&g->h, g->H, g->OH, align, scale_h);
-    cubic_axis(&g->w, g->W, g->OW, align, scale_w);
-  } else if (g->linear) {
-    linear_axis(&g->h, g->H, g->OH, align, scale_h);
-    linear_axis(&g->w, g->W, g->OW, align, scale_w);
-  } else {
-    nearest_axis(&g->h, g->H, g->OH, scale_h, g->exact);
-    nearest_axis(&g->w, g->W, g->OW, scale_w, g->exact);
-  }
+  if (g->three_d && !axis_alloc(&g->d, g->OD)) return 0;
+  if (g->three_d) axis_fill(g, &g->d, g->D, g->OD, align, scale_d);
+  axis_fill(g, &g->h, g->H, g->OH, align, scale_h);
+  axis_fill(g, &g->w, g->W, g->OW, align, scale_w);
   return 1;
 }
 
 void ral_upsample_free(ral_upsample* g) {
   axis_free(&g->h);
   axis_free(&g->w);
+  axis_free(&g->d);
 }
 
 /* Tap k (0..3) of cubic source index i, clamped into [0, n). */
@@ -190,16 +198,17 @@ static void bicubic(const ral_upsample* g, float* x, float* y, int backward) {
   }
 }
 
-/* One loop over the output: forward gathers x into y, backward scatters y's gradient into x. */
-static void interpolate(const ral_upsample* g, float* x, float* y, int backward) {
+/* One output plane y[OH, OW] (a loop over the output: forward gathers x into y, backward
+ * scatters y's gradient into x). x0 is the input plane read; with `deep` (trilinear) x1 is the
+ * second depth tap, d0 the weight of x0 and 1 - d0 that of x1, each tap's bilinear value (or
+ * term of the backward) weighted as CPU's 3-d loops do. */
+static void interpolate_plane(const ral_upsample* g, float* x0, float* x1, float d0, int deep, float* y, int backward) {
   int64_t W = g->W, OW = g->OW;
-  if (g->cubic) {
-    bicubic(g, x, y, backward);
-    return;
-  }
   const ral_up_axis *mh = &g->h, *mw = &g->w;
+  float d1 = 1.0f - d0;
   for (int64_t oh = 0; oh < g->OH; oh++) {
-    float *r0 = x + mh->i0[oh] * W, *r1 = x + mh->i1[oh] * W, *q = y + oh * OW;
+    float *r0 = x0 + mh->i0[oh] * W, *r1 = x0 + mh->i1[oh] * W, *q = y + oh * OW;
+    float *s0 = x1 + mh->i0[oh] * W, *s1 = x1 + mh->i1[oh] * W;
     if (!g->linear) {
       for (int64_t ow = 0; ow < OW; ow++) {
         if (backward) r0[mw->i0[ow]] += q[ow];
@@ -221,15 +230,36 @@ static void interpolate(const ral_upsample* g, float* x, float* y, int backward)
         continue;
       }
       if (!backward) {
-        q[ow] = h0 * (w0 * r0[x0] + w1 * r0[x1]) + h1 * (w0 * r1[x0] + w1 * r1[x1]);
+        float t = h0 * (w0 * r0[x0] + w1 * r0[x1]) + h1 * (w0 * r1[x0] + w1 * r1[x1]);
+        q[ow] = deep ? d0 * t + d1 * (h0 * (w0 * s0[x0] + w1 * s0[x1]) + h1 * (w0 * s1[x0] + w1 * s1[x1])) : t;
         continue;
       }
-      r0[x0] += h0 * w0 * v;
-      r0[x1] += h0 * w1 * v;
-      r1[x0] += h1 * w0 * v;
-      r1[x1] += h1 * w1 * v;
+      r0[x0] += d0 * h0 * w0 * v; /* 2-d: d0 = 1, exactly h0 * w0 * v */
+      r0[x1] += d0 * h0 * w1 * v;
+      r1[x0] += d0 * h1 * w0 * v;
+      r1[x1] += d0 * h1 * w1 * v;
+      if (!deep) continue;
+      s0[x0] += d1 * h0 * w0 * v;
+      s0[x1] += d1 * h0 * w1 * v;
+      s1[x0] += d1 * h1 * w0 * v;
+      s1[x1] += d1 * h1 * w1 * v;
     }
   }
+}
+
+/* A plane, or (three_d) a volume plane by plane along the output depth. */
+static void interpolate(const ral_upsample* g, float* x, float* y, int backward) {
+  if (g->cubic) {
+    bicubic(g, x, y, backward);
+    return;
+  }
+  if (!g->three_d) {
+    interpolate_plane(g, x, x, 1.0f, 0, y, backward);
+    return;
+  }
+  int64_t hw = g->H * g->W, ohw = g->OH * g->OW;
+  for (int64_t od = 0; od < g->OD; od++)
+    interpolate_plane(g, x + g->d.i0[od] * hw, x + g->d.i1[od] * hw, g->d.l0[od], g->linear, y + od * ohw, backward);
 }
 
 void ral_upsample_plane(const ral_upsample* g, const float* x, float* y) { interpolate(g, (float*)x, y, 0); }

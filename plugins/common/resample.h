@@ -1,7 +1,7 @@
 /*
  * resample.h -- the per-plane math of 2-d average pooling (plain and adaptive) and of
  * nearest / bilinear / bicubic upsampling over one contiguous float [H, W] plane and its [OH, OW]
- * result (resample.c), with ATen's CPU window, divisor and source-index rules. Shared by the
+ * result (nearest / trilinear: a [D, H, W] volume) (resample.c), with ATen's CPU window, divisor and source-index rules. Shared by the
  * host plugin (over its float plane blocks, plugins/host/pool2d.c, upsample.c) and the OpenCL
  * plugin's host path (over host-unified buffers, plugins/opencl/inline_pool.c); each plugin
  * compiles the source into its own library.
@@ -42,11 +42,17 @@ typedef struct {
  * linear 0): four taps per axis with A = -0.75; nearest (linear 0, cubic 0)
  * picks floor(o * scale), or with `exact` floor((o + 0.5) * scale) (nearest-exact). one_d:
  * a 1-d signal (H = OH = 1), linear along W alone (CPU's linear1d: no row weights, so an
- * infinity is not multiplied by a zero row weight). */
+ * infinity is not multiplied by a zero row weight). three_d: a [D, H, W] volume into
+ * [OD, OH, OW] through a third (depth) table, nearest or trilinear (CPU's generic loop: each
+ * depth tap's bilinear value times its weight, the two added; the backward adds the eight
+ * d * h * w * gradient terms of each output in CPU's order). */
 typedef struct {
   int64_t H, W, OH, OW;
   ral_up_axis h, w;
   int linear, exact, one_d, cubic;
+  int64_t D, OD; /* three_d only */
+  ral_up_axis d;
+  int three_d;
 } ral_upsample;
 
 /*! ATen's compute_scales_value<float>: 1 / scale when one is given (`given`) and positive,
@@ -54,16 +60,17 @@ typedef struct {
 float ral_up_scale(int given, double scale, int64_t in, int64_t out);
 /*! The source step of a linear or cubic axis: (in - 1) / (out - 1) with align_corners, else `scale`. */
 float ral_up_linear_step(int64_t in, int64_t out, int align, float scale);
-/*! Fills g->h and g->w (allocated; 0 when out of memory) for sizes H, W, OH, OW, g->linear,
- *  g->exact, align_corners and the scales of ral_up_scale; free with ral_upsample_free. */
-int ral_upsample_tables(ral_upsample* g, int align, float scale_h, float scale_w);
+/*! Fills g->h and g->w, and with three_d g->d (allocated; 0 when out of memory) for sizes D, H,
+ *  W, OD, OH, OW, g->linear, g->exact, align_corners and the scales of ral_up_scale (scale_d
+ *  unused unless three_d); free with ral_upsample_free. */
+int ral_upsample_tables(ral_upsample* g, int align, float scale_d, float scale_h, float scale_w);
 void ral_upsample_free(ral_upsample* g);
 /*! ATen's get_cubic_upsample_coefficients (A = -0.75) for fraction t: w[0..3] of taps
  *  i0 - 1 .. i0 + 2. */
 void ral_cubic_weights(float t, float w[4]);
-/*! y[OH, OW] from x[H, W]. */
+/*! y[OH, OW] from x[H, W] (three_d: y[OD, OH, OW] from x[D, H, W]). */
 void ral_upsample_plane(const ral_upsample* g, const float* x, float* y);
-/*! gi[H, W] += the gradient go[OH, OW] spread back, in output order (CPU's). */
+/*! gi[H, W] += the gradient go[OH, OW] spread back, in output order (CPU's); three_d: volumes. */
 void ral_upsample_plane_backward(const ral_upsample* g, float* gi, const float* go);
 
 /*! Channels-last forms over one sample: x [H][W][C] and y [OH][OW][C] (channels dense),
@@ -114,7 +121,8 @@ void ral_avg_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t 
  * - align_at: align_corners' index for linear modes; -1 nearest, -2 nearest-exact;
  * - backward: 0 = (self) -> out; 1 = (grad_output) -> grad_input;
  * - cubic: 1 for bicubic (align_at then holds align_corners' index, as for linear modes).
- * The 1-d forms ([N, C, L], planes of one row) take the 2-d layouts with a single scale.
+ * The 1-d forms ([N, C, L], planes of one row) take the 2-d layouts with a single scale; the
+ * 3-d forms ([N, C, D, H, W]) the same layouts with three scales (scales_d, scales_h, scales_w).
  */
 #define RAL_UPSAMPLE_OPS(X)                                 \
   X(upsample_nearest2d, 1, -1, 0, 0)                         \
@@ -130,6 +138,12 @@ void ral_avg_pool3_volume_backward(const ral_pool3* g, float* gi, const int64_t 
   X(upsample_linear1d, 2, 1, 0, 0)                           \
   X(upsample_linear1d_backward, 3, 2, 1, 0)                  \
   X(upsample_bicubic2d, 2, 1, 0, 1)                          \
-  X(upsample_bicubic2d_backward, 3, 2, 1, 1)
+  X(upsample_bicubic2d_backward, 3, 2, 1, 1)                 \
+  X(upsample_nearest3d, 1, -1, 0, 0)                         \
+  X(upsample_nearest3d_backward, 2, -1, 1, 0)                \
+  X(upsample_nearest_exact3d, 1, -2, 0, 0)                   \
+  X(upsample_nearest_exact3d_backward, 2, -2, 1, 0)          \
+  X(upsample_trilinear3d, 2, 1, 0, 0)                        \
+  X(upsample_trilinear3d_backward, 3, 2, 1, 0)
 
 #endif /* RAL_RESAMPLE_H */

@@ -51,7 +51,9 @@
   X(host_upsample_nearest_exact2d) X(host_upsample_nearest_exact2d_backward) X(host_upsample_nearest1d)  \
   X(host_upsample_nearest1d_backward) X(host_upsample_nearest_exact1d) X(host_upsample_nearest_exact1d_backward) \
   X(host_upsample_linear1d) X(host_upsample_linear1d_backward) X(host_upsample_bicubic2d) \
-  X(host_upsample_bicubic2d_backward) \
+  X(host_upsample_bicubic2d_backward) X(host_upsample_nearest3d) X(host_upsample_nearest3d_backward) \
+  X(host_upsample_nearest_exact3d) X(host_upsample_nearest_exact3d_backward) X(host_upsample_trilinear3d) \
+  X(host_upsample_trilinear3d_backward) \
   X(host_lstm_cell) X(host_lstm_cell_backward) \
   X(host_gru_cell) X(host_gru_cell_backward)
 

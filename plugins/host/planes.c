@@ -125,6 +125,14 @@ static void run_tasks(int64_t t0, int64_t t1, void* arg) {
   free(src);
 }
 
+ral_status plane_avg_options(const ral_kernel_call* c, int* count_include_pad, int64_t* divisor) {
+  *count_include_pad = (int)host_scalar_int(c, 4, 1);
+  *divisor = host_scalar_int(c, 5, 0);
+  if (!host_scalar_is_none(c, 5) && *divisor == 0)
+    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "divisor must be not zero");
+  return RAL_OK;
+}
+
 int plane_run_all(plane_run* r) {
   int64_t in = r->src->d * r->src->h * r->src->w, out = r->dst->d * r->dst->h * r->dst->w;
   r->cb = plane_block(r->src->c, in, out);

@@ -1,9 +1,10 @@
 /*
  * planes.h -- [N, C, H, W] operands of any strides (NCHW, channels_last, sliced) as blocks
- * of whole planes in float scratch: what pooling (pool2d.c) and upsampling (upsample.c)
+ * of whole planes in float scratch: what pooling (pool2d.c, pool3d.c) and upsampling (upsample.c)
  * share. A kernel cuts the N x C planes into tasks of `cb` channels of one sample, reads
  * a task's planes into a contiguous float [cb][H][W] block (half types widened), computes
- * there and writes the result block back through the output's strides and dtype.
+ * there and writes the result block back through the output's strides and dtype. Also the
+ * average pooling options both pooling files parse.
  */
 #ifndef HOST_PLANES_H
 #define HOST_PLANES_H
@@ -46,5 +47,9 @@ typedef struct {
 /*! Runs r->body over every block of planes on the pool; 0 when a block's scratch could not
  *  be allocated. */
 HOST_HIDDEN int plane_run_all(plane_run* r);
+
+/*! avg_pool2d/avg_pool3d's count_include_pad (scalar 4) and divisor_override (scalar 5; 0:
+ *  none); a zero divisor fails the call, as CPU's does. */
+HOST_HIDDEN ral_status plane_avg_options(const ral_kernel_call* c, int* count_include_pad, int64_t* divisor);
 
 #endif /* HOST_PLANES_H */

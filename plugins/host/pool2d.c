@@ -211,12 +211,7 @@ static void avg_backward(void* job, int64_t n, int64_t c0, int64_t cb, const flo
 /* count_include_pad and divisor_override at scalars 4 and 5. */
 static ral_status avg_options(const ral_kernel_call* c, pool_job* j) {
   ral_status s = window(c, j, 0);
-  if (s != RAL_OK) return s;
-  j->count_include_pad = (int)host_scalar_int(c, 4, 1);
-  j->divisor = host_scalar_int(c, 5, 0);
-  if (!host_scalar_is_none(c, 5) && j->divisor == 0)
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "divisor must be not zero");
-  return RAL_OK;
+  return s != RAL_OK ? s : plane_avg_options(c, &j->count_include_pad, &j->divisor);
 }
 
 /* avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,

@@ -170,12 +170,7 @@ ral_status host_adaptive_max_pool3d_backward(const ral_kernel_call* c) { return 
 /* Window scalars 0..2, count_include_pad (scalar 4) and divisor_override (scalar 5). */
 static ral_status avg_options(const ral_kernel_call* c, pool3_job* j) {
   ral_status s = window(c, &j->g, 0);
-  if (s != RAL_OK) return s;
-  j->g.count_include_pad = (int)host_scalar_int(c, 4, 1);
-  j->g.divisor = host_scalar_int(c, 5, 0);
-  if (!host_scalar_is_none(c, 5) && j->g.divisor == 0)
-    return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "divisor must be not zero");
-  return RAL_OK;
+  return s != RAL_OK ? s : plane_avg_options(c, &j->g.count_include_pad, &j->g.divisor);
 }
 
 /* avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,

@@ -1,6 +1,6 @@
 /*
  * inline_pool.c -- 2-d average pooling (plain and adaptive), nearest / bilinear / bicubic
- * upsampling and 3-d max / average pooling (ocl_inline_pool3, each volume through its strides),
+ * upsampling (and 3-d nearest / trilinear, volume by volume) and 3-d max / average pooling (ocl_inline_pool3, each volume through its strides),
  * forward and backward, run on the calling thread over the buffers' host memory
  * for CPU runtimes whose buffers are host memory (PoCL), as inline_cnn.c does for max
  * pooling and for the same reasons: the data is host memory already, and a loop over planes
@@ -25,25 +25,31 @@
 /* Split the planes over PyTorch's OpenMP team only when it is worth waking it. */
 #define POOL_PARALLEL_WORK ((int64_t)1 << 15)
 
-/* One side's planes: host address of element 0, element strides over (n, c, h, w). */
+/* One side's planes: host address of element 0, element strides over (n, c, h, w); a side of
+ * 3-d upsampling holds [D, H, W] volumes (depth stride sd; else D = 1). */
 typedef struct {
   float* p;
   const int64_t* s;
   int64_t C, H, W;
+  int64_t D, sd;
 } planes_of;
 
 static float* plane_at(const planes_of* v, int64_t b) { return v->p + (b / v->C) * v->s[0] + (b % v->C) * v->s[1]; }
-static int rows_dense(const planes_of* v) { return v->s[3] == 1 && (v->s[2] == v->W || v->H == 1); }
+static int rows_dense(const planes_of* v) {
+  return v->s[3] == 1 && (v->s[2] == v->W || v->H == 1) && (v->D == 1 || v->sd == v->H * v->W);
+}
 
-/* Plane b into dst[H][W] (gather) or from src[H][W] back (scatter). */
+/* Plane (volume) b into dst[D][H][W] (gather) or from src[D][H][W] back (scatter). */
 static void plane_copy(const planes_of* v, int64_t b, float* dense, int to_dense) {
   float* q = plane_at(v, b);
-  for (int64_t h = 0; h < v->H; h++)
-    for (int64_t w = 0; w < v->W; w++) {
-      float* e = q + h * v->s[2] + w * v->s[3];
-      if (to_dense) dense[h * v->W + w] = *e;
-      else *e = dense[h * v->W + w];
-    }
+  for (int64_t z = 0; z < v->D; z++)
+    for (int64_t h = 0; h < v->H; h++)
+      for (int64_t w = 0; w < v->W; w++) {
+        float* e = q + z * v->sd + h * v->s[2] + w * v->s[3];
+        float* f = dense + (z * v->H + h) * v->W + w;
+        if (to_dense) *f = *e;
+        else *e = *f;
+      }
 }
 
 /* One plane: forward reads big (x) and writes small (y); backward adds small's gradient
@@ -98,7 +104,7 @@ static int run_samples(const ral_kernel_call* c, int64_t B, planes_of* big, plan
  * 0 (nothing done: queue the command) when there is no host path or no scratch. */
 static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
                       plane_body body, const void* job) {
-  int64_t hw = big->H * big->W, ohw = small->H * small->W;
+  int64_t hw = big->D * big->H * big->W, ohw = small->D * small->H * small->W;
   int dense_big = rows_dense(big), dense_small = rows_dense(small);
   int team = omp_get_max_threads();
   float* scratch = NULL;
@@ -136,8 +142,8 @@ static int host_planes(const ral_kernel_call* c, const ral_tensor* big, const ra
                        const int64_t* xs, const int64_t* ys, int64_t H, int64_t W, int64_t OH, int64_t OW,
                        planes_of* pb, planes_of* ps) {
   if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32) return 0;
-  *pb = (planes_of){ocl_tensor_host(big), xs, C, H, W};
-  *ps = (planes_of){ocl_tensor_host(small), ys, C, OH, OW};
+  *pb = (planes_of){ocl_tensor_host(big), xs, C, H, W, 1, 0};
+  *ps = (planes_of){ocl_tensor_host(small), ys, C, OH, OW, 1, 0};
   return pb->p && ps->p;
 }
 
@@ -156,12 +162,14 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
                         const ral_tensor* small, int backward) {
   planes_of pb, ps;
   if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
+  pb.D = g->D, pb.sd = g->xsd, ps.D = g->OD, ps.sd = g->ysd; /* 2-d: D = 1 */
   /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
    * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
   ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
-                    .one_d = g->one_d, .cubic = g->cubic};
-  int cl = !g->cubic && channels_last(&pb) && channels_last(&ps); /* bicubic has plane forms only */
-  int done = ral_upsample_tables(&u, g->align, g->step_h, g->step_w) && /* else the queued kernels (no tables) */
+                    .one_d = g->one_d, .cubic = g->cubic, .D = g->D, .OD = g->OD, .three_d = g->three_d};
+  /* bicubic and 3-d have plane (volume) forms only */
+  int cl = !g->cubic && !g->three_d && channels_last(&pb) && channels_last(&ps);
+  int done = ral_upsample_tables(&u, g->align, g->step_d, g->step_h, g->step_w) && /* else the queued kernels */
              (cl ? run_samples(c, g->B, &pb, &ps, backward, up_sample, &u)
                  : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));
   ral_upsample_free(&u);

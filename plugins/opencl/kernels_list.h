@@ -52,7 +52,9 @@
   X(ocl_upsample_bilinear2d) X(ocl_upsample_bilinear2d_backward) X(ocl_upsample_nearest_exact2d)    \
   X(ocl_upsample_nearest_exact2d_backward) X(ocl_upsample_nearest1d) X(ocl_upsample_nearest1d_backward)   \
   X(ocl_upsample_nearest_exact1d) X(ocl_upsample_nearest_exact1d_backward) X(ocl_upsample_linear1d)        \
-  X(ocl_upsample_linear1d_backward) X(ocl_upsample_bicubic2d) X(ocl_upsample_bicubic2d_backward)
+  X(ocl_upsample_linear1d_backward) X(ocl_upsample_bicubic2d) X(ocl_upsample_bicubic2d_backward)    \
+  X(ocl_upsample_nearest3d) X(ocl_upsample_nearest3d_backward) X(ocl_upsample_nearest_exact3d)        \
+  X(ocl_upsample_nearest_exact3d_backward) X(ocl_upsample_trilinear3d) X(ocl_upsample_trilinear3d_backward)
 
 #define OCL_KERNELS_RNN(X) \
   X(ocl_lstm_cell) X(ocl_lstm_cell_backward) X(ocl_gru_cell) X(ocl_gru_cell_backward)

@@ -63,12 +63,48 @@ def _batch_norm_backward_check(full) -> None:
         raise RuntimeError("native_batch_norm_backward: running_mean and running_var must not be None in eval mode")
 
 
+def _upsample_check(nd: int, backward: bool):
+    """ATen's upsample_{1,2,3}d_common_check (and the forward's non-empty check) for an op over
+    nd spatial dims. The meta functions and decompositions the router plans from raise other
+    errors (ZeroDivisionError, IndexError, TypeError) or none for these calls."""
+    axes = "DHW"[3 - nd :]
+
+    def check(full) -> None:
+        out_size = list(full[1])
+        in_size = list(full[2]) if backward else list(full[0].shape)
+        if len(out_size) != nd:
+            raise RuntimeError(f"It is expected output_size equals to {nd}, but got size {len(out_size)}")
+        if len(in_size) != nd + 2:
+            raise RuntimeError(f"It is expected input_size equals to {nd + 2}, but got size {len(in_size)}")
+        if min(in_size[2:] + out_size) <= 0:
+            got_in = ", ".join(f"{a}: {n}" for a, n in zip(axes, in_size[2:]))
+            got_out = ", ".join(f"{a}: {n}" for a, n in zip(axes, out_size))
+            joint = " and" if nd == 1 else ""
+            raise RuntimeError(
+                f"Input and output sizes should be greater than 0, but got input ({got_in}){joint} output ({got_out})"
+            )
+        if not backward and full[0].numel() == 0 and 0 in in_size[1:]:  # after the sizes, as ATen's meta
+            raise RuntimeError(f"Non-empty {nd + 2}D data tensor expected but got a tensor with sizes {in_size}")
+
+    return check
+
+
+# each upsampling op the plugins serve (plugins/common/resample.h RAL_UPSAMPLE_OPS) -> its dims
+_UPSAMPLES = {
+    "upsample_nearest1d": 1, "_upsample_nearest_exact1d": 1, "upsample_linear1d": 1,
+    "upsample_nearest2d": 2, "_upsample_nearest_exact2d": 2, "upsample_bilinear2d": 2, "upsample_bicubic2d": 2,
+    "upsample_nearest3d": 3, "_upsample_nearest_exact3d": 3, "upsample_trilinear3d": 3,
+}  # fmt: skip
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
 CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
+for _name, _nd in _UPSAMPLES.items():
+    CHECKS[f"aten::{_name}"] = _upsample_check(_nd, False)
+    CHECKS[f"aten::{_name}_backward"] = _upsample_check(_nd, True)
 
 
 def check_arguments(op: str, full) -> None:

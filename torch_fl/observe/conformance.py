@@ -167,6 +167,11 @@ TOLERANCE_OVERRIDES = {
     # ~19) differs by 1 ulp there (0.125), and the device is closer to the float32 result
     # (max error 0.049 against CPU's 0.094).
     ("nn.functional.instance_norm", torch.bfloat16): (2e-2, 0.125),
+    # The plugins' trilinear upsampling computes half types in float32 with float32 weights;
+    # CPU's NCDHW bfloat16 kernel keeps its weights in bfloat16. Over these samples (inputs up
+    # to ~9) near-zero outputs differ by up to 0.024, and per element the device is never
+    # further from the float32 result than CPU (within 1e-6).
+    ("nn.functional.interpolate.trilinear", torch.bfloat16): (2e-2, 0.03125),
 }
 
 

@@ -152,14 +152,17 @@ typedef struct {
 /* 2-d nearest / bilinear / bicubic upsampling of [B, H, W] planes x into [B, OH, OW] planes y (both
  * of any strides: xs, ys over n, c, h, w): step_h/w are the source steps
  * (plugins/common/resample.c: ral_up_scale, and for bilinear / bicubic ral_up_linear_step), computed
- * on the host so both sides round alike. */
+ * on the host so both sides round alike. three_d: [B, D, H, W] volumes into [B, OD, OH, OW]
+ * (nearest or trilinear), depth strides xsd, ysd and step step_d; else D = OD = 1, xsd = ysd = 0. */
 typedef struct {
   g_i64 B, C, H, W, OH, OW, off_x, off_y;
   g_i64 xs[4], ys[4];
-  float step_h, step_w;
+  g_i64 D, OD, xsd, ysd;
+  float step_h, step_w, step_d;
   g_i32 dt, linear, align, exact; /* exact: nearest-exact (linear 0) */
   g_i32 one_d;                    /* [N, C, L] as planes of one row, linear along W alone */
   g_i32 cubic;                    /* bicubic (linear 0; align: align_corners) */
+  g_i32 three_d;
 } ocl_upsample;
 
 /* Fault sites of the bounds-checked index kernels: the code they record in their

@@ -1,5 +1,6 @@
-/* upsample.cl -- 2-d nearest, bilinear and bicubic upsampling of [B, H, W] planes into [B, OH, OW]
- * (upsample.c), both of any strides (OCL_PLANE_AT), `chunk` rows per work-item. Source indices and weights are those
+/* upsample.cl -- 2-d nearest, bilinear and bicubic upsampling of [B, H, W] planes into [B, OH, OW],
+ * and 3-d nearest and trilinear upsampling of [B, D, H, W] volumes (upsample.c), both of any
+ * strides (OCL_PLANE_AT; depth strides xsd, ysd), `chunk` rows per work-item. Source indices and weights are those
  * of plugins/common/resample.c (ATen's CPU formulas in float), from steps the host computed;
  * contraction into fma is off so every product rounds as on the host. The backward is a
  * gather: each input element sums, in output order, the weighted gradients of the outputs
@@ -17,6 +18,11 @@ inline long up_src(long o, long in, long out, float step, int linear, int align,
     *i1 = s;
     *l0 = 1.0f;
     return s;
+  }
+  if (out == in) { /* a copy at equal sizes, even with a scale given (resample.c's linear_axis) */
+    *i1 = o;
+    *l0 = 1.0f;
+    return o;
   }
   float rr = align ? step * (float)o : step * ((float)o + 0.5f) - 0.5f;
   if (!align && rr < 0) rr = 0;
@@ -43,76 +49,113 @@ inline long up_first(long i, long in, long out, float step, int linear, int alig
   return lo;
 }
 
-/* Output rows r = b * OH + oh. */
+/* One output's bilinear value (linear1d: along the row alone) from the rows at p0, p1. */
+inline float up_bilinear(gcbuf x, ocl_upsample g, long p0, long p1, long e0, long e1, float h0, float w0) {
+  if (g.one_d) return w0 * ld_f(x, p0 + e0, g.dt) + (1.0f - w0) * ld_f(x, p0 + e1, g.dt); /* linear1d */
+  float h1 = 1.0f - h0, w1 = 1.0f - w0;
+  return h0 * (w0 * ld_f(x, p0 + e0, g.dt) + w1 * ld_f(x, p0 + e1, g.dt)) +
+         h1 * (w0 * ld_f(x, p1 + e0, g.dt) + w1 * ld_f(x, p1 + e1, g.dt));
+}
+
+/* Output rows r = (b * OD + od) * OH + oh (2-d: OD = 1); trilinear: each depth tap's bilinear
+ * value times its weight, the two added (resample.c's interpolate_plane). */
 __kernel void upsample2d_fwd(gbuf y, gcbuf x, ocl_upsample g, long chunk) {
-  long rows = g.B * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  long rows = g.B * g.OD * g.OH, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  int mode = g.linear ? g.align : g.exact;
   for (long r = r0; r < r1; r++) {
-    long b = r / g.OH, oh = r % g.OH, a1, c1;
-    float h0, w0;
-    long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact, &a1, &h0);
-    long p0 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a0, 0), p1 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a1, 0);
+    long b = r / (g.OD * g.OH), od = (r / g.OH) % g.OD, oh = r % g.OH, a1, c1, z1 = 0;
+    float h0, w0, d0 = 1.0f;
+    long z0 = g.three_d ? up_src(od, g.D, g.OD, g.step_d, g.linear, mode, &z1, &d0) : 0;
+    long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, mode, &a1, &h0);
+    long p0 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a0, 0) + z0 * g.xsd;
+    long p1 = OCL_PLANE_AT(g.off_x, g.xs, g.C, b, a1, 0) + z0 * g.xsd, dz = (z1 - z0) * g.xsd;
     for (long ow = 0; ow < g.OW; ow++) {
-      long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
+      long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, mode, &c1, &w0);
       float v;
       long e0 = c0 * g.xs[3], e1 = c1 * g.xs[3];
       if (!g.linear) v = ld_f(x, p0 + e0, g.dt);
-      else if (g.one_d) v = w0 * ld_f(x, p0 + e0, g.dt) + (1.0f - w0) * ld_f(x, p0 + e1, g.dt); /* linear1d */
-      else {
-        float h1 = 1.0f - h0, w1 = 1.0f - w0;
-        v = h0 * (w0 * ld_f(x, p0 + e0, g.dt) + w1 * ld_f(x, p0 + e1, g.dt)) +
-            h1 * (w0 * ld_f(x, p1 + e0, g.dt) + w1 * ld_f(x, p1 + e1, g.dt));
-      }
-      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt, v);
+      else v = up_bilinear(x, g, p0, p1, e0, e1, h0, w0);
+      if (g.linear && g.three_d) v = d0 * v + (1.0f - d0) * up_bilinear(x, g, p0 + dz, p1 + dz, e0, e1, h0, w0);
+      st_f(y, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow) + od * g.ysd, g.dt, v);
     }
   }
 }
 
-/* Input rows r = b * H + ih: grad_input, each output's contributions in the order CPU's
- * scatter adds them ((i0, i0), (i0, i1), (i1, i0), (i1, i1) of rows, columns). */
+/* The terms of one output's gradient v that land on input row ih, column iw, in CPU's
+ * order ((i0, i0), (i0, i1), (i1, i0), (i1, i1) of rows, columns), each weight dw * h * w * v
+ * (2-d: dw = 1, exactly h * w * v). */
+inline float up_terms(float acc, ocl_upsample g, float dw, long ih, long iw, long a0, long a1, long c0, long c1,
+                      float h0, float w0, float v) {
+  float h1 = 1.0f - h0, w1 = 1.0f - w0;
+  if (a0 == ih) {
+    if (c0 == iw) acc += dw * h0 * w0 * v;
+    if (c1 == iw) acc += dw * h0 * w1 * v;
+  }
+  if (a1 == ih && !g.one_d) { /* linear1d has no second row */
+    if (c0 == iw) acc += dw * h1 * w0 * v;
+    if (c1 == iw) acc += dw * h1 * w1 * v;
+  }
+  return acc;
+}
+
+/* The source indices of output o along an axis (up_src: *s0, *s1, weight *l0) and whether they
+ * reach input i: 1 when one is i, 0 when neither is, -1 when the first is past i (no later
+ * output reads i). */
+inline int up_reads(long o, long i, long in, long out, float step, int linear, int mode, long* s0, long* s1,
+                    float* l0) {
+  *s0 = up_src(o, in, out, step, linear, mode, s1, l0);
+  return *s0 > i ? -1 : (*s0 == i || *s1 == i);
+}
+
+/* Input rows r = (b * D + id) * H + ih (2-d: D = 1): grad_input, each output's contributions
+ * in the order CPU's scatter adds them (trilinear: those of the first depth tap, then the
+ * second's). */
 __kernel void upsample2d_bwd(gbuf gi, gcbuf go, ocl_upsample g, long chunk) {
-  long rows = g.B * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  long rows = g.B * g.D * g.H, r0 = get_global_id(0) * chunk, r1 = min(r0 + chunk, rows);
+  int mode = g.linear ? g.align : g.exact;
   for (long r = r0; r < r1; r++) {
-    long b = r / g.H, ih = r % g.H;
-    long oh0 = up_first(ih, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact), ow0 = 0;
+    long b = r / (g.D * g.H), id = (r / g.H) % g.D, ih = r % g.H;
+    long oh0 = up_first(ih, g.H, g.OH, g.step_h, g.linear, mode), ow0 = 0;
+    long od0 = g.three_d ? up_first(id, g.D, g.OD, g.step_d, g.linear, mode) : 0;
     for (long iw = 0; iw < g.W; iw++) {
       /* the first output column reading iw: up_first, advanced from the previous column's */
       for (;;) {
         long c1;
         float w0;
         if (ow0 >= g.OW) break;
-        up_src(ow0, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
+        up_src(ow0, g.W, g.OW, g.step_w, g.linear, mode, &c1, &w0);
         if (c1 >= iw) break;
         ow0++;
       }
       float acc = 0.0f;
-      for (long oh = oh0; oh < g.OH; oh++) {
-        long a1;
-        float h0;
-        long a0 = up_src(oh, g.H, g.OH, g.step_h, g.linear, g.linear ? g.align : g.exact, &a1, &h0);
-        if (a0 > ih) break;
-        if (a0 != ih && a1 != ih) continue;
-        float h1 = 1.0f - h0;
-        for (long ow = ow0; ow < g.OW; ow++) {
-          long c1;
-          float w0;
-          long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, g.linear ? g.align : g.exact, &c1, &w0);
-          if (c0 > iw) break;
-          float v = ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow), g.dt), w1 = 1.0f - w0;
-          if (!g.linear) {
-            if (c0 == iw) acc += v;
-            continue;
-          }
-          if (a0 == ih) {
-            if (c0 == iw) acc += h0 * w0 * v;
-            if (c1 == iw) acc += h0 * w1 * v;
-          }
-          if (a1 == ih && !g.one_d) { /* linear1d has no second row */
-            if (c0 == iw) acc += h1 * w0 * v;
-            if (c1 == iw) acc += h1 * w1 * v;
+      for (long od = od0; od < g.OD; od++) {
+        long z0 = 0, z1 = 0;
+        float d0 = 1.0f;
+        int k = g.three_d ? up_reads(od, id, g.D, g.OD, g.step_d, g.linear, mode, &z0, &z1, &d0) : 1;
+        if (k < 0) break;
+        if (k == 0) continue;
+        for (long oh = oh0; oh < g.OH; oh++) {
+          long a0, a1;
+          float h0;
+          k = up_reads(oh, ih, g.H, g.OH, g.step_h, g.linear, mode, &a0, &a1, &h0);
+          if (k < 0) break;
+          if (k == 0) continue;
+          for (long ow = ow0; ow < g.OW; ow++) {
+            long c1;
+            float w0;
+            long c0 = up_src(ow, g.W, g.OW, g.step_w, g.linear, mode, &c1, &w0);
+            if (c0 > iw) break;
+            float v = ld_f(go, OCL_PLANE_AT(g.off_y, g.ys, g.C, b, oh, ow) + od * g.ysd, g.dt);
+            if (!g.linear) {
+              if (c0 == iw) acc += v;
+              continue;
+            }
+            if (z0 == id) acc = up_terms(acc, g, d0, ih, iw, a0, a1, c0, c1, h0, w0, v);
+            if (g.three_d && z1 == id) acc = up_terms(acc, g, 1.0f - d0, ih, iw, a0, a1, c0, c1, h0, w0, v);
           }
         }
       }
-      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw), g.dt, acc);
+      st_f(gi, OCL_PLANE_AT(g.off_x, g.xs, g.C, b, ih, iw) + id * g.xsd, g.dt, acc);
     }
   }
 }
