@@ -228,7 +228,7 @@ def _as_strided_(func, args, kwargs):
 
 @special(aten.resize_.default)
 def _resize_(func, args, kwargs):
-    return resize(args[0], args[1])
+    return resize(args[0], args[1], kwargs.get("memory_format"))
 
 
 @special(aten.set_.source_Tensor)
