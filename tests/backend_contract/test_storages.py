@@ -335,3 +335,21 @@ def test_typed_storage_pickles_and_saves_as_on_cpu(device):
         loaded = torch.load(f, **kwargs)["s"]
         assert type(loaded) is torch.TypedStorage and loaded.device == torch.device(where)
         assert loaded.tolist() == cpu.tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("typed", [False, True], ids=["untyped", "typed"])
+@pytest.mark.parametrize("geometry", [(), (1, (2,), (1,))], ids=["whole", "offset-size-stride"])
+@pytest.mark.parametrize("call", ["method", "unbound"])
+def test_set_to_a_cpu_storage_is_refused_as_on_cuda(device, typed, geometry, call):
+    # CUDA refuses a CPU storage; an upload would silently drop the sharing set_ promises (a
+    # write through the ral tensor never reaching the CPU tensor). torch.load's staged
+    # checkpoint storages still upload (test_serialization.py).
+    cpu = torch.arange(4.0)
+    storage = cpu.storage() if typed else cpu.untyped_storage()
+    dst = torch.zeros(2, device=device)
+    set_ = dst.set_ if call == "method" else lambda *a: torch.Tensor.set_(dst, *a)
+    with pytest.raises(RuntimeError, match=r'to a storage on different device "cpu".*devices must match'):
+        set_(storage, *geometry)
+    assert dst.shape == (2,) and dst.cpu().tolist() == [0.0, 0.0]  # unchanged, still usable
+    assert cpu.tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -259,6 +259,8 @@ def _set_whole_storage(func, args, kwargs):
     if type(t) is RalTensor and is_ral_storage(storage):
         n = storage.nbytes() // t.dtype.itemsize
         return set_from_ral_storage(t, storage, 0, [n], [1])
+    if type(t) is RalTensor and is_host_bytes(storage):  # staged: uploaded; plain CPU: refused
+        return set_from_host_storage(t, storage, 0, [storage.nbytes() // t.dtype.itemsize], [1])
     return ROUTE
 
 
