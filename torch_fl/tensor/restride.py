@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl.device.memory import storage_of
-from torch_fl.tensor.layout import extent_elems
+from torch_fl.tensor.layout import contiguous_strides, extent_elems
 from torch_fl.tensor.ral_tensor import RalTensor, meta_like, torch_device
 from torch_fl.tensor.transfer import empty_on
 
@@ -39,9 +39,14 @@ def resize(t: RalTensor, size, memory_format=None) -> RalTensor:
     is asked), new sizes get row-major (or `memory_format`) strides over the same storage bytes
     from the same offset, and a buffer too small grows in place, keeping its bytes, so every
     view of it sees the grown memory."""
-    # PyTorch's own geometry rules (same-size shortcut, channels_last, its errors) on a meta twin.
-    probe = meta_like(t).resize_(tuple(size), memory_format=memory_format)
-    size, stride = tuple(probe.shape), tuple(probe.stride())
+    size = tuple(size)
+    if memory_format is None and min(size, default=0) >= 0:
+        if size == tuple(t.shape):  # CPU's shortcut: same sizes, strides kept
+            return t
+        stride = contiguous_strides(size)
+    else:  # PyTorch's own rules (channels_last, its errors) on a meta twin
+        probe = meta_like(t).resize_(size, memory_format=memory_format)
+        size, stride = tuple(probe.shape), tuple(probe.stride())
     need = (t.storage_offset() + extent_elems(size, stride)) * t.dtype.itemsize
     if need > t._buf.nbytes:
         _grow(t, need)
