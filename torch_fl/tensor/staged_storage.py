@@ -41,6 +41,7 @@ def set_from_host_storage(t, storage, offset: int, size, stride):
     if whole is None:
         host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage, 0, (storage.nbytes(),), (1,))
         whole = per_device[t._dev] = to_device(host, t._dev)
+        storage.note_device_copy(whole)
     return restride(t, whole._buf, size, stride, offset)
 
 
