@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import run_python
 
 DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
 
@@ -194,3 +195,32 @@ def test_legacy_format_ral_tensor_with_attributes(device):
     assert got["t"].device == torch.device(device) and got["t"].tag == "kept"
     assert got["t"].cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert got["v"].cpu().tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_safetensors_imported_before_torch(tmp_path):
+    # `from safetensors.torch import load_file` before `import torch`: safetensors.torch imports
+    # torch, whose backend autoload imports torch_fl while safetensors.torch is half-built.
+    # torch_fl failed to load then (no ral device); it now loads, and adapts safetensors once
+    # its body has finished (at the next import).
+    pytest.importorskip("safetensors.torch")
+    res = run_python(
+        f"""
+        import warnings
+        warnings.simplefilter("error", RuntimeWarning)  # torch_fl's "could not load" warning
+        from safetensors.torch import load_file, save_file
+        import torch
+        devices = ["ral:0", "ral:1"][: torch.ral.device_count()]
+        for d in devices:
+            assert (torch.arange(3.0, device=d) + 1).cpu().tolist() == [1.0, 2.0, 3.0]
+        path = {str(tmp_path / "w.safetensors")!r}
+        save_file({{"w": torch.arange(6.0).reshape(2, 3)}}, path)
+        import xml.dom.minidom  # noqa: F401  any later import
+        import safetensors.torch as st
+        for d in devices:
+            got = st.load_file(path, device=d)["w"]
+            assert got.device == torch.device(d), got.device
+            assert got.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        print("ok")
+        """
+    )
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
