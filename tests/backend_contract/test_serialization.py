@@ -224,3 +224,31 @@ def test_safetensors_imported_before_torch(tmp_path):
         """
     )
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_safetensors_safe_open_on_ral(tmp_path, device):
+    # accelerate reads big checkpoints with safe_open(path, "pt", device=...): safetensors' Rust
+    # side rejected "ral:N" ("device ral:N is invalid")
+    safetensors = pytest.importorskip("safetensors")
+    st = pytest.importorskip("safetensors.torch")
+    import torch_fl
+
+    cpu = {"w": torch.arange(12.0).reshape(3, 4) - 4, "h": torch.linspace(-1, 1, 5).half()}
+    path = str(tmp_path / "w.safetensors")
+    st.save_file(cpu, path, metadata={"format": "pt"})
+    for style in ("plain", "ral_mode"):
+        ctx = torch_fl.ral_mode(device) if style == "ral_mode" else torch.no_grad()
+        with ctx, safetensors.safe_open(path, framework="pt", device=device) as f:
+            assert sorted(f.keys()) == ["h", "w"] and f.metadata() == {"format": "pt"}
+            w, part, every = f.get_tensor("w"), f.get_slice("w")[1:, ::2], f.get_tensors()
+            assert f.get_slice("w").get_shape() == [3, 4]
+        for got in (w, part, every["w"], every["h"]):
+            assert got.device == torch.device(device), style
+        torch.testing.assert_close(w.cpu(), cpu["w"], rtol=0, atol=0)
+        torch.testing.assert_close(part.cpu(), cpu["w"][1:, ::2], rtol=0, atol=0)
+        torch.testing.assert_close(every["h"].cpu(), cpu["h"], rtol=0, atol=0)
+    with safetensors.safe_open(path, framework="pt", device="cpu") as f:  # other devices: untouched
+        assert f.get_tensor("w").device.type == "cpu"
+    with pytest.raises(Exception, match="invalid"):  # safetensors' own error for a bad name
+        safetensors.safe_open(path, framework="pt", device="nodevice:0")
