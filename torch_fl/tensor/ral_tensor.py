@@ -168,6 +168,21 @@ class RalTensor(torch.Tensor):
     def __reduce_ex__(self, protocol):
         return reduce_ral_tensor(self)
 
+    def __copy__(self):
+        """copy.copy: a new leaf tensor over the same device buffer and geometry, as copy.copy of
+        a CPU or CUDA tensor rebuilds one over the same storage (without this, copy.copy went
+        through the pickling reduce and returned a CPU tensor), with requires_grad, backend
+        metadata and the Python attributes (a Parameter stays one)."""
+        new = wrap(self._buf, self.shape, self.stride(), self.storage_offset(), self.dtype)
+        meta = _get_metadata(self)
+        if meta:
+            _set_metadata(new, meta)
+        if self.requires_grad:
+            new.requires_grad_(True)
+        for k, v in user_attrs(self).items():
+            setattr(new, k, v)
+        return new
+
     @outside_modes
     def __deepcopy__(self, memo):
         if not self.is_leaf:  # CPU's check and message
