@@ -175,6 +175,26 @@ def test_device_capsule_refusals_and_copies(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_an_import_refuses_to_grow_and_stays_intact(device):
+    # an import's storage belongs to the exporter: a resize_ needing more bytes raises CPU's
+    # error before anything changes (growing the RalTensor over the same memory would move the
+    # exporter's buffer to a new block under the import); the exporter itself grows, as on CPU
+    cpu_import = torch.from_dlpack(torch.arange(4.0))
+    with pytest.raises(RuntimeError, match="Trying to resize storage that is not resizable"):
+        cpu_import.resize_(1000)
+    t = torch.arange(4.0, device=device)
+    x = torch.from_dlpack(t)
+    with pytest.raises(RuntimeError, match="Trying to resize storage that is not resizable"):
+        x.resize_(1000)
+    assert x.shape == (4,) and x.cpu().tolist() == t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    x.add_(1)  # still shares the exporter's memory
+    assert t.cpu().tolist() == [1.0, 2.0, 3.0, 4.0]
+    t.resize_(10)
+    t[9] = 5.0
+    assert t.cpu().tolist()[:4] == [1.0, 2.0, 3.0, 4.0] and t[9].item() == 5.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cpu_tensors_under_ral_mode_keep_cpu_dlpack(device):
     x = torch.arange(5.0)
     with torch_fl.ral_mode(device):

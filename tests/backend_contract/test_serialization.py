@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+from conftest import run_python
 
 DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
 
@@ -136,3 +137,118 @@ def test_checkpoints_under_ral_mode(device):
     torch.testing.assert_close(strided, torch.tensor([0.0, 103.0, 106.0, 9.0]), rtol=0, atol=0)
     buf.seek(0)
     assert torch.load(buf, weights_only=True)["t"].shape == (4,)
+
+
+def _legacy_save(obj, path=None):
+    target = path if path is not None else io.BytesIO()
+    torch.save(obj, target, _use_new_zipfile_serialization=False)  # PyTorch's pre-1.6 format
+    if path is None:
+        target.seek(0)
+    return target
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("source", ["cpu", "ral"])
+@pytest.mark.parametrize("weights_only", [False, True])
+def test_legacy_format_checkpoints_load_on_ral(tmp_path, device, source, weights_only):
+    # The legacy format reads each storage's bytes after rebuilding the tensors over it (CUDA's
+    # storages are filled in place): the device copies must get the bytes, not what the staging
+    # memory held before (silent garbage until fixed).
+    cpu = {"w": torch.arange(12.0).reshape(3, 4) - 5, "p": torch.nn.Parameter(torch.linspace(-1, 1, 5))}
+    cpu["view"] = cpu["w"][1:, ::2]
+    ck = cpu if source == "cpu" else {"w": cpu["w"].to(device), "p": torch.nn.Parameter(cpu["p"].detach().to(device))}
+    if source == "ral":
+        ck["view"] = ck["w"][1:, ::2]
+    forms = [device, torch.device(device), {"cpu": device, device: device}] + ([None] if source == "ral" else [])
+    for i, ml in enumerate(forms):
+        for target in (None, tmp_path / f"legacy{i}.pt"):  # BytesIO, and a real file read directly
+            f = _legacy_save(ck, target)
+            got = torch.load(f, map_location=ml, weights_only=weights_only)
+            for k in ("w", "p", "view"):
+                assert got[k].device == torch.device(device), (ml, k)
+                torch.testing.assert_close(got[k].detach().cpu(), cpu[k].detach(), rtol=0, atol=0)
+            assert isinstance(got["p"], torch.nn.Parameter)
+            got["view"].mul_(0)  # views saved together share one buffer, as with the zip format
+            assert got["w"][1:, ::2].cpu().abs().sum().item() == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_legacy_format_checkpoint_under_ral_mode(device):
+    import torch_fl
+
+    cpu = {"w": torch.arange(6.0).reshape(2, 3) * 0.5, "b": torch.ones(3)}
+    expected = cpu["w"] + cpu["b"]
+    with torch_fl.ral_mode(device):
+        got = torch.load(_legacy_save(cpu), map_location=device, weights_only=True)
+        total = got["w"] + got["b"]
+    assert got["w"].device == got["b"].device == torch.device(device)
+    torch.testing.assert_close(got["w"].cpu(), cpu["w"], rtol=0, atol=0)
+    torch.testing.assert_close(total.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_legacy_format_ral_tensor_with_attributes(device):
+    # a tensor with Python attributes saves through torch_fl's own rebuild function: same fix
+    t = torch.arange(6.0).to(device)
+    t.tag = "kept"
+    got = torch.load(_legacy_save({"t": t, "v": t[2:]}), weights_only=False)
+    assert got["t"].device == torch.device(device) and got["t"].tag == "kept"
+    assert got["t"].cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert got["v"].cpu().tolist() == [2.0, 3.0, 4.0, 5.0]
+
+
+def test_safetensors_imported_before_torch(tmp_path):
+    # `from safetensors.torch import load_file` before `import torch`: safetensors.torch imports
+    # torch, whose backend autoload imports torch_fl while safetensors.torch is half-built.
+    # torch_fl failed to load then (no ral device); it now loads, and adapts safetensors once
+    # its body has finished (at the next import).
+    pytest.importorskip("safetensors.torch")
+    res = run_python(
+        f"""
+        import warnings
+        warnings.simplefilter("error", RuntimeWarning)  # torch_fl's "could not load" warning
+        from safetensors.torch import load_file, save_file
+        import torch
+        devices = ["ral:0", "ral:1"][: torch.ral.device_count()]
+        for d in devices:
+            assert (torch.arange(3.0, device=d) + 1).cpu().tolist() == [1.0, 2.0, 3.0]
+        path = {str(tmp_path / "w.safetensors")!r}
+        save_file({{"w": torch.arange(6.0).reshape(2, 3)}}, path)
+        import xml.dom.minidom  # noqa: F401  any later import
+        import safetensors.torch as st
+        for d in devices:
+            got = st.load_file(path, device=d)["w"]
+            assert got.device == torch.device(d), got.device
+            assert got.cpu().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+        print("ok")
+        """
+    )
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_safetensors_safe_open_on_ral(tmp_path, device):
+    # accelerate reads big checkpoints with safe_open(path, "pt", device=...): safetensors' Rust
+    # side rejected "ral:N" ("device ral:N is invalid")
+    safetensors = pytest.importorskip("safetensors")
+    st = pytest.importorskip("safetensors.torch")
+    import torch_fl
+
+    cpu = {"w": torch.arange(12.0).reshape(3, 4) - 4, "h": torch.linspace(-1, 1, 5).half()}
+    path = str(tmp_path / "w.safetensors")
+    st.save_file(cpu, path, metadata={"format": "pt"})
+    for style in ("plain", "ral_mode"):
+        ctx = torch_fl.ral_mode(device) if style == "ral_mode" else torch.no_grad()
+        with ctx, safetensors.safe_open(path, framework="pt", device=device) as f:
+            assert sorted(f.keys()) == ["h", "w"] and f.metadata() == {"format": "pt"}
+            w, part, every = f.get_tensor("w"), f.get_slice("w")[1:, ::2], f.get_tensors()
+            assert f.get_slice("w").get_shape() == [3, 4]
+        for got in (w, part, every["w"], every["h"]):
+            assert got.device == torch.device(device), style
+        torch.testing.assert_close(w.cpu(), cpu["w"], rtol=0, atol=0)
+        torch.testing.assert_close(part.cpu(), cpu["w"][1:, ::2], rtol=0, atol=0)
+        torch.testing.assert_close(every["h"].cpu(), cpu["h"], rtol=0, atol=0)
+    with safetensors.safe_open(path, framework="pt", device="cpu") as f:  # other devices: untouched
+        assert f.get_tensor("w").device.type == "cpu"
+    with pytest.raises(Exception, match="invalid"):  # safetensors' own error for a bad name
+        safetensors.safe_open(path, framework="pt", device="nodevice:0")

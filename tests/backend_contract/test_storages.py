@@ -335,3 +335,59 @@ def test_typed_storage_pickles_and_saves_as_on_cpu(device):
         loaded = torch.load(f, **kwargs)["s"]
         assert type(loaded) is torch.TypedStorage and loaded.device == torch.device(where)
         assert loaded.tolist() == cpu.tolist()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("typed", [False, True], ids=["untyped", "typed"])
+@pytest.mark.parametrize("geometry", [(), (1, (2,), (1,))], ids=["whole", "offset-size-stride"])
+@pytest.mark.parametrize("call", ["method", "unbound"])
+def test_set_to_a_cpu_storage_is_refused_as_on_cuda(device, typed, geometry, call):
+    # CUDA refuses a CPU storage; an upload would silently drop the sharing set_ promises (a
+    # write through the ral tensor never reaching the CPU tensor). torch.load's staged
+    # checkpoint storages still upload (test_serialization.py).
+    cpu = torch.arange(4.0)
+    storage = cpu.storage() if typed else cpu.untyped_storage()
+    dst = torch.zeros(2, device=device)
+    set_ = dst.set_ if call == "method" else lambda *a: torch.Tensor.set_(dst, *a)
+    with pytest.raises(RuntimeError, match=r'to a storage on different device "cpu".*devices must match'):
+        set_(storage, *geometry)
+    assert dst.shape == (2,) and dst.cpu().tolist() == [0.0, 0.0]  # unchanged, still usable
+    assert cpu.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def _copy_copy_facts(make):
+    """What copy.copy of a tensor gives, for tensors `make(values)` builds on one device."""
+    import copy
+
+    base = make(torch.arange(4.0))
+    base.tag = "kept"
+    view = base[1:3]
+    got = copy.copy(base)
+    vgot = copy.copy(view)
+    vgot.add_(10.0)  # a write through the copy of the view lands in base's storage
+    graph = copy.copy(make(torch.arange(3.0)).requires_grad_() * 2)
+    param = torch.nn.Parameter(make(torch.ones(2)))
+    pgot = copy.copy(param)
+    return (
+        got.device,
+        got.data_ptr() == base.data_ptr(),
+        getattr(got, "tag", None),
+        (vgot.shape, vgot.stride(), vgot.storage_offset()),
+        base.cpu().tolist(),
+        (graph.requires_grad, graph.is_leaf, graph.grad_fn),
+        (isinstance(pgot, torch.nn.Parameter), pgot is param, pgot.data_ptr() == param.data_ptr()),
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_copy_copy_shares_the_buffer_as_on_cpu(device):
+    # copy.copy of a CPU or CUDA tensor is a new tensor over the same storage; a ral tensor's
+    # came back as a CPU copy (copy.copy fell back to the pickling reduce)
+    import torch_fl
+
+    expected = _copy_copy_facts(lambda t: t)
+    got = _copy_copy_facts(lambda t: t.to(device))
+    assert got[0] == torch.device(device) and got[1:] == expected[1:]
+    with torch_fl.ral_mode(device):
+        in_mode = _copy_copy_facts(lambda t: t.to(device))
+    assert in_mode == got

@@ -228,7 +228,7 @@ def _as_strided_(func, args, kwargs):
 
 @special(aten.resize_.default)
 def _resize_(func, args, kwargs):
-    return resize(args[0], args[1])
+    return resize(args[0], args[1], kwargs.get("memory_format"))
 
 
 @special(aten.set_.source_Tensor)
@@ -259,6 +259,8 @@ def _set_whole_storage(func, args, kwargs):
     if type(t) is RalTensor and is_ral_storage(storage):
         n = storage.nbytes() // t.dtype.itemsize
         return set_from_ral_storage(t, storage, 0, [n], [1])
+    if type(t) is RalTensor and is_host_bytes(storage):  # staged: uploaded; plain CPU: refused
+        return set_from_host_storage(t, storage, 0, [storage.nbytes() // t.dtype.itemsize], [1])
     return ROUTE
 
 

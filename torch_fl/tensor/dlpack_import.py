@@ -5,7 +5,8 @@ An op PyTorch sends to the PrivateUse1 key with such a tensor among its argument
 without a PrivateUse1 kernel of its own) comes here; each plain ral tensor is replaced by the
 RalTensor over the same memory and the op runs again, through torch_fl's dispatcher. Results are
 RalTensors; an in-place or out= op returns the plain tensor it wrote. In-place ops that change a
-tensor's geometry (resize_, set_, t_, ...) cannot be mirrored on the plain tensor and are refused.
+tensor's geometry (resize_, set_, t_, ...) cannot be mirrored on the plain tensor and are refused;
+a resize_ needing more bytes than the import's storage raises CPU's "not resizable" error first.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torch_fl.tensor.factories import _with_python_key
+from torch_fl.tensor.layout import extent_elems
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral, locate
+from torch_fl.tensor.ral_tensor import meta_like
 
 _lib = None
 
@@ -36,7 +39,10 @@ def plain_fallback(op, *args, **kwargs):
         raise NotImplementedError(f"Could not run '{op}' with arguments from the 'PrivateUse1' backend.")
     args, kwargs = tree_unflatten(flat, spec)
     if flat and id(flat[0]) in swapped:  # the op's self was a plain tensor
-        args, kwargs = _rebase_storage_offset(op, swapped[id(flat[0])][0], args, kwargs)
+        plain = swapped[id(flat[0])][0]
+        if op is _RESIZE:
+            _refuse_growth(plain, args, kwargs)
+        args, kwargs = _rebase_storage_offset(op, plain, args, kwargs)
     out = op(*args, **kwargs)
     for _, r, before in swapped.values():
         if _geometry(r) != before:
@@ -46,6 +52,19 @@ def plain_fallback(op, *args, **kwargs):
                 "was exported from"
             )
     return tree_map(lambda o: swapped[id(o)][0] if id(o) in swapped else o, out)
+
+
+_RESIZE = torch.ops.aten.resize_.default
+
+
+def _refuse_growth(plain, args, kwargs):
+    """An import's storage is not resizable (DLPack memory belongs to the exporter), as on CPU
+    and CUDA: refuse a resize_ that needs more bytes before it runs, because growing the RalTensor
+    over the same memory would move the exporter's buffer to a new block under the import."""
+    probe = meta_like(plain).resize_(tuple(args[1]), memory_format=kwargs.get("memory_format"))
+    need = (plain.storage_offset() + extent_elems(probe.shape, probe.stride())) * plain.dtype.itemsize
+    if need > plain.untyped_storage().nbytes():
+        raise RuntimeError("Trying to resize storage that is not resizable")  # CPU's message
 
 
 def _rebase_storage_offset(op, plain, args, kwargs):

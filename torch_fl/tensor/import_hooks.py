@@ -37,6 +37,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     """Wraps the loader of a module someone waits for, the first time it is imported."""
 
     def find_spec(self, fullname, path, target=None):
+        _run_finished()
         if fullname not in _PENDING:
             return None
         sys.meta_path.remove(self)  # find the real spec without finding ourselves
@@ -53,9 +54,26 @@ class _Finder(importlib.abc.MetaPathFinder):
 _FINDER = _Finder()
 
 
+def _initializing(module) -> bool:
+    """Whether a module in sys.modules is still executing its body (importlib's own flag)."""
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _run_finished() -> None:
+    """Run what waits for modules that were mid-import when asked for and are done now."""
+    for name in [n for n, m in ((n, sys.modules.get(n)) for n in _PENDING) if m is not None and not _initializing(m)]:
+        for after in _PENDING.pop(name, ()):
+            after()
+
+
 def when_imported(name: str, after) -> None:
-    """Call `after()` once module `name` has been imported (at once if it already is)."""
-    if name in sys.modules:
+    """Call `after()` once module `name` has been imported (at once if it already is).
+
+    A module still executing its body (`from safetensors.torch import load_file` before
+    `import torch`: safetensors.torch imports torch, whose backend autoload imports torch_fl)
+    is waited for: `after()` runs at the first import after its body has finished."""
+    module = sys.modules.get(name)
+    if module is not None and not _initializing(module):
         after()
         return
     _PENDING.setdefault(name, []).append(after)

@@ -13,7 +13,7 @@ from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
 from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.layout import contiguous_strides
-from torch_fl.tensor.serialization import reduce_ral_tensor, user_attrs
+from torch_fl.tensor.serialization import StagedStorage, reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
 
@@ -168,6 +168,21 @@ class RalTensor(torch.Tensor):
     def __reduce_ex__(self, protocol):
         return reduce_ral_tensor(self)
 
+    def __copy__(self):
+        """copy.copy: a new leaf tensor over the same device buffer and geometry, as copy.copy of
+        a CPU or CUDA tensor rebuilds one over the same storage (without this, copy.copy went
+        through the pickling reduce and returned a CPU tensor), with requires_grad, backend
+        metadata and the Python attributes (a Parameter stays one)."""
+        new = wrap(self._buf, self.shape, self.stride(), self.storage_offset(), self.dtype)
+        meta = _get_metadata(self)
+        if meta:
+            _set_metadata(new, meta)
+        if self.requires_grad:
+            new.requires_grad_(True)
+        for k, v in user_attrs(self).items():
+            setattr(new, k, v)
+        return new
+
     @outside_modes
     def __deepcopy__(self, memo):
         if not self.is_leaf:  # CPU's check and message
@@ -262,6 +277,10 @@ class RalTensor(torch.Tensor):
         if buf is not None:
             rest = {k: v for k, v in kwargs.items() if k != "source"}
             return _set_to_buffer(self, buf, torch_device(buf.device), *args[1:], **rest)
+        untyped = source._untyped_storage if isinstance(source, torch.TypedStorage) else source
+        if isinstance(untyped, torch.UntypedStorage) and not isinstance(untyped, StagedStorage):
+            # a CPU storage: sharing it is impossible, and a silent copy would drop the aliasing
+            raise device_mismatch(self.device, untyped.device)
         return torch.Tensor.set_(self, *args, **kwargs)
 
     @outside_modes
@@ -286,13 +305,18 @@ def _device_buffer_of(source) -> Buffer | None:
     return None
 
 
+def device_mismatch(tensor_device, storage_device) -> RuntimeError:
+    """CPU's and CUDA's error for set_ to a storage on another device."""
+    return RuntimeError(
+        f'Attempted to set the storage of a tensor on device "{tensor_device}" to a storage on '
+        f'different device "{storage_device}".  This is no longer allowed; the devices must match.'
+    )
+
+
 def _set_to_buffer(t, buf, device, storage_offset=0, size=None, stride=None):
     """t.set_(storage, offset, size, stride) for a ral storage, with CPU's checks."""
     if device != t.device:
-        raise RuntimeError(
-            f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
-            f'different device "{device}".  This is no longer allowed; the devices must match.'
-        )
+        raise device_mismatch(t.device, device)
     if size is None:
         size = (buf.nbytes // t.dtype.itemsize,)
     stride = tuple(stride) if stride else contiguous_strides(tuple(size))

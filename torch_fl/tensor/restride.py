@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.device.memory import storage_of
 from torch_fl.tensor.layout import contiguous_strides, extent_elems
-from torch_fl.tensor.ral_tensor import RalTensor, torch_device
+from torch_fl.tensor.ral_tensor import RalTensor, meta_like, torch_device
 from torch_fl.tensor.transfer import empty_on
 
 _META = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
@@ -33,15 +34,40 @@ def restride(t: RalTensor, buf, size, stride, offset: int) -> RalTensor:
     return t
 
 
-def resize(t: RalTensor, size) -> RalTensor:
-    """aten::resize_: keep the data prefix, grow into a new buffer when needed."""
+def resize(t: RalTensor, size, memory_format=None) -> RalTensor:
+    """aten::resize_ as on CPU and CUDA: the same sizes keep t's strides (unless a memory format
+    is asked), new sizes get row-major (or `memory_format`) strides over the same storage bytes
+    from the same offset, and a buffer too small grows in place, keeping its bytes, so every
+    view of it sees the grown memory."""
     size = tuple(size)
-    stride = contiguous_strides(size)
+    if memory_format is None and min(size, default=0) >= 0:
+        if size == tuple(t.shape):  # CPU's shortcut: same sizes, strides kept
+            return t
+        stride = contiguous_strides(size)
+    else:  # PyTorch's own rules (channels_last, its errors) on a meta twin
+        probe = meta_like(t).resize_(size, memory_format=memory_format)
+        size, stride = tuple(probe.shape), tuple(probe.stride())
     need = (t.storage_offset() + extent_elems(size, stride)) * t.dtype.itemsize
-    if need <= t._buf.nbytes:
-        return restride(t, t._buf, size, stride, t.storage_offset())
-    grown = empty_on(t._dev, (need // t.dtype.itemsize,), t.dtype)
-    old = t.numel()
+    if need > t._buf.nbytes:
+        _grow(t, need)
+    return restride(t, t._buf, size, stride, t.storage_offset())
+
+
+def _grow(t: RalTensor, nbytes: int) -> None:
+    """Grow t's buffer to nbytes in place, keeping its bytes, as CPU's resize_bytes_cpu and
+    CUDA's resize_bytes_cuda grow a storage: through the buffer's torch storage, whose resize
+    (ral_allocator.cpp) copies the old bytes on the current stream and moves every view of the
+    buffer to the new block."""
+    try:
+        storage = storage_of(t._buf)
+    except RuntimeError:  # no allocator shim: copy into a fresh buffer this tensor alone uses
+        storage = None
+    if storage is not None:
+        storage.resize_(nbytes)
+        return
+    grown = empty_on(t._dev, (nbytes,), torch.uint8)
+    old = t._buf.nbytes
     if old:
-        torch.ops.aten.copy_.default(grown[:old], t.reshape(-1))
-    return restride(t, grown._buf, size, stride, 0)
+        flat = RalTensor(t._buf, (old,), (1,), 0, torch.uint8)
+        torch.ops.aten.copy_.default(grown[:old], flat)
+    t._buf = grown._buf

@@ -51,6 +51,21 @@ class StagedStorage(torch.UntypedStorage):
     def is_ral(self) -> bool:
         return True
 
+    def note_device_copy(self, whole: torch.Tensor) -> None:
+        """Remember a 1-D ral tensor holding a copy of these bytes (from their start), so a
+        later fill of the bytes reaches it too."""
+        self.__dict__.setdefault("_ral_copies", []).append(whole)
+
+    def _set_from_file(self, *args, **kwargs):
+        """PyTorch's legacy (pre-zip) checkpoint format reads a storage's bytes after the tensors
+        over it were rebuilt, as CUDA's loader fills a CUDA storage its tensors already share:
+        the device copies the rebuild made (of bytes not yet read) get the bytes too."""
+        out = super()._set_from_file(*args, **kwargs)
+        with torch._C.DisableTorchFunction():  # inside ral_mode too: CPU staging stays CPU
+            for whole in self.__dict__.get("_ral_copies", ()):
+                whole.copy_(torch.empty(0, dtype=whole.dtype).set_(self, 0, (whole.numel(),), (1,)))
+        return out
+
 
 def _ral_location(location: str) -> torch.device | None:
     """The ral device a location tag names ("ral" alone: the current device), else None."""
@@ -106,6 +121,7 @@ def _rebuild_ral(typed_storage, storage_offset, size, stride, requires_grad, sta
         if whole is None:
             flat = torch.empty(0, dtype=dtype).set_(untyped, 0, (untyped.nbytes() // dtype.itemsize,), (1,))
             whole = per_dtype[(tag, dtype)] = flat.to(tag)
+            untyped.note_device_copy(whole)
         t = whole.as_strided(size, stride, storage_offset)
     state = dict(state or {})
     if state.pop("_is_param", False):  # a parameter stays one (torch.save(model), deepcopy)

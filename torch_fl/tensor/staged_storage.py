@@ -13,6 +13,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from torch_fl.device.memory import buffer_of
+from torch_fl.tensor.ral_tensor import device_mismatch
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.serialization import StagedStorage
 from torch_fl.tensor.transfer import to_device
@@ -22,19 +23,25 @@ _UPLOADED = WeakIdKeyDictionary()
 
 
 def is_host_bytes(storage) -> bool:
-    """Whether a storage handed to set_ holds host bytes (a staged checkpoint storage or CPU)."""
+    """Whether a storage handed to set_ holds host bytes (a staged checkpoint storage, which is
+    uploaded, or CPU, which is refused)."""
     return isinstance(storage, StagedStorage) or (
         isinstance(storage, torch.UntypedStorage) and storage.device.type == "cpu"
     )
 
 
 def set_from_host_storage(t, storage, offset: int, size, stride):
-    """Point ral tensor t at the device copy of host storage `storage` with the given geometry."""
+    """Point ral tensor t at the device copy of a checkpoint's staged host storage with the given
+    geometry; a plain CPU storage gets CPU's device-mismatch error (an upload would silently
+    drop the sharing that set_ promises)."""
+    if not isinstance(storage, StagedStorage):
+        raise device_mismatch(t.device, storage.device)
     per_device = _UPLOADED.setdefault(storage, {})
     whole = per_device.get(t._dev)
     if whole is None:
         host = torch.empty(0, dtype=torch.uint8, device="cpu").set_(storage, 0, (storage.nbytes(),), (1,))
         whole = per_device[t._dev] = to_device(host, t._dev)
+        storage.note_device_copy(whole)
     return restride(t, whole._buf, size, stride, offset)
 
 
@@ -46,8 +53,5 @@ def is_ral_storage(storage) -> bool:
 def set_from_ral_storage(t, storage, offset: int, size, stride):
     """Point ral tensor t at a ral storage's device buffer, with CPU's device check."""
     if storage.device != t.device:
-        raise RuntimeError(
-            f'Attempted to set the storage of a tensor on device "{t.device}" to a storage on '
-            f'different device "{storage.device}".  This is no longer allowed; the devices must match.'
-        )
+        raise device_mismatch(t.device, storage.device)
     return restride(t, buffer_of(storage), size, stride, offset)
