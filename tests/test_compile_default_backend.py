@@ -199,11 +199,28 @@ def test_view_input_recompile_fails_in_pytorch_itself():
     _view_recompile(TwoTensor(a, a.clone()), backend="eager")
 
 
-@PYTORCH_VIEW_RECOMPILE
+@pytest.mark.parametrize("dynamic", [None, True])
 @pytest.mark.parametrize("device", [_dev("ral:0"), _dev("ral:1")])
-def test_view_input_recompile(device):
+def test_view_input_recompile(device, dynamic):
+    """Where PyTorch's own subclass fails (above), a ral view input recompiles: ral views report
+    their dims as marked static, so Dynamo compiles each view geometry with static sizes."""
+    from torch._dynamo.utils import counters
+
     a = torch.randn(6, 8)
-    torch.testing.assert_close(_view_recompile(a.to(device)).cpu(), a[2:6] * 2)
+    counters.clear()
+    torch.testing.assert_close(_view_recompile(a.to(device), dynamic=dynamic).cpu(), a[2:6] * 2)
+    assert counters["stats"]["unique_graphs"] == 2  # one static graph per view geometry
+
+
+@pytest.mark.parametrize("device", [_dev("ral:0"), _dev("ral:1")])
+def test_static_marks_on_ral_tensors(device):
+    """`torch._dynamo.mark_static` on a ral tensor that is not a view records its dims as on a
+    CPU tensor; a plain ral tensor has no marks (it compiles with dynamic sizes as usual)."""
+    t = torch.randn(3, 4).to(device)
+    assert not hasattr(t, "_dynamo_static_indices")
+    torch._dynamo.mark_static(t, 1)
+    assert t._dynamo_static_indices == {1}
+    assert t[1:]._dynamo_static_indices == {0, 1}
 
 
 @pytest.mark.parametrize("device", [_dev("ral:0", slow=True), _dev("ral:1")])

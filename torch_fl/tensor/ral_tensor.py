@@ -213,6 +213,26 @@ class RalTensor(torch.Tensor):
             setattr(new, k, copy.deepcopy(v, memo))
         return new
 
+    # torch.compile: Dynamo fakeifies a wrapper-subclass view input by replaying the view on
+    # an all-dynamic base, and a view with dynamic sizes then fails in Dynamo itself ("For root
+    # tracer, we only expect to bind basic symbols", PyTorch's bug, its own TwoTensor too). So a
+    # ral view reports every dim as marked static (what `torch._dynamo.mark_static` records):
+    # a new view geometry recompiles with static sizes instead of raising. Dims marked through
+    # `mark_static` on a tensor that is not a view are kept as Dynamo keeps them.
+    @property
+    def _dynamo_static_indices(self):
+        """Dims torch.compile treats as static: all of a view's, else those mark_static set."""
+        marked = self.__dict__.get("_dynamo_static_marks")
+        if self._is_view():
+            return set(range(self.dim())) | (marked or set())
+        if marked is None:
+            raise AttributeError("_dynamo_static_indices")  # hasattr() False, as on a plain tensor
+        return marked
+
+    @_dynamo_static_indices.setter
+    def _dynamo_static_indices(self, value):
+        self.__dict__["_dynamo_static_marks"] = value
+
     @property
     def data(self):
         """The tensor without autograd history (shares the buffer)."""
