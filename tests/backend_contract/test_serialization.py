@@ -252,3 +252,56 @@ def test_safetensors_safe_open_on_ral(tmp_path, device):
         assert f.get_tensor("w").device.type == "cpu"
     with pytest.raises(Exception, match="invalid"):  # safetensors' own error for a bad name
         safetensors.safe_open(path, framework="pt", device="nodevice:0")
+
+
+class _Scriptable(torch.nn.Module):
+    """A Linear, a BatchNorm (running buffers) and a plain buffer: every kind of tensor a
+    TorchScript archive holds besides constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.bn = torch.nn.BatchNorm1d(3)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 3))
+
+    def forward(self, x):
+        return self.bn(self.lin(x)) * self.scale
+
+
+def _torchscript_archive(kind: str):
+    """(the CPU ScriptModule, its saved archive, an input) for a scripted or traced module."""
+    torch.manual_seed(0)
+    model = _Scriptable()
+    model.bn.running_mean.uniform_(-0.5, 0.5)
+    model.eval()
+    x = torch.randn(5, 4)
+    cpu = torch.jit.script(model) if kind == "script" else torch.jit.trace(model, x)
+    buf = io.BytesIO()
+    torch.jit.save(cpu, buf)
+    buf.seek(0)
+    return cpu, buf, x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["script", "trace"])
+@pytest.mark.parametrize("style", ["to", "ral_mode"])
+def test_jit_load_map_location_places_torchscript_on_ral(device, kind, style):
+    """torch.jit.load(f, map_location=ral) gives a module whose tensors hold the saved values
+    on ral and whose forward matches the CPU module's. Before, TorchScript's C++ loader left
+    every tensor on the empty factory's 0-byte buffer: InvalidPointerError at first use."""
+    import contextlib
+
+    import torch_fl
+
+    cpu, buf, x = _torchscript_archive(kind)
+    want = cpu(x)
+    mode = torch_fl.ral_mode(device) if style == "ral_mode" else contextlib.nullcontext()
+    with mode:
+        loaded = torch.jit.load(buf, map_location=device if kind == "script" else torch.device(device))
+        got = loaded(x.to(device))
+        states = {k: v.cpu() for k, v in loaded.state_dict().items()}
+    assert got.device == torch.device(device)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    for name, value in cpu.state_dict().items():
+        torch.testing.assert_close(states[name], value, rtol=0, atol=0)
+    assert all(p.device == torch.device(device) for p in loaded.parameters())

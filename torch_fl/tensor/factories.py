@@ -9,6 +9,7 @@ from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
+from torch_fl.tensor.jit_load import in_jit_load, loadable
 from torch_fl.tensor.layout import extent_elems, strides_in_format
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
@@ -56,7 +57,8 @@ def _with_python_key(fn):
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     """aten::empty.memory_format on ral."""
     strides = strides_in_format(size, memory_format)
-    return transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype(), strides)
+    out = transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype(), strides)
+    return loadable(out) if in_jit_load() else out
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
@@ -64,7 +66,8 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     dev = device_index(device)
     dtype = dtype or torch.get_default_dtype()
     nbytes = extent_elems(size, stride) * dtype.itemsize
-    return wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
+    out = wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
+    return loadable(out) if in_jit_load() else out
 
 
 def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):

@@ -8,7 +8,8 @@ from functools import partial
 import torch
 
 from torch_fl.device.compat import run_untraced
-from torch_fl.device.memory import Buffer, buffer_of, storage_of
+from torch_fl.device.guard import owns_block
+from torch_fl.device.memory import Buffer, allocate, buffer_of, storage_of
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
 from torch_fl.tensor.host_copy import to_cpu
@@ -72,6 +73,28 @@ _autograd_node = torch._C._current_autograd_node
 _tracing_context = torch._guards.TracingContext.try_get
 
 
+_own_storage = torch._C.TensorBase.untyped_storage  # the C++ storage (RalTensor overrides the method)
+
+
+class _BufferOfOwnStorage:
+    """`_buf` of a RalTensor that has none yet: the Buffer of the tensor's C++ storage, kept
+    from then on. Only tensors made inside torch.jit.load start without one
+    (tensor/jit_load.py): TorchScript's loader points their C++ storage at an uploaded
+    tensor's, which owns its device block. Other RalTensors hold `_buf` in their __dict__,
+    which this non-data descriptor leaves first in line."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        storage = _own_storage(obj)
+        if storage.nbytes() == 0 and not owns_block(storage):
+            buf = allocate(obj._dev, 0)  # an empty tensor's storage: any 0-byte block serves
+        else:
+            buf = buffer_of(storage)
+        obj.__dict__["_buf"] = buf
+        return buf
+
+
 def _copied_buffer(buf, memo) -> Buffer:
     """A device copy of a whole buffer, made once per deepcopy (`memo`): views of one buffer
     deep-copied together share the copy, as CPU tensors' storages do."""
@@ -91,7 +114,7 @@ class RalTensor(torch.Tensor):
     `untyped_storage()` is the buffer's torch storage, made on first request (device/memory.py).
     """
 
-    _buf: Buffer
+    _buf: Buffer = _BufferOfOwnStorage()
     _dev: int
     __torch_function__ = torch._C._disabled_torch_function_impl
 
