@@ -73,7 +73,7 @@ _autograd_node = torch._C._current_autograd_node
 _tracing_context = torch._guards.TracingContext.try_get
 
 
-_own_storage = torch._C.TensorBase.untyped_storage  # the C++ storage (RalTensor overrides the method)
+own_storage = torch._C.TensorBase.untyped_storage  # the C++ storage (RalTensor overrides the method)
 
 
 class _BufferOfOwnStorage:
@@ -86,7 +86,7 @@ class _BufferOfOwnStorage:
     def __get__(self, obj, cls=None):
         if obj is None:
             return self
-        storage = _own_storage(obj)
+        storage = own_storage(obj)
         if storage.nbytes() == 0 and not owns_block(storage):
             buf = allocate(obj._dev, 0)  # an empty tensor's storage: any 0-byte block serves
         else:

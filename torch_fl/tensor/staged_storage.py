@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_fl.tensor.jit_save import tensor_being_saved
 from torch_fl.tensor.ral_tensor import device_mismatch, in_block
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.serialization import StagedStorage
@@ -54,5 +55,11 @@ def set_from_ral_storage(t, storage, offset: int, size, stride):
     start), with CPU's device check."""
     if storage.device != t.device:
         raise device_mismatch(t.device, storage.device)
-    buf, offset = in_block(t, storage, offset, size, stride)
+    try:
+        buf, offset = in_block(t, storage, offset, size, stride)
+    except RuntimeError:
+        saved = tensor_being_saved(storage)  # torch.jit.save reading a wrapper's own storage
+        if saved is None:
+            raise
+        buf = saved._buf
     return restride(t, buf, size, stride, offset)
