@@ -87,7 +87,6 @@ _PASSTHROUGH_NAMES = {
     "dim_order",
     "is_shared",
     "share_memory_",
-    "pin_memory",
     "is_pinned",
     "__setstate__",
     "_is_view",
@@ -191,6 +190,10 @@ _SET_DATA = -2  # `cpu_tensor.data = value`: the value a computation made on the
 # operand downloaded, the quantized result CPU state as without the mode.
 _HOST_ONLY = -3
 _HOST_ONLY_NAMES = {"quantize_per_tensor", "quantize_per_tensor_dynamic", "quantize_per_channel"}
+# `t.pin_memory()`: a CPU tensor is pinned; a program's host tensor the mode made on the device
+# is returned as it is (pinned memory only speeds up a later copy to the device), where the
+# same call outside the mode raises as on CUDA.
+_PIN = -4
 _DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 _KINDS: dict = {}
 
@@ -341,6 +344,21 @@ def _opaque_handle_op(func) -> bool:
     return name.startswith(_HANDLE_NAMESPACES)
 
 
+def _pin(func, args, kwargs):
+    """`t.pin_memory()` in the mode (see _PIN)."""
+    if args and type(args[0]) is RalTensor:
+        return args[0]
+    return func(*args, **kwargs)
+
+
+def _placed(kwargs: dict, device) -> dict:
+    """A factory's kwargs with the mode's device: the program's host tensor is made there, so
+    its pin_memory request (host memory for copies to a device) has nothing left to pin."""
+    out = dict(kwargs, device=device)
+    out.pop("pin_memory", None)
+    return out
+
+
 def _kind(func) -> int:
     k = _KINDS.get(func)
     if k is None:
@@ -361,6 +379,8 @@ def _kind(func) -> int:
             k = _NUMPY
         elif name in _HOST_ONLY_NAMES:
             k = _HOST_ONLY
+        elif name == "pin_memory":
+            k = _PIN
         elif name == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
             k = _SET_DATA
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__") or _opaque_handle_op(func):
@@ -889,6 +909,8 @@ class ral_mode(TorchFunctionMode):
         `traced`: under a tracer, with `.to()` graph ops for the moves (see _traced)."""
         if kind == _DROPOUT and not _arg(args, kwargs, 2, "training", True):
             return func(*args, **kwargs)  # eval-mode dropout: the identity, on any device
+        if kwargs.get("pin_memory") and kwargs.get("device") is not None:
+            return func(*args, **kwargs)  # a device factory asked to pin: PyTorch's error (see _PIN)
         gen = kwargs.get("generator")
         if isinstance(gen, torch.Generator) and gen.device.type == "ral":
             # the CPU op draws from a CPU generator seeded from (and advancing) the ral one
@@ -1018,6 +1040,8 @@ class ral_mode(TorchFunctionMode):
         kind = _static_kind(func)
         if kind == _PASS or kind == _SWAP or kind == _NUMPY or kind == _SET_DATA:
             return func(*args, **kwargs)
+        if kind == _PIN:
+            return _pin(func, args, kwargs)
         if kind == _HOST_ONLY:
             return func(*_map(list(args), _down_traced), **{k: _map(v, _down_traced) for k, v in kwargs.items()})
         if kind == _INIT:
@@ -1029,7 +1053,7 @@ class ral_mode(TorchFunctionMode):
                 kind = _FACTORY
         if kind == _FACTORY:
             if kwargs.get("device") is None:
-                kwargs = dict(kwargs, device=self.device)
+                kwargs = _placed(kwargs, self.device)
             return func(*args, **kwargs)
         on_device = _has_device_tensor(args, kwargs)
         if kind == _VIEW and args and _is_cpu_traced(args[0]) and not on_device:
@@ -1092,6 +1116,8 @@ class ral_mode(TorchFunctionMode):
             _settle(args, kwargs)  # CPU code is about to read or write these tensors (see _PENDING)
         if kind == _PASS:
             return func(*args, **kwargs)
+        if kind == _PIN:
+            return _pin(func, args, kwargs)
         if kind == _HOST_ONLY:
             return _on_cpu(kind, func, args, kwargs)
         if kind == _NUMPY:
@@ -1134,7 +1160,7 @@ class ral_mode(TorchFunctionMode):
                 kind = _FACTORY  # rand/randn/... with sizes only: create on the device
         if kind == _FACTORY:
             if kwargs.get("device") is None:
-                kwargs = dict(kwargs, device=self.device)
+                kwargs = _placed(kwargs, self.device)
             return func(*args, **kwargs)
         if kind == _VIEW and args and _is_cpu_tensor(args[0]) and not _has_ral_tensor(args, kwargs):
             return func(*args, **kwargs)  # a CPU view of CPU data: stays CPU state

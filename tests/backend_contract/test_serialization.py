@@ -22,6 +22,15 @@ def _save(obj) -> io.BytesIO:
     return buf
 
 
+def _run_without_torch_fl(code: str, cwd) -> None:
+    """Run code in plain PyTorch (no torch_fl on the path, no backend autoload); it prints
+    "plain-ok" when its checks pass."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert r.returncode == 0 and "plain-ok" in r.stdout, r.stderr[-2000:]
+
+
 def _ral_checkpoint(device):
     base = torch.arange(12.0, device=device)
     return {
@@ -93,10 +102,7 @@ d["view"].add_(100)
 assert d["strided"].tolist() == [0.0, 103.0, 106.0, 9.0]
 print("plain-ok")
 """
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert r.returncode == 0 and "plain-ok" in r.stdout, r.stderr[-2000:]
+    _run_without_torch_fl(code, tmp_path)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -252,3 +258,136 @@ def test_safetensors_safe_open_on_ral(tmp_path, device):
         assert f.get_tensor("w").device.type == "cpu"
     with pytest.raises(Exception, match="invalid"):  # safetensors' own error for a bad name
         safetensors.safe_open(path, framework="pt", device="nodevice:0")
+
+
+class _Scriptable(torch.nn.Module):
+    """A Linear, a BatchNorm (running buffers) and a plain buffer: every kind of tensor a
+    TorchScript archive holds besides constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+        self.bn = torch.nn.BatchNorm1d(3)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 3))
+
+    def forward(self, x):
+        return self.bn(self.lin(x)) * self.scale
+
+
+def _torchscript_archive(kind: str):
+    """(the CPU ScriptModule, its saved archive, an input) for a scripted or traced module."""
+    torch.manual_seed(0)
+    model = _Scriptable()
+    model.bn.running_mean.uniform_(-0.5, 0.5)
+    model.eval()
+    x = torch.randn(5, 4)
+    cpu = torch.jit.script(model) if kind == "script" else torch.jit.trace(model, x)
+    buf = io.BytesIO()
+    torch.jit.save(cpu, buf)
+    buf.seek(0)
+    return cpu, buf, x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["script", "trace"])
+@pytest.mark.parametrize("style", ["to", "ral_mode"])
+def test_jit_load_map_location_places_torchscript_on_ral(device, kind, style):
+    """torch.jit.load(f, map_location=ral) gives a module whose tensors hold the saved values
+    on ral and whose forward matches the CPU module's. Before, TorchScript's C++ loader left
+    every tensor on the empty factory's 0-byte buffer: InvalidPointerError at first use."""
+    import contextlib
+
+    import torch_fl
+
+    cpu, buf, x = _torchscript_archive(kind)
+    want = cpu(x)
+    mode = torch_fl.ral_mode(device) if style == "ral_mode" else contextlib.nullcontext()
+    with mode:
+        loaded = torch.jit.load(buf, map_location=device if kind == "script" else torch.device(device))
+        got = loaded(x.to(device))
+        states = {k: v.cpu() for k, v in loaded.state_dict().items()}
+    assert got.device == torch.device(device)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    for name, value in cpu.state_dict().items():
+        torch.testing.assert_close(states[name], value, rtol=0, atol=0)
+    assert all(p.device == torch.device(device) for p in loaded.parameters())
+
+
+def _ral_scripted(kind: str, device: str, x):
+    """A seeded _Scriptable moved to `device`, then scripted or traced there."""
+    torch.manual_seed(0)
+    model = _Scriptable()
+    model.bn.running_mean.uniform_(-0.5, 0.5)
+    model = model.eval().to(device)
+    return torch.jit.script(model) if kind == "script" else torch.jit.trace(model, x.to(device))
+
+
+def test_jit_save_from_ral_loads_on_cpu_without_torch_fl(tmp_path):
+    """torch.jit.save of a scripted or traced module whose tensors are on ral writes PyTorch's
+    archive with the tensors' bytes (location "ral:N"): plain PyTorch without torch_fl loads it
+    with map_location="cpu" once the PrivateUse1 name is known (TorchScript parses every saved
+    device string, as it does "cuda:0" on a machine without CUDA), and its forward gives the
+    CPU module's result. Before, the save raised (TorchScript read the wrapper's placeholder
+    storage)."""
+    torch.manual_seed(1)
+    x = torch.randn(5, 4)
+    names = []
+    for device in DEVICES:
+        for kind in ("script", "trace"):
+            name = f"{kind}-{device.replace(':', '')}.pt"
+            torch.jit.save(_ral_scripted(kind, device, x), tmp_path / name)
+            names.append(name)
+    cpu_twin, _, _ = _torchscript_archive("script")
+    torch.save({"x": x, "want": cpu_twin(x).detach()}, tmp_path / "io.pt")
+    code = f"""
+import sys, torch
+torch.utils.rename_privateuse1_backend("ral")  # the device strings saved are "ral:N"
+io = torch.load("io.pt", weights_only=True)
+for name in {names!r}:
+    m = torch.jit.load(name, map_location="cpu")
+    assert all(p.device.type == "cpu" for p in m.parameters()), name
+    torch.testing.assert_close(m(io["x"]), io["want"], rtol=1e-5, atol=1e-6, msg=name)
+assert "torch_fl" not in sys.modules, "torch_fl was imported"
+print("plain-ok")
+"""
+    _run_without_torch_fl(code, tmp_path)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("style", ["to", "ral_mode"])
+def test_jit_save_from_ral_round_trips_in_torch_fl(device, style):
+    """In a torch_fl process, a ScriptModule saved from ral (in either style) loads on the CPU
+    with map_location="cpu" and back on its ral device without one, both giving the CPU
+    module's forward; a trace constant on ral (no parameter or buffer) is refused at save
+    with a RuntimeError naming the way round."""
+    import contextlib
+
+    import torch_fl
+
+    cpu, _, x = _torchscript_archive("trace")
+    want = cpu(x)
+    mode = torch_fl.ral_mode(device) if style == "ral_mode" else contextlib.nullcontext()
+    buf = io.BytesIO()
+    with mode:
+        torch.jit.save(_ral_scripted("trace", device, x), buf)
+        buf.seek(0)
+        on_cpu = torch.jit.load(buf, map_location="cpu")
+        buf.seek(0)
+        back = torch.jit.load(buf)
+        got_back = back(x.to(device)).cpu()
+    assert all(p.device.type == "cpu" for p in on_cpu.parameters())
+    torch.testing.assert_close(on_cpu(x), want, rtol=1e-5, atol=1e-6)
+    assert all(p.device == torch.device(device) for p in back.parameters())
+    torch.testing.assert_close(got_back, want, rtol=1e-5, atol=1e-6)
+
+    class WithConstant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = torch.arange(4.0, device=device)  # a plain attribute: trace records a constant
+
+        def forward(self, v):
+            return v + self.k
+
+    traced = torch.jit.trace(WithConstant(), torch.ones(4, device=device))
+    with pytest.raises(RuntimeError, match=r"no parameter or buffer.*map_location='ral:N'"):
+        torch.jit.save(traced, io.BytesIO())

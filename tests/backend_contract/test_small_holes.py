@@ -176,3 +176,65 @@ def test_sdpa_kernel_restricting_to_math_is_respected(device):
         assert launch_count(idx) - before > 1
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
     assert SDPBackend(torch._fused_sdp_choice(qd, kd, vd)) == SDPBackend.OVERRIDEABLE
+
+
+_PIN_FACTORIES = {
+    "empty": lambda d: torch.empty(3, device=d, pin_memory=True),
+    "zeros": lambda d: torch.zeros(2, 3, device=d, pin_memory=True),
+    "empty_strided": lambda d: torch.empty_strided((2, 3), (1, 2), device=d, pin_memory=True),
+    "arange": lambda d: torch.arange(4, device=d, pin_memory=True),
+    "randn": lambda d: torch.randn(3, device=d, pin_memory=True),
+    "empty_like": lambda d: torch.empty_like(torch.ones(3, device=d), pin_memory=True),
+    "new_empty": lambda d: torch.ones(3, device=d).new_empty(2, pin_memory=True),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("style", ["to", "ral_mode"])
+def test_pinning_a_ral_tensor_raises_as_on_cuda(device, style):
+    """`t.pin_memory()` of a ral tensor and a ral factory with pin_memory=True raise CUDA's
+    RuntimeError (they returned an unpinned tensor); the device and its other tensors keep
+    working. In ral_mode, a factory the mode places (no device given) and `.pin_memory()` of
+    the program's host tensors keep working: pinned memory only speeds up a later copy."""
+    import contextlib
+
+    mode = torch_fl.ral_mode(device) if style == "ral_mode" else contextlib.nullcontext()
+    kept = torch.arange(6.0, device=device)
+    with mode:
+        t = torch.ones(2, 3).to(device)
+        if style == "to":  # in the mode, the program's tensors made on the device look like its host tensors
+            with pytest.raises(RuntimeError, match=r"cannot pin 'torch\.ral\.FloatTensor' only dense CPU"):
+                t.pin_memory()
+        for make in _PIN_FACTORIES.values():
+            with pytest.raises(RuntimeError, match=rf"Only dense CPU tensors can be pinned.*{device}"):
+                make(device)
+        assert not t.is_pinned()
+        host = torch.arange(4.0, device="cpu").pin_memory()  # a CPU tensor still pins
+        assert host.is_pinned() and host.device.type == "cpu"
+        if style == "ral_mode":
+            made = torch.empty(3, pin_memory=True)  # the program's host tensor, placed on the device
+            assert made.device == torch.device(device)
+            assert made.pin_memory() is made
+            y = (torch.arange(3.0) * 2).pin_memory().cpu()
+    if style == "ral_mode":
+        torch.testing.assert_close(y, torch.arange(3.0) * 2, rtol=0, atol=0)
+    torch.testing.assert_close((kept + 1).cpu(), torch.arange(6.0) + 1, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("style", ["plain", "ral_mode"])
+def test_dataloader_pin_memory_with_ral_as_the_accelerator(style):
+    """DataLoader(pin_memory=True) pins CPU batches for the current accelerator (ral) as it
+    does for CUDA; the batches match the dataset, and under ral_mode too."""
+    import contextlib
+
+    assert torch.accelerator.current_accelerator().type == "ral"
+    xs, ys = torch.arange(24.0).reshape(8, 3), torch.arange(8)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=4, pin_memory=True)
+    mode = torch_fl.ral_mode(DEVICES[-1]) if style == "ral_mode" else contextlib.nullcontext()
+    got = []
+    with mode:
+        for x, y in loader:
+            if style == "plain":
+                assert x.is_pinned() and y.is_pinned()
+            got.append((x.to(DEVICES[-1]) * 2).cpu())
+    torch.testing.assert_close(torch.cat(got), xs * 2, rtol=0, atol=0)

@@ -109,8 +109,6 @@ def test_set_to_an_untyped_storage_with_geometry(device):
     r.mul_(-1.0)
     c.mul_(-1.0)
     torch.testing.assert_close(t.cpu(), cpu, rtol=0, atol=0)  # one buffer, as on CPU
-    with pytest.raises(RuntimeError, match="does not start a block"):  # a slice: use an offset
-        torch.empty(0, device=device).set_(t.untyped_storage()[8:16])
     torch.testing.assert_close((t + 1).cpu(), cpu + 1, rtol=0, atol=0)  # and t keeps working
     if len(DEVICES) > 1:
         other = DEVICES[1] if device == DEVICES[0] else DEVICES[0]
@@ -391,3 +389,64 @@ def test_copy_copy_shares_the_buffer_as_on_cpu(device):
     with torch_fl.ral_mode(device):
         in_mode = _copy_copy_facts(lambda t: t.to(device))
     assert in_mode == got
+
+
+def _slice_facts(device):
+    """set_ to storage slices (bytes 8..24 of an 8-float buffer, then a slice of that slice, a
+    typed storage's slice, a geometry inside the slice, an untyped storage from the pool), a
+    write through each, and what the whole storage then holds; plus CPU's errors."""
+    t = torch.arange(8.0, device=device)
+    s = t.untyped_storage()
+    whole = torch.empty(0, device=device).set_(s[8:24])
+    facts = {"whole": whole.to("cpu", copy=True), "shape": tuple(whole.shape)}
+    whole.mul_(10)
+    inner = torch.empty(0, device=device).set_(s[8:24][4:12])  # a slice of a slice
+    facts["inner"] = inner.to("cpu", copy=True)
+    inner.add_(1)
+    part = torch.empty(0, device=device).set_(s[8:24], 1, (2,), (2,))
+    facts["part"] = part.to("cpu", copy=True)
+    typed = torch.empty(0, device=device).set_(t.untyped_storage()[24:32])
+    facts["typed"] = typed.to("cpu", copy=True)
+    facts["base"] = t.to("cpu", copy=True)
+    pool = torch.UntypedStorage(16, device=device)
+    torch.empty(0, dtype=torch.uint8, device=device).set_(pool).zero_()
+    torch.empty(0, dtype=torch.uint8, device=device).set_(pool[4:12]).fill_(7)
+    facts["pool"] = torch.empty(0, dtype=torch.uint8, device=device).set_(pool).to("cpu", copy=True)
+    with pytest.raises(RuntimeError, match="not resizable"):  # reaching past the slice
+        torch.empty(0, device=device).set_(s[8:24], 2, (3,), (1,))
+    return facts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("style", ["to", "ral_mode"])
+def test_set_to_a_storage_slice_views_its_bytes_as_on_cpu(device, style):
+    """`t.set_(s[a:b])` (and with an offset/size/stride, of a slice of a slice) views the
+    slice's bytes, and writes through it reach the original storage, as on CPU. Before, it
+    raised RuntimeError ("does not start a block torch_fl allocated") on this test's slices."""
+    import torch_fl
+
+    want = _slice_facts("cpu")
+    if style == "ral_mode":
+        with torch_fl.ral_mode(device):
+            got = _slice_facts(device)
+    else:
+        got = _slice_facts(device)
+    assert got.keys() == want.keys()
+    for k in want:
+        if isinstance(want[k], torch.Tensor):
+            assert got[k].device.type == "cpu"
+            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=k)
+        else:
+            assert got[k] == want[k], k
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_set_to_a_misaligned_storage_slice_names_the_reason(device):
+    """A slice starting inside an element (CPU reinterprets the shifted bytes) cannot be
+    addressed in whole elements of the block: RuntimeError saying so; nothing else changes."""
+    t = torch.arange(8.0, device=device)
+    with pytest.raises(RuntimeError, match="not at a whole torch.float32 element"):
+        torch.empty(0, device=device).set_(t.untyped_storage()[2:10])
+    ok = torch.empty(0, dtype=torch.uint8, device=device).set_(t.untyped_storage()[2:10])  # bytes are whole
+    assert ok.shape == (8,)
+    torch.testing.assert_close(t.cpu(), torch.arange(8.0), rtol=0, atol=0)

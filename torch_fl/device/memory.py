@@ -133,13 +133,24 @@ def buffer_of(storage) -> Buffer:
     if buf is None:
         if not guard.owns_block(storage):
             raise RuntimeError(
-                f"torch_fl: this {storage.device} storage does not start a block torch_fl allocated "
-                "(a storage slice, or a DLPack import's memory): set_ the ral tensor to the whole "
-                "storage it came from, with a storage offset"
+                f"torch_fl: this {storage.device} storage holds no block torch_fl allocated (a DLPack "
+                "import's memory, or a wrapper tensor's placeholder storage read by C++ code that "
+                "bypasses dispatch); set_ a ral tensor to a ral tensor's untyped_storage() instead"
             )
         buf = StorageBuffer(storage.device.index, storage.data_ptr(), storage.nbytes(), storage)
         _BY_STORAGE[storage._cdata] = buf
     return buf
+
+
+def block_of(storage) -> tuple[Buffer, int]:
+    """(the Buffer of the pool block a ral storage's memory lies in, the storage's byte offset
+    in it): 0 for a storage owning its block, the slice's start for a storage slice `s[a:b]`.
+    Raises RuntimeError for other memory (a DLPack import's)."""
+    if storage._cdata not in _BY_STORAGE and not guard.owns_block(storage):
+        found = guard.slice_base(storage)
+        if found is not None:
+            return buffer_of(found[0]), found[1]
+    return buffer_of(storage), 0
 
 
 def record_stream(buf: Buffer, stream: int) -> None:

@@ -14,6 +14,7 @@ from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
+from torch_fl.tensor.factories import cannot_pin, refuse_pinned
 from torch_fl.tensor.layout import contiguous_strides, strides_like
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -95,6 +96,8 @@ def _like_factory(fill):
         dtype = kwargs.get("dtype") or src.dtype
         target = parse_device(kwargs.get("device"), src._dev)
         strides = strides_like(src, kwargs.get("memory_format"))
+        if target is not None:
+            refuse_pinned(kwargs.get("pin_memory"), target)
         if target is None:
             like = torch.empty_strided(src.shape, strides or src.stride(), dtype=src.dtype)
             return func(like, *args[1:], **kwargs)
@@ -115,6 +118,7 @@ def _new_factory(fill):
         target = parse_device(kwargs.get("device"), src._dev)
         if target is None:
             return func(torch.empty(0, dtype=src.dtype), *args[1:], **kwargs)
+        refuse_pinned(kwargs.get("pin_memory"), target)
         out = transfer.empty_on(target, size, dtype)
         if fill is not None:
             fill(out, args)
@@ -196,6 +200,12 @@ def _record_stream(func, args, kwargs):
 @special(aten.is_pinned.default)
 def _false(func, args, kwargs):
     return False
+
+
+@special(aten.pin_memory.default, aten._pin_memory.default)
+def _pin_memory(func, args, kwargs):
+    # CUDA refuses to pin a device tensor; returning it unpinned hid that from the caller
+    raise cannot_pin(args[0])
 
 
 def _inplace_view(func, args, kwargs):

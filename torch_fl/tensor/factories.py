@@ -9,6 +9,7 @@ from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
 from torch_fl.tensor import transfer
+from torch_fl.tensor.jit_load import in_jit_load, loadable
 from torch_fl.tensor.layout import extent_elems, strides_in_format
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor, outside_modes, wrap
@@ -53,18 +54,35 @@ def _with_python_key(fn):
     return wrapper
 
 
+def refuse_pinned(pin_memory, dev: int) -> None:
+    """CUDA's RuntimeError for a device factory asked for pinned memory (pinning is for host
+    tensors, which the factory does not make)."""
+    if pin_memory:
+        raise RuntimeError(f"Only dense CPU tensors can be pinned (this factory makes a ral:{dev} tensor)")
+
+
+def cannot_pin(t) -> RuntimeError:
+    """CUDA's RuntimeError for `t.pin_memory()` of a device tensor, naming t's type."""
+    return RuntimeError(f"cannot pin '{t.type()}' only dense CPU tensors can be pinned (it is on {t.device})")
+
+
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     """aten::empty.memory_format on ral."""
+    dev = device_index(device)
+    refuse_pinned(pin_memory, dev)
     strides = strides_in_format(size, memory_format)
-    return transfer.empty_on(device_index(device), size, dtype or torch.get_default_dtype(), strides)
+    out = transfer.empty_on(dev, size, dtype or torch.get_default_dtype(), strides)
+    return loadable(out) if in_jit_load() else out
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     """aten::empty_strided on ral: the allocation spans every element the strides reach."""
     dev = device_index(device)
+    refuse_pinned(pin_memory, dev)
     dtype = dtype or torch.get_default_dtype()
     nbytes = extent_elems(size, stride) * dtype.itemsize
-    return wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
+    out = wrap(allocate(dev, nbytes, current(dev)), tuple(size), tuple(stride), 0, dtype)
+    return loadable(out) if in_jit_load() else out
 
 
 def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
@@ -95,6 +113,7 @@ HOST_COMPUTED_FACTORIES = (
 def _host_computed(overload):
     def impl(*args, **kwargs):
         dev = device_index(kwargs.get("device"))
+        refuse_pinned(kwargs.pop("pin_memory", None), dev)
         kwargs["device"] = "cpu"
         return transfer.to_device(overload(*args, **kwargs), dev)
 

@@ -8,11 +8,12 @@ from functools import partial
 import torch
 
 from torch_fl.device.compat import run_untraced
-from torch_fl.device.memory import Buffer, buffer_of, storage_of
+from torch_fl.device.guard import owns_block
+from torch_fl.device.memory import Buffer, allocate, block_of, buffer_of, storage_of
 from torch_fl.tensor.dlpack import dlpack_device
 from torch_fl.tensor.dlpack import export as dlpack_export
 from torch_fl.tensor.host_copy import to_cpu
-from torch_fl.tensor.layout import contiguous_strides
+from torch_fl.tensor.layout import contiguous_strides, extent_elems
 from torch_fl.tensor.serialization import StagedStorage, reduce_ral_tensor, user_attrs
 
 _DEVICES: list[torch.device] = []
@@ -72,6 +73,28 @@ _autograd_node = torch._C._current_autograd_node
 _tracing_context = torch._guards.TracingContext.try_get
 
 
+own_storage = torch._C.TensorBase.untyped_storage  # the C++ storage (RalTensor overrides the method)
+
+
+class _BufferOfOwnStorage:
+    """`_buf` of a RalTensor that has none yet: the Buffer of the tensor's C++ storage, kept
+    from then on. Only tensors made inside torch.jit.load start without one
+    (tensor/jit_load.py): TorchScript's loader points their C++ storage at an uploaded
+    tensor's, which owns its device block. Other RalTensors hold `_buf` in their __dict__,
+    which this non-data descriptor leaves first in line."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        storage = own_storage(obj)
+        if storage.nbytes() == 0 and not owns_block(storage):
+            buf = allocate(obj._dev, 0)  # an empty tensor's storage: any 0-byte block serves
+        else:
+            buf = buffer_of(storage)
+        obj.__dict__["_buf"] = buf
+        return buf
+
+
 def _copied_buffer(buf, memo) -> Buffer:
     """A device copy of a whole buffer, made once per deepcopy (`memo`): views of one buffer
     deep-copied together share the copy, as CPU tensors' storages do."""
@@ -91,7 +114,7 @@ class RalTensor(torch.Tensor):
     `untyped_storage()` is the buffer's torch storage, made on first request (device/memory.py).
     """
 
-    _buf: Buffer
+    _buf: Buffer = _BufferOfOwnStorage()
     _dev: int
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -293,10 +316,10 @@ class RalTensor(torch.Tensor):
         """Tensor.set_; a ral storage source (`t.untyped_storage()`, `t.storage()`) re-points
         this tensor at that device buffer (the wrapper's own storage is not the buffer's)."""
         source = args[0] if args else kwargs.get("source")
-        buf = _device_buffer_of(source)
-        if buf is not None:
+        storage = _ral_storage_of(source)
+        if storage is not None:
             rest = {k: v for k, v in kwargs.items() if k != "source"}
-            return _set_to_buffer(self, buf, torch_device(buf.device), *args[1:], **rest)
+            return _set_to_storage(self, storage, *args[1:], **rest)
         untyped = source._untyped_storage if isinstance(source, torch.TypedStorage) else source
         if isinstance(untyped, torch.UntypedStorage) and not isinstance(untyped, StagedStorage):
             # a CPU storage: sharing it is impossible, and a silent copy would drop the aliasing
@@ -312,17 +335,37 @@ class RalTensor(torch.Tensor):
 run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
 
 
-def _device_buffer_of(source) -> Buffer | None:
-    """The device Buffer a set_ source names: a torch storage on a ral device (untyped or typed;
-    not a checkpoint's staged host bytes); else None."""
+def _ral_storage_of(source) -> torch.UntypedStorage | None:
+    """The torch storage on a ral device a set_ source names (untyped or typed; not a
+    checkpoint's staged host bytes); else None."""
     if isinstance(source, torch.TypedStorage):
         source = source._untyped_storage
     if (
         type(source) is torch.UntypedStorage  # a StagedStorage subclass holds host bytes
         and source.device.type == "ral"
     ):
-        return buffer_of(source)
+        return source
     return None
+
+
+def in_block(t, storage, offset: int, size, stride) -> tuple[Buffer, int]:
+    """(Buffer, element offset in it) for t set_ to ral `storage` at element `offset` with this
+    geometry. A storage slice `s[a:b]` is its block from the slice's start on (ral kernels
+    address a tensor from its block's start), so the offset grows by the start; as on CPU, the
+    tensor may not reach past the slice, which cannot grow."""
+    buf, start = block_of(storage)
+    if not start:
+        return buf, offset
+    itemsize = t.dtype.itemsize
+    if start % itemsize:
+        raise RuntimeError(
+            f"torch_fl: this {storage.device} storage slice starts {start} bytes into its block, not "
+            f"at a whole {t.dtype} element ({itemsize} bytes): ral tensors address their block in "
+            "whole elements; slice at a multiple of the element size"
+        )
+    if (offset + extent_elems(size, stride)) * itemsize > storage.nbytes():
+        raise RuntimeError("Trying to resize storage that is not resizable")  # CPU's error for a slice
+    return buf, offset + start // itemsize
 
 
 def device_mismatch(tensor_device, storage_device) -> RuntimeError:
@@ -333,14 +376,15 @@ def device_mismatch(tensor_device, storage_device) -> RuntimeError:
     )
 
 
-def _set_to_buffer(t, buf, device, storage_offset=0, size=None, stride=None):
+def _set_to_storage(t, storage, storage_offset=0, size=None, stride=None):
     """t.set_(storage, offset, size, stride) for a ral storage, with CPU's checks."""
-    if device != t.device:
-        raise device_mismatch(t.device, device)
+    if storage.device != t.device:
+        raise device_mismatch(t.device, storage.device)
     if size is None:
-        size = (buf.nbytes // t.dtype.itemsize,)
+        size = (storage.nbytes() // t.dtype.itemsize,)
     stride = tuple(stride) if stride else contiguous_strides(tuple(size))
-    src = RalTensor(buf, tuple(size), stride, int(storage_offset), t.dtype)
+    buf, offset = in_block(t, storage, int(storage_offset), tuple(size), stride)
+    src = RalTensor(buf, tuple(size), stride, offset, t.dtype)
     return torch.Tensor.set_(t, src)
 
 

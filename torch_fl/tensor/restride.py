@@ -34,6 +34,13 @@ def restride(t: RalTensor, buf, size, stride, offset: int) -> RalTensor:
     return t
 
 
+def adopt_storage(t: RalTensor, storage: torch.UntypedStorage) -> RalTensor:
+    """Make `storage` (a ral storage owning t's block) t's own C++ storage, geometry kept, so
+    C++ code that reads or shares a tensor's storage directly sees the device block."""
+    _set_storage.redispatch(_META, t, storage, t.storage_offset(), list(t.shape), list(t.stride()))
+    return t
+
+
 def resize(t: RalTensor, size, memory_format=None) -> RalTensor:
     """aten::resize_ as on CPU and CUDA: the same sizes keep t's strides (unless a memory format
     is asked), new sizes get row-major (or `memory_format`) strides over the same storage bytes

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from torch_fl.device.memory import buffer_of
-from torch_fl.tensor.ral_tensor import device_mismatch
+from torch_fl.tensor.jit_save import tensor_being_saved
+from torch_fl.tensor.ral_tensor import device_mismatch, in_block
 from torch_fl.tensor.restride import restride
 from torch_fl.tensor.serialization import StagedStorage
 from torch_fl.tensor.transfer import to_device
@@ -51,7 +51,15 @@ def is_ral_storage(storage) -> bool:
 
 
 def set_from_ral_storage(t, storage, offset: int, size, stride):
-    """Point ral tensor t at a ral storage's device buffer, with CPU's device check."""
+    """Point ral tensor t at a ral storage's device buffer (a storage slice's: from the slice's
+    start), with CPU's device check."""
     if storage.device != t.device:
         raise device_mismatch(t.device, storage.device)
-    return restride(t, buffer_of(storage), size, stride, offset)
+    try:
+        buf, offset = in_block(t, storage, offset, size, stride)
+    except RuntimeError:
+        saved = tensor_being_saved(storage)  # torch.jit.save reading a wrapper's own storage
+        if saved is None:
+            raise
+        buf = saved._buf
+    return restride(t, buf, size, stride, offset)

@@ -233,6 +233,12 @@ def load_allocator() -> bool:
     shim.ral_storage_reset.restype = ctypes.c_int
     shim.ral_storage_owns_block.argtypes = [ctypes.c_void_p]
     shim.ral_storage_owns_block.restype = ctypes.c_int
+    shim.ral_storage_slice_base.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]
+    shim.ral_storage_slice_base.restype = ctypes.c_void_p
+    shim.ral_storage_note_slice.argtypes = [ctypes.c_void_p]
+    shim.ral_storage_note_slice.restype = None
+    probe = torch.UntypedStorage(1)[0:1]  # held across the call: C++ reads its StorageImpl
+    shim.ral_storage_note_slice(probe._cdata)  # the deleter every storage slice has
     if _loaded is not None:  # UntypedStorage.resize_ reaches the allocator through the guard's hooks
         shim.ral_allocator_resize_fn.restype = ctypes.c_void_p
         _loaded.ral_guard_set_resize.argtypes = [ctypes.c_void_p]
@@ -264,6 +270,21 @@ def owns_block(storage: torch.UntypedStorage) -> bool:
     """Whether a ral storage owns a whole pool block (torch_fl allocated it, or made it for a
     Buffer), as opposed to memory PyTorch was handed (a DLPack import)."""
     return _allocator is not None and _allocator.ral_storage_owns_block(storage._cdata) == 1
+
+
+def slice_base(storage: torch.UntypedStorage) -> tuple[torch.UntypedStorage, int] | None:
+    """(the block-owning ral storage a storage slice `s[a:b]` lies in, the slice's byte offset
+    in it), or None if `storage` is no slice of such a storage (or the shim is missing)."""
+    if _allocator is None:
+        return None
+    offset = ctypes.c_uint64(0)
+    raw = _allocator.ral_storage_slice_base(storage._cdata, ctypes.byref(offset))
+    if not raw:
+        return None
+    try:  # as storage_for_block: our reference keeps it alive until Python holds one
+        return torch.UntypedStorage._new_with_weak_ptr(raw), offset.value
+    finally:
+        _allocator.ral_storage_decref(raw)
 
 
 def reset_storage_block(storage: torch.UntypedStorage, ptr: int, nbytes: int, device: int) -> None:

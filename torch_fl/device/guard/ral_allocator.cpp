@@ -219,6 +219,31 @@ extern "C" int ral_storage_owns_block(void* impl) {
   return s->data_ptr().get_deleter() == &free_block ? 1 : 0;
 }
 
+// Storage slices (`s[a:b]`, PyTorch's THPStorage_get) are StorageImpls whose DataPtr points
+// into the parent's memory, with the parent StorageImpl as context and one deleter shared by
+// every slice. ral_storage_note_slice records that deleter from a slice Python made of a CPU
+// storage (guard/__init__.py), so a context is read as a StorageImpl only behind it.
+c10::DeleterFnPtr slice_deleter = nullptr;
+
+extern "C" void ral_storage_note_slice(void* impl) {
+  slice_deleter = static_cast<c10::StorageImpl*>(impl)->data_ptr().get_deleter();
+}
+
+// The block-owning storage that storage slice `impl` (of a slice, ...) lies in, as one strong
+// reference (released with ral_storage_decref), and the slice's byte offset in it; nullptr if
+// impl is no slice of a storage owning a pool block.
+extern "C" void* ral_storage_slice_base(void* impl, uint64_t* offset) {
+  auto* s = static_cast<c10::StorageImpl*>(impl);
+  auto* data = static_cast<char*>(s->data_ptr().get());
+  while (slice_deleter && s->data_ptr().get_deleter() == slice_deleter && s->data_ptr().get_context()) {
+    s = static_cast<c10::StorageImpl*>(s->data_ptr().get_context());
+  }
+  if (s == impl || s->data_ptr().get_deleter() != &free_block) return nullptr;
+  *offset = static_cast<uint64_t>(data - static_cast<char*>(s->data_ptr().get()));
+  c10::raw::intrusive_ptr::incref(s);
+  return s;
+}
+
 extern "C" void ral_storage_decref(void* impl) {
   c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl*>(impl));
 }
