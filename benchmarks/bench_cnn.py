@@ -5,7 +5,9 @@
 - `resnet18_forward`, `resnet18_train`: a ResNet-18-shaped model written here (torchvision
   does not install): the ImageNet stem (7x7/2 conv, 3x3/2 max-pool), BasicBlocks [2, 2, 2, 2]
   of widths 64-512, global average pool, 10 classes; batch 8 of 3x64x64 to keep a sample
-  within seconds on a 2-core machine.
+  within seconds on a 2-core machine;
+- `upsample3d`: trilinear 3-d upsampling x2, forward and backward, on a [4, 8, 16, 32, 32]
+  volume.
 
 Sides: "cpu" (plain PyTorch), "to" (`model.to(dev)`), "mode" (`ral_mode(dev)`, the optimizer
 stepping the CPU parameters where they live).
@@ -139,6 +141,40 @@ def _forward_side(make, batch: int, size: int):
     return side
 
 
+def _upsample3d_side(mode: str):
+    """Forward and backward of `F.interpolate(x, scale_factor=2, mode=mode)` on a float32
+    [4, 8, 16, 32, 32] volume (a 3-d decoder's upsampling), the input gradient read back."""
+
+    def side(style: str):
+        x0 = torch.randn(4, 8, 16, 32, 32, generator=torch.Generator().manual_seed(0))
+        if style == "to":
+            import torch_fl  # noqa: F401
+
+            x0 = x0.to(DEV)
+        ctx = None
+        if style == "mode":
+            import torch_fl
+
+            ctx = torch_fl.ral_mode
+
+        def step():
+            x = x0.detach().requires_grad_()
+            nn.functional.interpolate(x, scale_factor=2, mode=mode).sum().backward()
+            return x.grad
+
+        def fn():
+            if ctx is None:
+                step().cpu()
+            else:
+                with ctx(DEV):
+                    grad = step()
+                grad.sum().item()  # a CPU read: the mode's result comes home
+
+        return fn, 1
+
+    return side
+
+
 def _sides(make):
     return {s: (lambda s=s: make(s)) for s in ("cpu", "to", "mode")}
 
@@ -147,6 +183,7 @@ SIDES = {
     "cnn_train": _sides(_train_side(small_cnn, 32, 32)),
     "resnet18_forward": _sides(_forward_side(resnet18, 8, 64)),
     "resnet18_train": _sides(_train_side(resnet18, 8, 64)),
+    "upsample3d": _sides(_upsample3d_side("trilinear")),
 }
 
 # case -> (title, baseline side, per-side target (x of baseline) or None, repeats, unit)
@@ -154,6 +191,7 @@ SPEC = {
     "cnn_train": ("small CNN train step, batch 32x3x32x32", "cpu", {"to": 1.0, "mode": 1.0}, 5, "ms"),
     "resnet18_forward": ("ResNet-18 shape forward, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 5, "ms"),
     "resnet18_train": ("ResNet-18 shape train step, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 3, "ms"),
+    "upsample3d": ("trilinear x2 fwd+bwd, 4x8x16x32x32", "cpu", {"to": None, "mode": None}, 5, "ms"),
 }
 
 
