@@ -96,11 +96,10 @@ def _like_factory(fill):
         dtype = kwargs.get("dtype") or src.dtype
         target = parse_device(kwargs.get("device"), src._dev)
         strides = strides_like(src, kwargs.get("memory_format"))
-        if target is not None:
-            refuse_pinned(kwargs.get("pin_memory"), target)
         if target is None:
             like = torch.empty_strided(src.shape, strides or src.stride(), dtype=src.dtype)
             return func(like, *args[1:], **kwargs)
+        refuse_pinned(kwargs.get("pin_memory"), target)
         out = transfer.empty_on(target, src.shape, dtype, strides)
         if fill is not None:
             fill(out, args, kwargs)

@@ -15,9 +15,8 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torch_fl.tensor.factories import _with_python_key
-from torch_fl.tensor.layout import extent_elems
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral, locate
-from torch_fl.tensor.ral_tensor import meta_like
+from torch_fl.tensor.restride import resized_geometry
 
 _lib = None
 
@@ -61,8 +60,7 @@ def _refuse_growth(plain, args, kwargs):
     """An import's storage is not resizable (DLPack memory belongs to the exporter), as on CPU
     and CUDA: refuse a resize_ that needs more bytes before it runs, because growing the RalTensor
     over the same memory would move the exporter's buffer to a new block under the import."""
-    probe = meta_like(plain).resize_(tuple(args[1]), memory_format=kwargs.get("memory_format"))
-    need = (plain.storage_offset() + extent_elems(probe.shape, probe.stride())) * plain.dtype.itemsize
+    _, _, need = resized_geometry(plain, args[1], kwargs.get("memory_format"))
     if need > plain.untyped_storage().nbytes():
         raise RuntimeError("Trying to resize storage that is not resizable")  # CPU's message
 

@@ -46,18 +46,26 @@ def resize(t: RalTensor, size, memory_format=None) -> RalTensor:
     is asked), new sizes get row-major (or `memory_format`) strides over the same storage bytes
     from the same offset, and a buffer too small grows in place, keeping its bytes, so every
     view of it sees the grown memory."""
-    size = tuple(size)
-    if memory_format is None and min(size, default=0) >= 0:
-        if size == tuple(t.shape):  # CPU's shortcut: same sizes, strides kept
-            return t
-        stride = contiguous_strides(size)
-    else:  # PyTorch's own rules (channels_last, its errors) on a meta twin
-        probe = meta_like(t).resize_(size, memory_format=memory_format)
-        size, stride = tuple(probe.shape), tuple(probe.stride())
-    need = (t.storage_offset() + extent_elems(size, stride)) * t.dtype.itemsize
+    size, stride, need = resized_geometry(t, size, memory_format)
+    if size == tuple(t.shape) and stride == t.stride():
+        return t
     if need > t._buf.nbytes:
         _grow(t, need)
     return restride(t, t._buf, size, stride, t.storage_offset())
+
+
+def resized_geometry(t: torch.Tensor, size, memory_format=None) -> tuple[tuple, tuple, int]:
+    """(sizes, strides, bytes of storage needed from its start) that `t.resize_(size,
+    memory_format=...)` gives t, by CPU's rules: the same sizes keep t's strides (unless a memory
+    format is asked), new sizes are row-major from the same storage offset."""
+    size = tuple(size)
+    if memory_format is None and min(size, default=0) >= 0:
+        # CPU's shortcut: same sizes, strides kept
+        stride = tuple(t.stride()) if size == tuple(t.shape) else contiguous_strides(size)
+    else:  # PyTorch's own rules (channels_last, its errors) on a meta twin
+        probe = meta_like(t).resize_(size, memory_format=memory_format)
+        size, stride = tuple(probe.shape), tuple(probe.stride())
+    return size, stride, (t.storage_offset() + extent_elems(size, stride)) * t.dtype.itemsize
 
 
 def _grow(t: RalTensor, nbytes: int) -> None:
