@@ -136,14 +136,15 @@ static ral_status ocl_device_info(int32_t device, ral_device_info* info) {
   ral_device_info mine;
   memset(&mine, 0, sizeof mine);
   mine.struct_size = sizeof mine;
-  /* Storage and copies are byte moves, but fp16/fp64 arithmetic needs the extension:
-   * a dtype the device cannot compute is not advertised at all. */
+  /* float64 arithmetic needs cl_khr_fp64, so without it float64 is not advertised. The
+   * 16-bit float types are not gated on cl_khr_fp16: every kernel loads and stores them
+   * through vload_half/vstore_half (core OpenCL 1.2) or ral_half.h's bit conversions and
+   * computes in float, as the host plugin and PyTorch's CPU kernels do. */
   mine.dtype_mask = (1u << RAL_DTYPE_BOOL) | (1u << RAL_DTYPE_UINT8) | (1u << RAL_DTYPE_INT8) |
                     (1u << RAL_DTYPE_INT16) | (1u << RAL_DTYPE_INT32) | (1u << RAL_DTYPE_INT64) |
-                    (1u << RAL_DTYPE_FLOAT32);
+                    (1u << RAL_DTYPE_FLOAT16) | (1u << RAL_DTYPE_BFLOAT16) | (1u << RAL_DTYPE_FLOAT32);
   if (d->fp64) mine.dtype_mask |= 1u << RAL_DTYPE_FLOAT64;
-  if (d->fp16) mine.dtype_mask |= 1u << RAL_DTYPE_FLOAT16;
-  mine.flags = (d->fp16 ? RAL_DEVICE_FP16 : 0) | (strcmp(d->type, "gpu") == 0 ? RAL_DEVICE_HAS_DMA : 0);
+  mine.flags = RAL_DEVICE_FP16 | RAL_DEVICE_BF16 | (strcmp(d->type, "gpu") == 0 ? RAL_DEVICE_HAS_DMA : 0);
   mine.max_rank = OCL_MAXR;
   mine.total_memory = d->global_mem;
   mine.max_alloc_size = d->max_alloc;
