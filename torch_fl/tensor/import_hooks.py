@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 
 # module name -> functions to call once it has been imported
 _PENDING: dict[str, list] = {}
@@ -26,8 +27,7 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module):
         self._inner.exec_module(module)
-        for after in _PENDING.pop(self._name, ()):
-            after()
+        _run(self._name)
 
     def __getattr__(self, name):  # get_source etc. for tracebacks
         return getattr(self._inner, name)
@@ -37,6 +37,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     """Wraps the loader of a module someone waits for, the first time it is imported."""
 
     def find_spec(self, fullname, path, target=None):
+        # (never leaves sys.meta_path changed: importlib is iterating over that list now)
         _run_finished()
         if fullname not in _PENDING:
             return None
@@ -59,11 +60,34 @@ def _initializing(module) -> bool:
     return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
 
 
+def _call(name: str, after) -> None:
+    """Run one adaptation; its failure is a warning, never a failed import of `name`.
+
+    These run inside someone else's `import` statement (autoload makes that any program
+    with torch_fl installed), so an exception here would break a module that works
+    without torch_fl."""
+    try:
+        after()
+    except Exception as e:  # noqa: BLE001 (any failure must stay out of the user's import)
+        what = getattr(after, "__qualname__", repr(after))
+        warnings.warn(
+            f"torch_fl: adapting {name} ({what}) failed: {type(e).__name__}: {e}; "
+            f"{name} is imported and works as without torch_fl, minus that adaptation",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _run(name: str) -> None:
+    """Run every adaptation waiting for module `name`, each on its own."""
+    for after in _PENDING.pop(name, ()):
+        _call(name, after)
+
+
 def _run_finished() -> None:
     """Run what waits for modules that were mid-import when asked for and are done now."""
     for name in [n for n, m in ((n, sys.modules.get(n)) for n in _PENDING) if m is not None and not _initializing(m)]:
-        for after in _PENDING.pop(name, ()):
-            after()
+        _run(name)
 
 
 def when_imported(name: str, after) -> None:
@@ -74,7 +98,7 @@ def when_imported(name: str, after) -> None:
     is waited for: `after()` runs at the first import after its body has finished."""
     module = sys.modules.get(name)
     if module is not None and not _initializing(module):
-        after()
+        _call(name, after)
         return
     _PENDING.setdefault(name, []).append(after)
     if _FINDER not in sys.meta_path:
