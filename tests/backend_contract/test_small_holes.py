@@ -238,3 +238,23 @@ def test_dataloader_pin_memory_with_ral_as_the_accelerator(style):
                 assert x.is_pinned() and y.is_pinned()
             got.append((x.to(DEVICES[-1]) * 2).cpu())
     torch.testing.assert_close(torch.cat(got), xs * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tensor_of_ral_scalars_reads_them_as_cuda_scalars_are_read(device):
+    # torch.tensor([t, ...]) reads each 0-d tensor with the Python key excluded, reaching
+    # aten::_local_scalar_dense for PrivateUse1 itself (it raised "Could not run" before)
+    vals = [(1.5, torch.float32), (-3, torch.int64), (True, torch.bool), (2.5, torch.bfloat16), (0.25, torch.float16)]
+    cpu = [torch.tensor(v, dtype=dt) for v, dt in vals]
+    ral = [t.to(device) for t in cpu]
+    for c, r in zip(cpu, ral):
+        got = torch.tensor([r, r])
+        assert got.device.type == "cpu" and got.dtype == c.dtype
+        torch.testing.assert_close(got, torch.tensor([c, c]), rtol=0, atol=0)
+    mixed = torch.tensor([ral[0], 2.0, ral[1]])  # a list mixing numbers and ral scalars
+    torch.testing.assert_close(mixed, torch.tensor([cpu[0], 2.0, cpu[1]]), rtol=0, atol=0)
+    placed = torch.tensor([[ral[0]]], device=device)
+    assert placed.device == torch.device(device)
+    torch.testing.assert_close(placed.cpu(), torch.tensor([[1.5]]), rtol=0, atol=0)
+    element = torch.arange(6.0, device=device).view(2, 3)[1, 2]  # a 0-d view with an offset
+    assert torch.tensor([element]).tolist() == [5.0]

@@ -8,7 +8,7 @@ from torch_fl.device.compat import run_untraced
 from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
 from torch_fl.device.stream_state import current
-from torch_fl.tensor import transfer
+from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.jit_load import in_jit_load, loadable
 from torch_fl.tensor.layout import extent_elems, strides_in_format
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
@@ -141,6 +141,13 @@ def copy_from_and_resize(self, dst):
     return copy_from(self, dst)
 
 
+def local_scalar_dense(self):
+    """aten::_local_scalar_dense on ral below the Python key: `torch.tensor([t, ...])` of 0-d
+    ral tensors reads each element from C++ with the Python key excluded (as it does for
+    CUDA scalars, which work)."""
+    return host_copy.item(as_ral(self) if is_plain_ral(self) else self)
+
+
 def register() -> None:
     """Register the factory kernels once per process."""
     global _lib
@@ -156,3 +163,4 @@ def register() -> None:
         _lib.impl(name, _with_python_key(_host_computed(op)), "PrivateUse1")
     _lib.impl("_copy_from", _with_python_key(copy_from), "PrivateUse1")
     _lib.impl("_copy_from_and_resize", _with_python_key(copy_from_and_resize), "PrivateUse1")
+    _lib.impl("_local_scalar_dense", _with_python_key(local_scalar_dense), "PrivateUse1")
