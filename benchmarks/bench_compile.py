@@ -110,6 +110,20 @@ def _setup(case: str, device: str = "ral:0"):
 _AMP = {"bf16": "bfloat16", "fp16": "float16"}
 
 
+def _warm_step(case: str, device: str, mode: str):
+    """A fresh model's training step, eager or compiled with backend `mode`, after 3 warm-up
+    steps (compilation and first-call costs paid)."""
+    import torch
+
+    torch._dynamo.reset()
+    model, inputs, opt = _setup(case, device)
+    fn = model if mode == "eager" else torch.compile(model, backend=mode)
+    step = _stepper(fn, inputs, opt)
+    for _ in range(3):
+        step()
+    return step
+
+
 def _stepper(fn, inputs, opt, between=None, amp=None):
     """One training step of `fn`, synchronized at its end (and before AdamW: `between`); the
     forward under torch.autocast("ral") when `amp` names a dtype."""
@@ -524,12 +538,7 @@ def kernels(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
     os.environ["TORCH_FL_OPENCL_PROFILE"] = prof  # read at the plugin's first launch
     dev = torch.device(device)
     for mode in modes:
-        torch._dynamo.reset()
-        model, inputs, opt = _setup(case, device)
-        fn = model if mode == "eager" else torch.compile(model, backend=mode)
-        step = _stepper(fn, inputs, opt)
-        for _ in range(3):
-            step()
+        step = _warm_step(case, device, mode)
         runs = []
         for _ in range(steps):
             torch.ral.synchronize(dev)
@@ -600,17 +609,10 @@ def threads(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
     machine's load than wall time: on 2 cores the device's threads and the host's share them."""
     import threading
 
-    import torch
-
     counters = _opencl_counters()
     me = str(threading.get_native_id())
     for mode in modes:
-        torch._dynamo.reset()
-        model, inputs, opt = _setup(case, device)
-        fn = model if mode == "eager" else torch.compile(model, backend=mode)
-        step = _stepper(fn, inputs, opt)
-        for _ in range(3):
-            step()
+        step = _warm_step(case, device, mode)
         c0, t0, w0 = counters() if counters else {}, _thread_cpu(), time.perf_counter()
         for _ in range(steps):
             step()
