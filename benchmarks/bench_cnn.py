@@ -7,7 +7,12 @@
   of widths 64-512, global average pool, 10 classes; batch 8 of 3x64x64 to keep a sample
   within seconds on a 2-core machine;
 - `upsample3d`: trilinear 3-d upsampling x2, forward and backward, on a [4, 8, 16, 32, 32]
-  volume.
+  volume;
+- `cnn_train_bf16`, `cnn_train_fp16`: `cnn_train` under autocast to bfloat16 / float16
+  (`torch.autocast("cpu")` on the CPU side and inside `ral_mode`, `torch.autocast("ral")` for
+  `model.to`): mixed-precision training as a user writes it. The baseline is CPU's float32
+  step ("cpu_fp32", what the user would run on this host); CPU running the same autocast
+  program is a row of its own.
 
 Sides: "cpu" (plain PyTorch), "to" (`model.to(dev)`), "mode" (`ral_mode(dev)`, the optimizer
 stepping the CPU parameters where they live).
@@ -78,7 +83,12 @@ def _data(batch: int, size: int):
     return torch.randn(batch, 3, size, size, generator=g), torch.randint(0, 10, (batch,), generator=g)
 
 
-def _train_side(make, batch: int, size: int):
+def _train_side(make, batch: int, size: int, amp: torch.dtype | None = None):
+    import contextlib
+
+    def autocast(device_type: str):
+        return torch.autocast(device_type, dtype=amp) if amp is not None else contextlib.nullcontext()
+
     def side(style: str):
         torch.manual_seed(0)
         model, (x, y) = make(), _data(batch, size)
@@ -93,7 +103,7 @@ def _train_side(make, batch: int, size: int):
 
             def fn_mode():
                 opt.zero_grad()
-                with torch_fl.ral_mode(DEV):
+                with torch_fl.ral_mode(DEV), autocast("cpu"):
                     loss_fn(model(x), y).backward()
                 opt.step()  # CPU parameters: the optimizer runs where they live
                 torch.ral.synchronize(DEV)
@@ -102,7 +112,9 @@ def _train_side(make, batch: int, size: int):
 
         def fn():
             opt.zero_grad()
-            loss_fn(model(x), y).backward()
+            with autocast("ral" if style == "to" else "cpu"):
+                loss = loss_fn(model(x), y)
+            loss.backward()
             opt.step()
             if style == "to":
                 torch.ral.synchronize(DEV)
@@ -175,8 +187,9 @@ def _upsample3d_side(mode: str):
     return side
 
 
-def _sides(make):
-    return {s: (lambda s=s: make(s)) for s in ("cpu", "to", "mode")}
+def _sides(make, baseline=None):
+    sides = {s: (lambda s=s: make(s)) for s in ("cpu", "to", "mode")}
+    return sides if baseline is None else {"cpu_fp32": lambda: baseline("cpu"), **sides}
 
 
 SIDES = {
@@ -184,6 +197,8 @@ SIDES = {
     "resnet18_forward": _sides(_forward_side(resnet18, 8, 64)),
     "resnet18_train": _sides(_train_side(resnet18, 8, 64)),
     "upsample3d": _sides(_upsample3d_side("trilinear")),
+    "cnn_train_bf16": _sides(_train_side(small_cnn, 32, 32, torch.bfloat16), _train_side(small_cnn, 32, 32)),
+    "cnn_train_fp16": _sides(_train_side(small_cnn, 32, 32, torch.float16), _train_side(small_cnn, 32, 32)),
 }
 
 # case -> (title, baseline side, per-side target (x of baseline) or None, repeats, unit)
@@ -192,6 +207,8 @@ SPEC = {
     "resnet18_forward": ("ResNet-18 shape forward, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 5, "ms"),
     "resnet18_train": ("ResNet-18 shape train step, batch 8x3x64x64", "cpu", {"to": None, "mode": None}, 3, "ms"),
     "upsample3d": ("trilinear x2 fwd+bwd, 4x8x16x32x32", "cpu", {"to": None, "mode": None}, 5, "ms"),
+    "cnn_train_bf16": ("small CNN train step, autocast bfloat16", "cpu_fp32", {}, 5, "ms"),
+    "cnn_train_fp16": ("small CNN train step, autocast float16", "cpu_fp32", {}, 5, "ms"),
 }
 
 

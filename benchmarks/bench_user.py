@@ -279,6 +279,7 @@ STYLE = {
     "to_empty_mode": "model.to + empty TorchFunctionMode",
     "empty_mode": "empty mode",
     "empty_subclass": "empty wrapper subclass",
+    "cpu": "CPU, same program",
 }
 SCALE = {"ms": 1e3, "us": 1e6}
 # Targets that differ on the OpenCL device (ral:1), by case: they replace SPEC's targets there.
@@ -311,7 +312,7 @@ def run_case(name: str, dev: str, rounds: int, module: str = "bench_user", sides
             note += f"; empty-mode floor {med['empty_mode'] * k:.1f} {unit}"
         if name == "latency" and s == "mode":
             note += f"; floor (model.to + empty mode) {med['to_empty_mode'] * k:.1f} {unit}"
-        subject = "cpu" if s in ("empty_mode", "empty_subclass") else dev
+        subject = "cpu" if s in ("empty_mode", "empty_subclass", "cpu") else dev
         row = Result(f"{title} [{STYLE[s]}]", subject, med[s], f"{base} (own process)", med[base], targets.get(s))
         row.note, row.rounds_ratio = note, median_ratio(times, s, base)
         rows.append(row)
