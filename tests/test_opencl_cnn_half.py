@@ -370,3 +370,62 @@ def test_half_cnn_training_step_matches_cpu(form, path):  # noqa: F811
     vendor, on_cpu = set(cov.ops_in_tier("vendor")), set(cov.ops_in_tier("cpu"))
     for op in (*CONV_OPS, *BN_OPS, "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward"):
         assert op in vendor and op not in on_cpu, (op, cov.counts)
+
+
+ROUND_ONCE = {
+    "conv2d_bias": (lambda x, w, b: F.conv2d(x, w, b, padding=1), (2, 4, 8, 8), ((6, 4, 3, 3), (6,))),
+    "conv2d_groups_stride": (lambda x, w: F.conv2d(x, w, stride=2, groups=2), (2, 4, 9, 9), ((6, 2, 3, 3),)),
+    "batch_norm_train": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
+        (4, 5, 6, 7),
+        ((5,), (5,)),
+    ),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), (2, 3, 9, 11), ()),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, 2, 1), (2, 3, 9, 11), ()),
+    "bilinear2d": (lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"), (2, 3, 5, 6), ()),
+    "bicubic2d": (lambda x: F.interpolate(x, size=(9, 4), mode="bicubic"), (2, 3, 5, 6), ()),
+    "trilinear3d": (lambda x: F.interpolate(x, scale_factor=2, mode="trilinear"), (1, 2, 3, 4, 5), ()),
+    "avg_pool3d": (lambda x: F.avg_pool3d(x, 2, 1), (1, 2, 4, 5, 6), ()),
+    # input gates [B, 4H], hidden gates, cx [B, H], two biases [4H]; the forward only: the
+    # backward reads the workspace of activated gates, stored (rounded) in the dtype, as CUDA
+    "lstm_cell": (
+        lambda ig, hg, cx, bi, bh: torch.ops.aten._thnn_fused_lstm_cell(ig, hg, cx, bi, bh)[:2],
+        (3, 16),
+        ((3, 16), (3, 4), (16,), (16,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("case", list(ROUND_ONCE))
+def test_half_results_are_the_float32_results_rounded_once(case, dtype, layout, path):  # noqa: F811
+    """On ral:1 each half op (forward, and backward for the given output gradient) gives
+    bit for bit the same op's float32 result on the widened operands, rounded once to the
+    dtype: the host path's shadows and the queued kernels' ld_f/st_f compute in float32 and
+    round only the results (a truncation, a rounding per step or a lost stride differs)."""
+    fn, shape, pshapes = ROUND_ONCE[case]
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(shape, generator=g)
+    if layout == "channels_last":
+        if x.dim() < 4:
+            pytest.skip("no channels_last layout for a 2-d operand")
+        x = _layout(x, layout)
+    ins = [x.to(dtype)] + [torch.randn(s, generator=g).to(dtype) for s in pshapes]
+    results = {}
+    for dt in (dtype, torch.float32):
+        # float32: the half values widened; batch norm keeps float32 weight and bias in both
+        # runs (CPU's mixed form), so its saved statistics stay float32 for the backward
+        ts = [t.to(dt if i == 0 or case != "batch_norm_train" else torch.float32) for i, t in enumerate(ins)]
+        ts = [t.to(DEV).requires_grad_() for t in ts]
+        with torch_fl.coverage() as cov:
+            outs = fn(*ts)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            gos = [torch.randn(o.shape, generator=torch.Generator().manual_seed(11)).to(dtype) for o in outs]
+            grads = () if case == "lstm_cell" else torch.autograd.grad(outs, ts, [go.to(dt).to(DEV) for go in gos])
+        mine = {op for op, _ in cov.counts if any(k in op for k in ("conv", "batch_norm", "pool", "upsample", "lstm"))}
+        assert mine and mine <= set(cov.ops_in_tier("vendor")), cov.counts
+        assert not mine & (set(cov.ops_in_tier("cpu")) | set(cov.ops_in_tier("decomp"))), cov.counts
+        results[dt] = [t.detach().cpu() for t in (*outs, *grads)]
+    for a, e in zip(results[dtype], results[torch.float32]):
+        torch.testing.assert_close(a, e.to(a.dtype), rtol=0, atol=0, equal_nan=True)
