@@ -4,8 +4,8 @@ Every case runs PyTorch's CPU convolution and its autograd backward, then the sa
 device in both styles (`.to(dev)` and `ral_mode`), and compares output, grad_input,
 grad_weight and grad_bias. On ral:0 it also asserts that `aten::convolution` and
 `aten::convolution_backward` ran in the vendor tier (torch_fl.coverage()) on both devices
-(ral:1: plugins/opencl/conv.c), except for a dtype the device's dtype_mask lacks (PoCL's
-has neither float16 nor bfloat16), whose manifest entries the registry refuses.
+(ral:1: plugins/opencl/conv.c, float16 and bfloat16 included), except for a dtype the
+device's dtype_mask lacks, whose manifest entries the registry refuses.
 
 Tolerances: float32 rtol 1e-4 / atol 1e-4 (sums of up to ~600 products in a different order
 than oneDNN's); float16 2e-2, bfloat16 5e-2 relative and absolute (the kernel widens to
@@ -111,7 +111,7 @@ STYLES = {"to": _run_to, "mode": _run_mode}
 
 def _assert_vendor(cov, dev, dtype=torch.float32, backward=True):
     if not _device_has(dev, dtype):
-        return  # PoCL's dtype_mask has neither half type: the registry refuses those entries
+        return  # a dtype the device lacks: the registry refuses those entries
     ran = cov.ops_in_tier("vendor")
     assert "aten::convolution" in ran, cov.counts
     if backward:

@@ -1,9 +1,10 @@
 /*
  * bn.c -- native_batch_norm and native_batch_norm_backward over contiguous [N, C, *]
- * operands (the manifest asks for contiguous ones), float32 (the kernels read and write
- * float16/bfloat16 through ld_f/st_f, but for half inputs CPU's save_mean/save_invstd dtype
- * differs from the meta kernel's, so the manifest declares float32 only, as the host
- * plugin's). Two launches each way: per-channel statistics (kernels/bn.cl, one work-item
+ * operands (the manifest asks for contiguous ones), float32, float16 and bfloat16: each tensor
+ * has its own dtype (the kernels read and write through ld_f/st_f, the host path through
+ * float32 shadows), since the vendor tier types save_mean/save_invstd and the running stats
+ * like CPU (tiers/vendor.py _bn_stat_spec: float32 beside a half input with float32 weight,
+ * the input's dtype otherwise). Two launches each way: per-channel statistics (kernels/bn.cl, one work-item
  * per channel, compensated sums) into a [4, C] float scratch, then the per-row application.
  */
 #include <string.h>

@@ -123,7 +123,7 @@ static ral_status check_operands(const ral_kernel_call* c, int rank) {
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (ocl_absent(t)) continue;
-    if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_FLOAT16 && t->dtype != RAL_DTYPE_BFLOAT16)
+    if (!ocl_cnn_dtype(t->dtype))
       return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "convolution takes float32/float16/bfloat16, tensor %d is %s", i,
                       ocl_dtype_name(t->dtype));
     if (t->ndim != rank && t->ndim != 1)

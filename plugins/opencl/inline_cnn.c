@@ -17,7 +17,16 @@
  * does (nothing queued after it starts before it ends). A stream whose queued work failed, a
  * GPU, TORCH_FL_OPENCL_INLINE=0 and kernel profiling keep the OpenCL kernels, as does every
  * call these loops do not cover (other dtypes, a buffer without host memory; convolutions
- * oneDNN declines: transposed, half types, no libdnnl, TORCH_FL_OPENCL_DNNL=0).
+ * oneDNN declines: transposed, no libdnnl, TORCH_FL_OPENCL_DNNL=0).
+ *
+ * float16 / bfloat16: every loop here (and inline_pool.c's, rnn.c's) computes in float32. A
+ * half operand is widened into a float32 shadow with its own sizes and strides after the
+ * stream drained, and an output's shadow is rounded back once at the end (ocl_f32_*): the
+ * float32 result rounded once, which is what PyTorch's CPU kernels for these types give
+ * (they compute in float and store once; its float16/bfloat16 convolution is oneDNN's,
+ * accumulating in float32). The convolution then runs oneDNN's float32 primitives: one glue
+ * for every dtype, and on CPUs without native half support oneDNN's bf16/f16 primitives
+ * would be reference code (which the glue declines) or absent.
  */
 #include <math.h>
 #include <omp.h>
@@ -25,6 +34,7 @@
 #include <string.h>
 
 #include "ocl.h"
+#include "ral_half.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define CNN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -50,17 +60,106 @@ void* ocl_tensor_host(const ral_tensor* t) {
   return ocl_host_span(t->data, t->byte_offset, (uint64_t)((last + 1) * es));
 }
 
+/* ---------------------------------------------------------------- float32 shadows */
+int ocl_f32_open(const ral_tensor* t, ocl_f32_view* v) {
+  memset(v, 0, sizeof *v);
+  if (!t) return 1;
+  v->t = t;
+  if (!ocl_cnn_dtype(t->dtype) || !(v->raw = ocl_tensor_host(t))) return 0;
+  if (t->dtype == RAL_DTYPE_FLOAT32) {
+    v->f = v->raw;
+    return 1;
+  }
+  int64_t span = 1; /* the shadow mirrors the operand's strides: one float per element offset */
+  for (int d = 0; d < t->ndim; d++) span += (t->sizes[d] - 1) * t->strides[d];
+  v->f = malloc((size_t)span * sizeof(float));
+  v->own = 1;
+  return v->f != NULL;
+}
+
+/* Element offsets of row r of t seen as [rows, last dim]: the first element's offset. */
+static int64_t row_offset(const ral_tensor* t, int64_t r) {
+  int64_t off = 0;
+  for (int d = t->ndim - 2; d >= 0; d--) {
+    off += (r % t->sizes[d]) * t->strides[d];
+    r /= t->sizes[d];
+  }
+  return off;
+}
+
+/* Widen (to_f32) or round back every element t reaches, between its memory and the shadow. */
+static void f32_convert(const ocl_f32_view* v, int to_f32) {
+  const ral_tensor* t = v->t;
+  int64_t n = t->ndim ? t->sizes[t->ndim - 1] : 1, st = t->ndim ? t->strides[t->ndim - 1] : 0, rows = 1;
+  for (int d = 0; d + 1 < t->ndim; d++) rows *= t->sizes[d];
+  uint16_t* h = v->raw;
+  int bf = t->dtype == RAL_DTYPE_BFLOAT16;
+#pragma omp parallel for schedule(static) if (rows * n >= CNN_PARALLEL_WORK)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t o = row_offset(t, r);
+    for (int64_t i = 0; i < n; i++, o += st) {
+      if (to_f32) v->f[o] = bf ? ral_bf2f(h[o]) : ral_h2f(h[o]);
+      else h[o] = bf ? ral_f2bf(v->f[o]) : ral_f2h(v->f[o]);
+    }
+  }
+}
+
+void ocl_f32_load(const ocl_f32_view* v) {
+  if (v->own) f32_convert(v, 1);
+}
+
+void ocl_f32_store(const ocl_f32_view* v) {
+  if (v->own) f32_convert(v, 0);
+}
+
+void ocl_f32_close(ocl_f32_view* v) {
+  if (v->own) free(v->f);
+  memset(v, 0, sizeof *v);
+}
+
+/* Opens n operands (NULL entries stay empty); 0, with all closed, if one cannot be. */
+static int f32_open_all(const ral_tensor* const* t, ocl_f32_view* v, int n) {
+  for (int i = 0; i < n; i++)
+    if (!ocl_f32_open(t[i], &v[i])) {
+      for (int k = 0; k <= i; k++) ocl_f32_close(&v[k]);
+      return 0;
+    }
+  return 1;
+}
+
 /* ---------------------------------------------------------------- convolution */
 int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
                     const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st) {
   if (!c->stream || !c->stream->inl || !ral_dnnl_available()) return 0;
   const ral_tensor* t[RAL_DNNL_N_OPERANDS] = {x, w, bias, y};
+  ocl_f32_view v[RAL_DNNL_N_OPERANDS];
+  if (!f32_open_all(t, v, RAL_DNNL_N_OPERANDS)) return 0;
+  /* oneDNN sees float32 operands: the tensors' own or their shadows, same strides */
+  ral_tensor tf[RAL_DNNL_N_OPERANDS];
+  const ral_tensor* td[RAL_DNNL_N_OPERANDS] = {0};
   void* host[RAL_DNNL_N_OPERANDS] = {0};
-  for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
-    if (t[i] && (t[i]->dtype != RAL_DTYPE_FLOAT32 || !(host[i] = ocl_tensor_host(t[i])))) return 0;
-  if (!ocl_inline_begin_drained(c->stream)) return 0;
-  int r = ral_dnnl_conv(kind, g, t, host, omp_get_max_threads());
-  ocl_inline_end(c->stream);
+  int is_out[RAL_DNNL_N_OPERANDS] = {[RAL_DNNL_X] = kind == RAL_DNNL_BACKWARD_DATA,
+                                     [RAL_DNNL_W] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
+                                     [RAL_DNNL_BIAS] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
+                                     [RAL_DNNL_Y] = kind == RAL_DNNL_FORWARD};
+  for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++) {
+    if (!t[i]) continue;
+    tf[i] = *t[i];
+    tf[i].dtype = RAL_DTYPE_FLOAT32;
+    td[i] = &tf[i];
+    host[i] = v[i].f;
+  }
+  int r = RAL_DNNL_DECLINED;
+  if (ocl_inline_begin_drained(c->stream)) {
+    for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
+      if (!is_out[i]) ocl_f32_load(&v[i]);
+    r = ral_dnnl_conv(kind, g, td, host, omp_get_max_threads());
+    if (r == RAL_DNNL_DONE)
+      for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
+        if (is_out[i]) ocl_f32_store(&v[i]);
+    ocl_inline_end(c->stream);
+  }
+  for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++) ocl_f32_close(&v[i]);
   if (r == RAL_DNNL_DECLINED) return 0;
   ocl_count(OCL_CNT_inline_ops);
   *st = r == RAL_DNNL_DONE ? RAL_OK : ocl_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution failed");
@@ -68,16 +167,6 @@ int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl
 }
 
 /* ---------------------------------------------------------------- batch norm */
-/* Float32 host addresses of the BN_* slots (NULL: absent); 0 if a present one has none. */
-static int bn_host(const ral_tensor* const ts[BN_N], float* p[BN_N]) {
-  for (int i = 0; i < BN_N; i++) {
-    p[i] = NULL;
-    if (!ts[i]) continue;
-    if (ts[i]->dtype != RAL_DTYPE_FLOAT32 || !(p[i] = ocl_tensor_host(ts[i]))) return 0;
-  }
-  return 1;
-}
-
 /* Row sums in 16 float lanes (one vector register with AVX-512), each block of 512 elements
  * flushed into double, so long rows keep double's accuracy at float's speed. */
 typedef float cnn_v16 __attribute__((vector_size(64), aligned(4)));
@@ -218,17 +307,29 @@ static void bn_backward(const ocl_bn* g, float* const p[BN_N]) {
 }
 
 int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward) {
+  if (!c->stream || !c->stream->inl) return 0;
+  ocl_f32_view v[BN_N];
+  if (!f32_open_all(ts, v, BN_N)) return 0;
   float* p[BN_N];
-  if (!c->stream || !c->stream->inl || !bn_host(ts, p) || !p[BN_X]) return 0;
-  if (backward ? !p[BN_G] || (g->training ? !p[BN_SM] || !p[BN_SI] : !p[BN_RM] || !p[BN_RV])
-               : !p[BN_Y] || (!g->training && (!p[BN_RM] || !p[BN_RV])))
-    return 0;
-  if (!ocl_inline_begin_drained(c->stream)) return 0;
-  if (backward) bn_backward(g, p);
-  else bn_forward(g, p);
-  ocl_inline_end(c->stream);
-  ocl_count(OCL_CNT_inline_ops);
-  return 1;
+  for (int i = 0; i < BN_N; i++) p[i] = v[i].f;
+  int ok = p[BN_X] && (backward ? p[BN_G] && (g->training ? p[BN_SM] && p[BN_SI] : p[BN_RM] && p[BN_RV])
+                                : p[BN_Y] && (g->training || (p[BN_RM] && p[BN_RV])));
+  if (ok && (ok = ocl_inline_begin_drained(c->stream))) {
+    /* the slots each direction writes; the others are read (running stats: both) */
+    static const int fwd_out[BN_N] = {[BN_Y] = 1, [BN_SM] = 1, [BN_SI] = 1, [BN_RM] = 1, [BN_RV] = 1};
+    static const int bwd_out[BN_N] = {[BN_Y] = 1, [BN_GW] = 1, [BN_GB] = 1};
+    const int* out = backward ? bwd_out : fwd_out;
+    for (int i = 0; i < BN_N; i++)
+      if (!out[i] || i == BN_RM || i == BN_RV) ocl_f32_load(&v[i]);
+    if (backward) bn_backward(g, p);
+    else bn_forward(g, p);
+    for (int i = 0; i < BN_N; i++)
+      if (out[i] && (g->training || (i != BN_RM && i != BN_RV))) ocl_f32_store(&v[i]);
+    ocl_inline_end(c->stream);
+    ocl_count(OCL_CNT_inline_ops);
+  }
+  for (int i = 0; i < BN_N; i++) ocl_f32_close(&v[i]);
+  return ok;
 }
 
 /* ---------------------------------------------------------------- 2-d max pooling */
@@ -300,20 +401,27 @@ int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
                        const ral_tensor* small, int backward, ral_status* st) {
   /* big: x (forward) or grad_input (backward), [B, H, W] with strides g->xs; small: y or
    * grad_output, [B, OH, OW] with g->ys; idx with g->is */
-  if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32 ||
-      idx->dtype != RAL_DTYPE_INT64)
-    return 0;
-  float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
+  if (!c->stream || !c->stream->inl || idx->dtype != RAL_DTYPE_INT64) return 0;
   int64_t* pi = ocl_tensor_host(idx);
-  if (!pb || !ps || !pi || !ocl_inline_begin_drained(c->stream)) return 0;
+  ocl_f32_view vb, vs;
+  if (!pi || !ocl_f32_open(big, &vb)) return 0;
+  if (!ocl_f32_open(small, &vs) || !ocl_inline_begin_drained(c->stream)) {
+    ocl_f32_close(&vb);
+    ocl_f32_close(&vs);
+    return 0;
+  }
+  float *pb = vb.f, *ps = vs.f;
   int64_t hw = g->H * g->W, ohw = g->OH * g->OW, bad;
   *st = RAL_OK;
   if (backward && first_bad_index(g, pi, &bad)) {
     ocl_inline_end(c->stream);
+    ocl_f32_close(&vb);
+    ocl_f32_close(&vs);
     *st = ocl_index_error(g->adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL_BACKWARD : OCL_SITE_MAX_POOL_BACKWARD, (long long)bad,
                           0, (long long)hw, 0);
     return 1;
   }
+  ocl_f32_load(backward ? &vs : &vb);
   int dense = dense_planes(g->xs, g->W) && dense_planes(g->ys, g->OW) && dense_planes(g->is, g->OW);
 #pragma omp parallel for schedule(static) if (g->B * (hw + ohw) >= CNN_PARALLEL_WORK)
   for (int64_t b = 0; b < g->B; b++) {
@@ -325,7 +433,10 @@ int ocl_inline_maxpool(const ral_kernel_call* c, const ocl_pool* g, const ral_te
     else if (dense) pool_plane_fwd(g, x, g->W, 1, y, g->OW, 1, ix, g->OW, 1);
     else pool_plane_fwd(g, x, g->xs[2], g->xs[3], y, g->ys[2], g->ys[3], ix, g->is[2], g->is[3]);
   }
+  ocl_f32_store(backward ? &vb : &vs);
   ocl_inline_end(c->stream);
+  ocl_f32_close(&vb);
+  ocl_f32_close(&vs);
   ocl_count(OCL_CNT_inline_ops);
   return 1;
 }

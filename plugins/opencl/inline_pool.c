@@ -13,7 +13,8 @@
  * layouts) is gathered into, or scattered from, a per-thread scratch plane. Ordering and
  * fallbacks are inline_cnn.c's (ocl_inline_begin_drained: outstanding work finishes first;
  * GPUs, TORCH_FL_OPENCL_INLINE=0, kernel profiling and buffers without host memory keep the
- * OpenCL kernels of pool.cl / upsample.cl).
+ * OpenCL kernels of pool.cl / upsample.cl). float16 / bfloat16 operands run through float32
+ * shadows, widened after the drain and rounded back once (inline_cnn.c, ocl_f32_*).
  */
 #include <omp.h>
 #include <stdlib.h>
@@ -84,26 +85,23 @@ static int channels_last(const planes_of* v) {
   return v->C > 1 && v->s[1] == 1 && v->s[3] == v->C && (v->s[2] == v->W * v->C || v->H == 1);
 }
 
-/* body over the N = B / C channels_last samples, one task each, after the stream drained. */
-static int run_samples(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
-                       sample_body body, const void* job) {
+/* body over the N = B / C channels_last samples, one task each (the stream drained). */
+static int run_samples(int64_t B, planes_of* big, planes_of* small, int backward, sample_body body,
+                       const void* job) {
   int64_t C = big->C, N = B / C, hwc = big->H * big->W * C, ohwc = small->H * small->W * C;
-  if (!ocl_inline_begin_drained(c->stream)) return 0;
 #pragma omp parallel for schedule(static) if (N > 1 && N * (hwc + ohwc) >= POOL_PARALLEL_WORK)
   for (int64_t n = 0; n < N; n++) {
     float *pb = big->p + n * big->s[0], *ps = small->p + n * small->s[0];
     if (backward) memset(pb, 0, (size_t)hwc * sizeof(float));
     body(job, C, pb, ps, backward);
   }
-  ocl_inline_end(c->stream);
-  ocl_count(OCL_CNT_inline_ops);
   return 1;
 }
 
-/* body over B planes of big and small on PyTorch's OpenMP team, after the stream drained;
- * 0 (nothing done: queue the command) when there is no host path or no scratch. */
-static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, planes_of* small, int backward,
-                      plane_body body, const void* job) {
+/* body over B planes of big and small on PyTorch's OpenMP team (the stream drained); 0
+ * (nothing done: queue the command) when there is no scratch. */
+static int run_planes(int64_t B, planes_of* big, planes_of* small, int backward, plane_body body,
+                      const void* job) {
   int64_t hw = big->D * big->H * big->W, ohw = small->D * small->H * small->W;
   int dense_big = rows_dense(big), dense_small = rows_dense(small);
   int team = omp_get_max_threads();
@@ -111,10 +109,6 @@ static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, plane
   if (!dense_big || !dense_small) {
     scratch = malloc((size_t)team * (size_t)(hw + ohw) * sizeof(float));
     if (!scratch) return 0;
-  }
-  if (!ocl_inline_begin_drained(c->stream)) {
-    free(scratch);
-    return 0;
   }
 #pragma omp parallel for schedule(static) num_threads(team) if (B * (hw + ohw) >= POOL_PARALLEL_WORK)
   for (int64_t b = 0; b < B; b++) {
@@ -131,47 +125,75 @@ static int run_planes(const ral_kernel_call* c, int64_t B, planes_of* big, plane
     if (backward && !dense_big) plane_copy(big, b, pb, 0);
     if (!backward && !dense_small) plane_copy(small, b, ps, 0);
   }
-  ocl_inline_end(c->stream);
   free(scratch);
-  ocl_count(OCL_CNT_inline_ops);
   return 1;
 }
 
-/* Host addresses of big and small (float32) as plane views, or 0. */
+/* big and small with float32 host memory (their own, or float16/bfloat16 widened into
+ * shadows: inline_cnn.c's ocl_f32_*) as plane views, or 0 with nothing open. */
+typedef struct {
+  ocl_f32_view big, small;
+  planes_of pb, ps;
+} pool_host;
+
 static int host_planes(const ral_kernel_call* c, const ral_tensor* big, const ral_tensor* small, int64_t C,
                        const int64_t* xs, const int64_t* ys, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                       planes_of* pb, planes_of* ps) {
-  if (!c->stream || !c->stream->inl || big->dtype != RAL_DTYPE_FLOAT32 || small->dtype != RAL_DTYPE_FLOAT32) return 0;
-  *pb = (planes_of){ocl_tensor_host(big), xs, C, H, W, 1, 0};
-  *ps = (planes_of){ocl_tensor_host(small), ys, C, OH, OW, 1, 0};
-  return pb->p && ps->p;
+                       pool_host* h) {
+  if (!c->stream || !c->stream->inl || !ocl_f32_open(big, &h->big)) return 0;
+  if (!ocl_f32_open(small, &h->small)) {
+    ocl_f32_close(&h->big);
+    return 0;
+  }
+  h->pb = (planes_of){h->big.f, xs, C, H, W, 1, 0};
+  h->ps = (planes_of){h->small.f, ys, C, OH, OW, 1, 0};
+  return 1;
+}
+
+/* Runs the planes (or channels_last samples) with the stream drained: the read side widened
+ * first, the written side rounded back after; the views closed. 0: queue the command. */
+static int run_host(const ral_kernel_call* c, pool_host* h, int64_t B, int backward, int cl, plane_body pbody,
+                    sample_body sbody, const void* job) {
+  int done = ocl_inline_begin_drained(c->stream);
+  if (done) {
+    ocl_f32_load(backward ? &h->small : &h->big);
+    done = cl ? run_samples(B, &h->pb, &h->ps, backward, sbody, job)
+              : run_planes(B, &h->pb, &h->ps, backward, pbody, job);
+    if (done) ocl_f32_store(backward ? &h->big : &h->small);
+    ocl_inline_end(c->stream);
+  }
+  ocl_f32_close(&h->big);
+  ocl_f32_close(&h->small);
+  if (done) ocl_count(OCL_CNT_inline_ops);
+  return done;
 }
 
 int ocl_inline_avgpool(const ral_kernel_call* c, const ocl_pool* g, const ral_tensor* big, const ral_tensor* small,
                        int backward) {
-  planes_of pb, ps;
-  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
+  pool_host h;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &h)) return 0;
   ral_avg_pool a = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .kh = g->kh, .kw = g->kw, .sh = g->sh,
                     .sw = g->sw, .ph = g->ph, .pw = g->pw, .divisor = g->divisor,
                     .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
-  if (channels_last(&pb) && channels_last(&ps)) return run_samples(c, g->B, &pb, &ps, backward, avg_sample, &a);
-  return run_planes(c, g->B, &pb, &ps, backward, avg_body, &a);
+  int cl = channels_last(&h.pb) && channels_last(&h.ps);
+  return run_host(c, &h, g->B, backward, cl, avg_body, avg_sample, &a);
 }
 
 int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const ral_tensor* big,
                         const ral_tensor* small, int backward) {
-  planes_of pb, ps;
-  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &pb, &ps)) return 0;
-  pb.D = g->D, pb.sd = g->xsd, ps.D = g->OD, ps.sd = g->ysd; /* 2-d: D = 1 */
+  pool_host h;
+  if (!host_planes(c, big, small, g->C, g->xs, g->ys, g->H, g->W, g->OH, g->OW, &h)) return 0;
+  h.pb.D = g->D, h.pb.sd = g->xsd, h.ps.D = g->OD, h.ps.sd = g->ysd; /* 2-d: D = 1 */
   /* the tables from the steps upsample.c computed: the scale of a nearest axis is its step,
    * and a linear axis's step is ral_up_linear_step of its scale (align_corners ignores it) */
   ral_upsample u = {.H = g->H, .W = g->W, .OH = g->OH, .OW = g->OW, .linear = g->linear, .exact = g->exact,
                     .one_d = g->one_d, .cubic = g->cubic, .D = g->D, .OD = g->OD, .three_d = g->three_d};
   /* bicubic and 3-d have plane (volume) forms only */
-  int cl = !g->cubic && !g->three_d && channels_last(&pb) && channels_last(&ps);
-  int done = ral_upsample_tables(&u, g->align, g->step_d, g->step_h, g->step_w) && /* else the queued kernels */
-             (cl ? run_samples(c, g->B, &pb, &ps, backward, up_sample, &u)
-                 : run_planes(c, g->B, &pb, &ps, backward, up_body, &u));
+  int cl = !g->cubic && !g->three_d && channels_last(&h.pb) && channels_last(&h.ps);
+  int done = 0;
+  if (ral_upsample_tables(&u, g->align, g->step_d, g->step_h, g->step_w)) /* else the queued kernels */
+    done = run_host(c, &h, g->B, backward, cl, up_body, up_sample, &u);
+  else
+    ocl_f32_close(&h.big), ocl_f32_close(&h.small);
   ral_upsample_free(&u);
   return done;
 }
@@ -185,9 +207,15 @@ static size_t volume_at(const ocl_pool3* g, const int64_t* s, int64_t b) {
 int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_tensor* big, const ral_tensor* idx,
                      const ral_tensor* small, int backward, ral_status* st) {
   if (!c->stream || !c->stream->inl) return 0;
-  float *pb = ocl_tensor_host(big), *ps = ocl_tensor_host(small);
   int64_t* pi = idx ? ocl_tensor_host(idx) : NULL;
-  if (!pb || !ps || (idx && !pi) || !ocl_inline_begin_drained(c->stream)) return 0;
+  ocl_f32_view vb, vs;
+  if ((idx && !pi) || !ocl_f32_open(big, &vb)) return 0;
+  if (!ocl_f32_open(small, &vs) || !ocl_inline_begin_drained(c->stream)) {
+    ocl_f32_close(&vb);
+    ocl_f32_close(&vs);
+    return 0;
+  }
+  float *pb = vb.f, *ps = vs.f;
   ral_pool3 v = {.divisor = g->divisor, .count_include_pad = g->count_include_pad, .adaptive = g->adaptive};
   for (int a = 0; a < 3; a++)
     v.in[a] = g->I[a], v.out[a] = g->O[a], v.k[a] = g->k[a], v.s[a] = g->s[a], v.p[a] = g->p[a], v.dil[a] = g->d[a];
@@ -198,11 +226,14 @@ int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_ten
     for (int64_t b = 0; b < g->B; b++)
       if (ral_max_pool3_bad_index(&v, pi + volume_at(g, g->is, b), is, &bad)) {
         ocl_inline_end(c->stream);
+        ocl_f32_close(&vb);
+        ocl_f32_close(&vs);
         *st = ocl_index_error(g->adaptive ? OCL_SITE_ADAPTIVE_MAX_POOL3D_BACKWARD : OCL_SITE_MAX_POOL3D_BACKWARD,
                               (long long)bad, 0,
                               (long long)(v.in[0] * v.in[1] * v.in[2]), 0);
         return 1;
       }
+  ocl_f32_load(backward ? &vs : &vb);
 #pragma omp parallel for schedule(static) if (work >= POOL_PARALLEL_WORK)
   for (int64_t b = 0; b < g->B; b++) {
     float *x = pb + volume_at(g, g->xs, b), *y = ps + volume_at(g, g->ys, b);
@@ -212,7 +243,10 @@ int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_ten
     else if (backward) ral_avg_pool3_volume_backward(&v, x, xs, y, ys);
     else ral_avg_pool3_volume(&v, x, xs, y, ys);
   }
+  ocl_f32_store(backward ? &vb : &vs);
   ocl_inline_end(c->stream);
+  ocl_f32_close(&vb);
+  ocl_f32_close(&vs);
   ocl_count(OCL_CNT_inline_ops);
   return 1;
 }

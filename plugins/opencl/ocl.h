@@ -214,7 +214,7 @@ int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const r
  *  1 when run (*st its status, for the convolution), 0: run the OpenCL kernels. */
 int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
                     const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st);
-/*! ts: the tensors in BN_* slots (NULL: absent), float32 contiguous [N, C, S]. */
+/*! ts: the tensors in BN_* slots (NULL: absent), float32/float16/bfloat16 contiguous [N, C, S]. */
 int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward);
 /*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; any strides. *st: the
  *  op's status when handled (an index outside its plane in a backward: IndexError words). */
@@ -230,8 +230,30 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
  *  ocl_inline_maxpool: big is x or grad_input [B, D, H, W], small y or grad_output; any strides. */
 int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_tensor* big, const ral_tensor* idx,
                      const ral_tensor* small, int backward, ral_status* st);
+/*! The dtypes the CNN, pooling, upsampling and cell kernels take: float32, float16, bfloat16
+ *  (computed in float; the half types are loaded and stored through ld_f/st_f, or float32
+ *  shadows on the host path). */
+static inline int ocl_cnn_dtype(int32_t dt) {
+  return dt == RAL_DTYPE_FLOAT32 || dt == RAL_DTYPE_FLOAT16 || dt == RAL_DTYPE_BFLOAT16;
+}
 /*! Host address of a tensor's every element (inline_cnn.c), NULL when it has none. */
 void* ocl_tensor_host(const ral_tensor* t);
+/*! A float32 view of an operand's host memory for the inline CNN loops (inline_cnn.c): f is
+ *  the tensor's own memory when it is float32, else a float32 shadow with its sizes and
+ *  strides (element offsets as the tensor's), filled by ocl_f32_load and rounded back by
+ *  ocl_f32_store; call both with the stream drained. */
+typedef struct {
+  const ral_tensor* t;
+  void* raw;
+  float* f;
+  int own;
+} ocl_f32_view;
+/*! 1 when t (NULL: an empty view) is float32/float16/bfloat16 with host memory (and its
+ *  shadow allocated), else 0 with nothing to close. */
+int ocl_f32_open(const ral_tensor* t, ocl_f32_view* v);
+void ocl_f32_load(const ocl_f32_view* v);
+void ocl_f32_store(const ocl_f32_view* v);
+void ocl_f32_close(ocl_f32_view* v);
 
 /* ---------------------------------------------------------------- errors */
 /*! Set this thread's last-error text (printf-style) and return `status`. */

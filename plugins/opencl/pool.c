@@ -1,7 +1,7 @@
 /*
- * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32:
+ * pool.c -- 2-d pooling and its backward over [C, H, W] or [N, C, H, W] float32, float16 or bfloat16:
  * max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d; 3-d max_pool3d_with_indices,
- * adaptive_max_pool3d, avg_pool3d and _adaptive_avg_pool3d over [C, D, H, W] or [N, C, D, H, W] float32 (inline_pool.c's host path,
+ * adaptive_max_pool3d, avg_pool3d and _adaptive_avg_pool3d over [C, D, H, W] or [N, C, D, H, W] (inline_pool.c's host path,
  * kernels/pool.cl's *3d_* kernels); operands of any strides
  * (so outputs take CPU's layout, channels_last included); kernels/pool.cl, or on a CPU runtime with host-unified buffers the
  * host loops (inline_cnn.c, inline_pool.c). The output size comes from the output tensor,
@@ -40,15 +40,17 @@ static int same_sizes(const ral_tensor* a, const ral_tensor* b) {
 }
 
 /* Plane geometry from input-side x and output-side y (sizes, offsets, strides); every
- * tensor of the call float32 (int64: indices), and contiguous unless `strided`. */
+ * tensor of the call x's dtype, float32, float16 or bfloat16 (the kernels take one dtype:
+ * g->dt; int64: indices), and contiguous unless `strided`. */
 static ral_status planes(const ral_kernel_call* c, const char* op, const ral_tensor* x, const ral_tensor* y,
                          ocl_pool* g, int strided) {
   memset(g, 0, sizeof *g);
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
     if (ocl_absent(t)) continue;
-    if (t->dtype != RAL_DTYPE_FLOAT32 && t->dtype != RAL_DTYPE_INT64)
-      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "%s takes float32, tensor %d is %s", op, i, ocl_dtype_name(t->dtype));
+    if (t->dtype != RAL_DTYPE_INT64 && (!ocl_cnn_dtype(t->dtype) || t->dtype != x->dtype))
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "%s takes float32/float16/bfloat16 of one dtype, tensor %d is %s", op,
+                      i, ocl_dtype_name(t->dtype));
     if (!strided && !ocl_is_contiguous(t)) return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "tensor %d must be contiguous", i);
   }
   if ((x->ndim != 3 && x->ndim != 4) || y->ndim != x->ndim)
@@ -240,7 +242,7 @@ static void volume_strides(const ral_tensor* t, int64_t s[5]) {
   for (int i = 1; i < 5; i++) s[i] = t->strides[r - 5 + i];
 }
 
-/* Volume geometry of x (input or grad_input) and y (output or grad_output), float32 both,
+/* Volume geometry of x (input or grad_input) and y (output or grad_output), one float dtype,
  * and the window: VOL_ADAPTIVE none (windows from the sizes), VOL_AVG scalars 0..2, VOL_MAX
  * with the dilation at 3. */
 enum { VOL_ADAPTIVE, VOL_AVG, VOL_MAX };
@@ -248,8 +250,9 @@ static ral_status volumes(const ral_kernel_call* c, const ral_tensor* x, const r
                           int win) {
   static const int64_t zero[3] = {0, 0, 0}, one[3] = {1, 1, 1};
   memset(g, 0, sizeof *g);
-  if (x->dtype != RAL_DTYPE_FLOAT32 || y->dtype != RAL_DTYPE_FLOAT32)
-    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "3-d pooling takes float32, got %s", ocl_dtype_name(x->dtype));
+  if (!ocl_cnn_dtype(x->dtype) || y->dtype != x->dtype)
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "3-d pooling takes float32/float16/bfloat16 of one dtype, got %s and %s",
+                    ocl_dtype_name(x->dtype), ocl_dtype_name(y->dtype));
   if ((x->ndim != 4 && x->ndim != 5) || y->ndim != x->ndim)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 4-d or 5-d operands of one rank, got %d-d", x->ndim);
   int r = x->ndim;

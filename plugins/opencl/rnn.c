@@ -7,10 +7,11 @@
  * run on different tiers; the checks and the row math are the host plugin's
  * (../common/rnn_cells.c), the kernels (kernels/rnn.cl) restate the math.
  *
- * On a CPU runtime with host-unified buffers a float32 cell up to OCL_INLINE_WORK runs on
- * the calling thread when its stream is idle (inline.c), as the small GEMMs around it do:
- * the whole time step then never wakes the runtime's workers. Otherwise (GPUs, half types,
- * a busy stream, TORCH_FL_OPENCL_INLINE=0) the kernels are queued.
+ * On a CPU runtime with host-unified buffers a cell up to OCL_INLINE_WORK runs on the
+ * calling thread when its stream is idle (inline.c), as the small GEMMs around it do: the
+ * whole time step then never wakes the runtime's workers (float16/bfloat16 through float32
+ * shadows, outputs rounded once). Otherwise (GPUs, a busy stream, TORCH_FL_OPENCL_INLINE=0)
+ * the kernels are queued; they read and write the half types through ld_f/st_f.
  */
 #include "ocl.h"
 #include "rnn_cells.h"
@@ -18,37 +19,43 @@
 static const ral_tensor* present(const ral_tensor* t) { return ocl_absent(t) ? NULL : t; }
 
 /* ---------------------------------------------------------------- inline */
-/* Host address of a contiguous tensor's elements, or NULL. */
-static unsigned char* host_of(const ral_tensor* t) {
-  return ocl_host_span(t->data, t->byte_offset, (uint64_t)(ocl_numel(t) * ocl_dtype_size(t->dtype)));
-}
-
 static int run_inline(const ral_kernel_call* c, ral_rnn_kind kind, const ral_tensor* const* ts, int64_t B, int64_t H) {
   const ral_rnn_layout* L = &ral_rnn_layouts[kind];
   int n = L->n_out + L->n_in;
   if (!c->stream || !c->stream->inl || B * H * 5 > OCL_INLINE_WORK) return 0;
+  /* float16/bfloat16 cells compute in float32 over shadows, outputs rounded once (inline_cnn.c) */
+  ocl_f32_view v[RAL_RNN_MAX_TENSORS];
   float* base[RAL_RNN_MAX_TENSORS] = {0};
-  for (int k = 0; k < n; k++)
-    if (ts[k] && (ts[k]->dtype != RAL_DTYPE_FLOAT32 || !(base[k] = (float*)host_of(ts[k])))) return 0;
-  if (!ocl_inline_begin(c->stream)) return 0;
-  float* r[RAL_RNN_MAX_TENSORS];
-  for (int64_t b = 0; b < B; b++) {
-    for (int k = 0; k < n; k++) r[k] = base[k] && !L->bias[k] ? base[k] + b * L->width[k] * H : base[k];
-    ral_rnn_row(kind, H, r);
+  int k = 0;
+  for (; k < n; k++) {
+    if (!ocl_f32_open(ts[k], &v[k])) break;
+    base[k] = v[k].f;
   }
-  for (int k = 0; k < L->n_out; k++) { /* bias gradients: rows in order, as rnn_bias_grad */
-    if (L->bias_src[k] < 0 || !base[k]) continue;
-    int64_t G = L->width[k] * H;
-    const float* gg = base[L->bias_src[k]];
-    for (int64_t j = 0; j < G; j++) {
-      float acc = 0.0f;
-      for (int64_t b = 0; b < B; b++) acc += gg[b * G + j];
-      base[k][j] = acc;
+  int ok = k == n && ocl_inline_begin(c->stream);
+  if (ok) {
+    for (int i = L->n_out; i < n; i++) ocl_f32_load(&v[i]);
+    float* r[RAL_RNN_MAX_TENSORS];
+    for (int64_t b = 0; b < B; b++) {
+      for (int i = 0; i < n; i++) r[i] = base[i] && !L->bias[i] ? base[i] + b * L->width[i] * H : base[i];
+      ral_rnn_row(kind, H, r);
     }
+    for (int i = 0; i < L->n_out; i++) { /* bias gradients: rows in order, as rnn_bias_grad */
+      if (L->bias_src[i] < 0 || !base[i]) continue;
+      int64_t G = L->width[i] * H;
+      const float* gg = base[L->bias_src[i]];
+      for (int64_t j = 0; j < G; j++) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < B; b++) acc += gg[b * G + j];
+        base[i][j] = acc;
+      }
+    }
+    for (int i = 0; i < L->n_out; i++) ocl_f32_store(&v[i]);
+    ocl_inline_end(c->stream);
+    ocl_count(OCL_CNT_inline_ops);
   }
-  ocl_inline_end(c->stream);
-  ocl_count(OCL_CNT_inline_ops);
-  return 1;
+  for (int i = 0; i < k && i < n; i++) ocl_f32_close(&v[i]);
+  if (k < n) ocl_f32_close(&v[k]);
+  return ok;
 }
 
 /* ---------------------------------------------------------------- queued */

@@ -2,7 +2,7 @@
  * upsample.c -- upsample_nearest2d, _upsample_nearest_exact2d, upsample_bilinear2d and
  * upsample_bicubic2d with their backward (and the 1-d nearest/linear forms, and the 3-d
  * nearest / nearest-exact / trilinear forms over [N, C, D, H, W]) over
- * [N, C, H, W] float32 of any strides (so outputs take CPU's layout, channels_last included):
+ * [N, C, H, W] float32, float16 or bfloat16 of any strides (so outputs take CPU's layout, channels_last included):
  * kernels/upsample.cl, or on a CPU runtime with host-unified buffers the host loops
  * (inline_pool.c). The scales and steps come from plugins/common/resample.c, which the host
  * plugin uses too, so both plugins pick the same source indices as CPU.
@@ -26,8 +26,9 @@ static ral_status upsample(const ral_kernel_call* c, const ral_tensor* lo, const
                            int backward, int cubic) {
   for (int i = 0; i < c->n_outputs + c->n_inputs; i++) {
     const ral_tensor* t = &c->tensors[i];
-    if (t->dtype != RAL_DTYPE_FLOAT32)
-      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32, tensor %d is %s", i, ocl_dtype_name(t->dtype));
+    if (!ocl_cnn_dtype(t->dtype) || t->dtype != lo->dtype) /* the kernels take one dtype: g.dt */
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "upsampling takes float32/float16/bfloat16 of one dtype, tensor %d is %s",
+                      i, ocl_dtype_name(t->dtype));
   }
   if (lo->ndim < 3 || lo->ndim > 5 || (cubic && lo->ndim != 4) || hi->ndim != lo->ndim)
     return ocl_fail(c, RAL_ERROR_INVALID_ARGUMENT, "expected 3-d, 4-d or 5-d operands of one rank");

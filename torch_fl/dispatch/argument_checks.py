@@ -96,10 +96,25 @@ _UPSAMPLES = {
     "upsample_nearest3d": 3, "_upsample_nearest_exact3d": 3, "upsample_trilinear3d": 3,
 }  # fmt: skip
 
+
+def _convolution_check(full) -> None:
+    # ATen Convolution.cpp check_input_same_type_as_parameters (CPU's backends call it, or
+    # for some shapes refuse the mix with "expected scalar type"; the meta function does not):
+    # a float32 input with float16 weights ran on ral. Type names as Python gives them.
+    x, w = full[0], full[1]
+    if isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and x.dtype != w.dtype:
+        names = [torch.empty(0, dtype=t.dtype).type() for t in (x, w)]
+        raise RuntimeError(
+            f"Input type ({names[0]}) and weight type ({names[1]}) should be the same "
+            "or input should be a MKLDNN tensor and weight is a dense tensor"
+        )
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
 CHECKS["aten::index_select"] = _index_select_check
+CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
 CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
 for _name, _nd in _UPSAMPLES.items():

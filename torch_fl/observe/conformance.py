@@ -162,6 +162,10 @@ TOLERANCE_OVERRIDES = {
     ("nn.functional.conv_transpose2d", torch.float16): (1e-2, 0.25),
     ("nn.functional.conv_transpose2d", torch.bfloat16): (2e-2, 0.5),
     ("nn.functional.conv_transpose3d", torch.bfloat16): (2e-2, 1.0),
+    # float16 3-d: CPU's kernel is off on near-zero outputs (samples 2 and 3: 0.035 where the
+    # float32 result is 0.0167); both devices' results are bit-equal to each other and per
+    # element never further from the float32 result than CPU's (max 0.061 against 0.12).
+    ("nn.functional.conv_transpose3d", torch.float16): (1e-2, 0.03125),
     # The host plugin's batch norm computes half types in float32 and rounds once; CPU's
     # bfloat16 kernel rounds on the way. instance_norm's sample 4 (eps 0.5, outputs up to
     # ~19) differs by 1 ulp there (0.125), and the device is closer to the float32 result
