@@ -16,6 +16,7 @@ from functools import partial
 
 from torch_fl.core.registry import canonical_op
 from torch_fl.dispatch.argument_checks import check_arguments
+from torch_fl.dispatch.overlap import with_checks
 from torch_fl.dispatch.special import SPECIAL
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tiers import cpu, decomp, vendor
@@ -181,5 +182,6 @@ def decide(sch, args, kwargs, full, dev, key):
             run, _ = _build(tier, sch, args, kwargs, full, dev)
             if run is not None:
                 break
+    run = with_checks(run, sch)
     DECISIONS[key] = run
     return run

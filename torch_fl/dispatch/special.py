@@ -12,6 +12,7 @@ from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import guard
 from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
+from torch_fl.dispatch.overlap import check_copy
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.factories import cannot_pin, refuse_pinned
@@ -76,6 +77,7 @@ def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
     if is_plain_ral(src):  # torch.from_dlpack's result (tensor/plain_ral.py): rerun on its RalTensor
         return func(dst, as_ral(src), *args[2:], **kwargs)
+    check_copy(dst, src)
     done = transfer.copy_into(dst, src)
     return ROUTE if done is None else done
 

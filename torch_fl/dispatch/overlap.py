@@ -1,0 +1,135 @@
+"""ATen's memory-overlap checks for ops that write into existing tensors.
+
+CPU and CUDA refuse an element-wise write whose output overlaps one of its inputs partially
+(`x[1:].mul_(x[:-1])`, `torch.add(a, 1, out=a[1:])`, `x[1:].copy_(x[:-1])`) or refers to one
+memory location from several elements (`x[:1].expand(3).add_(1)`): the result would depend
+on the order the kernel visits elements. ral kernels visit in their own order, so without
+these checks the same program gave different values on ral:0, ral:1 and nowhere an error.
+The rules and messages are ATen's (aten/src/ATen/MemoryOverlap.cpp): a check that cannot
+decide (a non-dense operand) lets the call through, as there.
+"""
+
+from __future__ import annotations
+
+from torch_fl.tensor.op_schema import TENSOR_LIST
+from torch_fl.tensor.ral_tensor import RalTensor
+
+_INTERNAL = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+_PARTIAL = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single "
+    "memory location. Please clone() the tensor before performing the operation."
+)
+
+
+def _dense(t) -> bool:
+    """is_non_overlapping_and_dense: the elements tile one byte range without gaps or repeats."""
+    expected = 1
+    for size, stride in sorted((d for d in zip(t.shape, t.stride()) if d[0] != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def assert_no_internal_overlap(t) -> None:
+    """Refuse an output in which two elements share one location (an expanded dim)."""
+    if type(t) is RalTensor and not _dense(t) and any(s > 1 and st == 0 for s, st in zip(t.shape, t.stride())):
+        raise RuntimeError(_INTERNAL)
+
+
+def overlap(a, b) -> str:
+    """ATen's MemOverlapStatus of two tensors: "full", "partial", "no" or "too_hard"."""
+    if a is b:
+        return "full"
+    if type(a) is not RalTensor or type(b) is not RalTensor or a._buf is not b._buf:
+        return "no"
+    if a.numel() == 0 or b.numel() == 0:
+        return "no"
+    if not _dense(a) or not _dense(b):
+        return "too_hard"
+    a0 = a.storage_offset() * a.dtype.itemsize
+    b0 = b.storage_offset() * b.dtype.itemsize
+    a1, b1 = a0 + a.numel() * a.dtype.itemsize, b0 + b.numel() * b.dtype.itemsize
+    if a0 == b0 and a1 == b1:
+        return "full" if a.stride() == b.stride() else "partial"
+    return "partial" if a0 < b1 and b0 < a1 else "no"
+
+
+def assert_no_partial_overlap(out, src) -> None:
+    """Refuse an input that shares some, but not exactly all, of an output's memory."""
+    if overlap(out, src) == "partial":
+        raise RuntimeError(_PARTIAL)
+
+
+def check_elementwise_write(sch, full) -> None:
+    """TensorIterator's checks for a pointwise op writing in place or into out=: each output
+    free of internal overlap, no input partially overlapping an output."""
+    outs = [full[p] for p in sch.return_alias if p >= 0]
+    for out in outs:
+        assert_no_internal_overlap(out)
+    for pos in sch.input_positions:
+        v = full[pos]
+        for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
+            if type(src) is RalTensor:
+                for out in outs:
+                    assert_no_partial_overlap(out, src)
+
+
+def check_copy(dst, src) -> None:
+    """copy_'s checks (ATen copy_impl): dst free of internal overlap, src not partially over it."""
+    if dst is src:
+        return
+    assert_no_internal_overlap(dst)
+    assert_no_partial_overlap(dst, src)
+
+
+def check_cat_out(sch, full) -> None:
+    """cat's checks (ATen cat_out): the output free of internal overlap and of any input."""
+    out = full[sch.out_positions[0]]
+    assert_no_internal_overlap(out)
+    for i, t in enumerate(full[0]):
+        if overlap(out, t) in ("full", "partial"):
+            raise RuntimeError(
+                "unsupported operation: the input tensors cannot refer to any of the output memory locations. "
+                f"Found overlap in input tensor {i}"
+            )
+
+
+# op -> its own checks, beyond the rule every pointwise writer follows
+_OWN_CHECKS = {"aten::cat.out": check_cat_out}
+
+
+class Checked:
+    """A router run whose call first applies the overlap checks, for pointwise ops that write:
+    the checks depend on where the operands lie, which no cached decision captures."""
+
+    __slots__ = ("inner", "sch", "tier", "run", "fast_call")
+
+    def __init__(self, inner, sch, check):
+        self.inner, self.sch, self.tier = inner, sch, inner.tier
+        plain = inner.run
+        fast = getattr(inner, "fast_call", None) or plain
+
+        def run(args, kwargs, full):
+            check(sch, full)
+            return plain(args, kwargs, full)
+
+        def fast_call(args, kwargs, full):
+            check(sch, full)
+            return fast(args, kwargs, full)
+
+        self.run, self.fast_call = run, fast_call
+
+    def __getattr__(self, name):  # anything else a tier's run object exposes
+        return getattr(self.inner, name)
+
+
+def with_checks(run, sch):
+    """`run`, wrapped in the overlap checks its op needs (itself where it needs none)."""
+    check = _OWN_CHECKS.get(sch.name)
+    if check is None and sch.pointwise and (sch.is_inplace or sch.is_out):
+        check = check_elementwise_write
+    return run if check is None or run is None else Checked(run, sch, check)
