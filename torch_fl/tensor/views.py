@@ -41,6 +41,19 @@ def _meta_of(t: RalTensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
+# Views whose ATen kernel checks the base's storage offset (an element-size change must keep
+# the offset a whole number of new elements); view_specs' meta tensors start at offset 0.
+_OFFSET_CHECKED = (_aten.view.dtype, _aten.view_as_complex.default)
+
+
+def _check_offset(func, base, args, kwargs) -> None:
+    """Raise CPU's error where func's ATen checks refuse base's storage offset."""
+    off = base.storage_offset()
+    extent = 0 if base.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(base.shape, base.stride()))
+    storage = torch.empty(off + extent, dtype=base.dtype, device="meta")
+    func(storage.as_strided(base.shape, base.stride(), off), *args[1:], **kwargs)
+
+
 def view_op(func, args, kwargs):
     """Run a view op by computing the result metadata; no kernel, memory is shared."""
     return make_views(args[0], view_specs(func, args, kwargs))
@@ -49,6 +62,8 @@ def view_op(func, args, kwargs):
 def view_specs(func, args, kwargs):
     """([(shape, stride, offset delta, dtype), ...], is_seq) of a view op's results, cached."""
     base = args[0]
+    if func in _OFFSET_CHECKED and base.storage_offset():
+        _check_offset(func, base, args, kwargs)
     try:
         # id(func): OpOverload.__hash__ is a Python function; the entry keeps func for an
         # identity check (the id of a dead overload may be reused).
@@ -82,6 +97,12 @@ def make_views(base, specs):
     off0 = base.storage_offset()
     buf = base._buf
     itemsize = base.dtype.itemsize
+    if any((off0 * itemsize) % it[3].itemsize for it in items):
+        # a floored offset would read the wrong elements; view_specs raises CPU's error first
+        raise RuntimeError(
+            f"torch_fl: a {items[0][3]} view of a {base.dtype} tensor at storage offset {off0} "
+            "is not aligned to its elements"
+        )
     if not is_seq:
         shape, stride, off, dtype = items[0]
         offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
