@@ -300,6 +300,35 @@ def _detach(func, args, kwargs):
     return out
 
 
+# ATen's advanced indexing takes index tensors on the CPU for a tensor on any device
+# ("indices should be either on cpu or on the same device as the indexed tensor"), so
+# x[cpu_mask] = 0 on a ral tensor works as on CUDA: upload them, then route as usual.
+_INDEX_OPS = (
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten._index_put_impl_.default,
+    aten._unsafe_index.Tensor,
+    aten._unsafe_index_put.default,
+)
+
+
+def _is_cpu_index(i) -> bool:
+    return isinstance(i, torch.Tensor) and type(i) is not RalTensor and i.device.type == "cpu"
+
+
+@special(*_INDEX_OPS)
+def _index_with_cpu_indices(func, args, kwargs):
+    self = args[0]
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    if type(self) is not RalTensor or not indices or not any(_is_cpu_index(i) for i in indices):
+        return ROUTE
+    moved = [transfer.to_device(i, self._dev) if _is_cpu_index(i) else i for i in indices]
+    if len(args) > 1:
+        return func(self, moved, *args[2:], **kwargs)
+    return func(self, **{**kwargs, "indices": moved})
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)
