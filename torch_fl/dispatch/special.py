@@ -329,6 +329,41 @@ def _index_with_cpu_indices(func, args, kwargs):
     return func(self, **{**kwargs, "indices": moved})
 
 
+# A NaN scalar bound makes clamp's result NaN on CPU; the vendor kernels compare against it
+# and keep x. The router keys Scalars by type, so the call goes on as the Tensor overload,
+# whose 0-dim bound the tiers treat as a value (default dtype: a Python float's promotion).
+_CLAMP_TENSOR_OVERLOAD = {
+    aten.clamp.default: aten.clamp.Tensor,
+    aten.clamp_.default: aten.clamp_.Tensor,
+    aten.clamp.out: aten.clamp.Tensor_out,
+    aten.clamp_min.default: aten.clamp_min.Tensor,
+    aten.clamp_min_.default: aten.clamp_min_.Tensor,
+    aten.clamp_min.out: aten.clamp_min.Tensor_out,
+    aten.clamp_max.default: aten.clamp_max.Tensor,
+    aten.clamp_max_.default: aten.clamp_max_.Tensor,
+    aten.clamp_max.out: aten.clamp_max.Tensor_out,
+}
+
+
+def _is_nan(v) -> bool:
+    return type(v) is float and v != v
+
+
+@special(*_CLAMP_TENSOR_OVERLOAD)
+def _clamp_nan_bound(func, args, kwargs):
+    names = ("min", "max") if func in (aten.clamp.default, aten.clamp_.default, aten.clamp.out) else (None,)
+    bounds = list(args[1:])
+    if not any(map(_is_nan, (*bounds, *kwargs.values()))):
+        return ROUTE
+    dtype = torch.get_default_dtype()
+
+    def as_tensor(v):
+        return torch.tensor(v, dtype=dtype) if isinstance(v, (int, float)) and type(v) is not bool else v
+
+    new_kwargs = {k: (as_tensor(v) if k in names else v) for k, v in kwargs.items()}
+    return _CLAMP_TENSOR_OVERLOAD[func](args[0], *map(as_tensor, bounds), **new_kwargs)
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)
