@@ -25,6 +25,8 @@ def _program(x):
         torch.clip(x, min=NAN),
         x.clamp_min(NAN),
         x.clamp_max(NAN),
+        torch.clamp_min(x, min=NAN),  # keyword bounds of the one-bound overloads
+        x.clamp_max(max=NAN),
         x.clone().clamp_(max=NAN),
         x.clone().clamp_min_(NAN),
         torch.clamp(x, max=NAN, out=out),

@@ -351,7 +351,6 @@ def _is_nan(v) -> bool:
 
 @special(*_CLAMP_TENSOR_OVERLOAD)
 def _clamp_nan_bound(func, args, kwargs):
-    names = ("min", "max") if func in (aten.clamp.default, aten.clamp_.default, aten.clamp.out) else (None,)
     bounds = list(args[1:])
     if not any(map(_is_nan, (*bounds, *kwargs.values()))):
         return ROUTE
@@ -360,7 +359,7 @@ def _clamp_nan_bound(func, args, kwargs):
     def as_tensor(v):
         return torch.tensor(v, dtype=dtype) if isinstance(v, (int, float)) and type(v) is not bool else v
 
-    new_kwargs = {k: (as_tensor(v) if k in names else v) for k, v in kwargs.items()}
+    new_kwargs = {k: (as_tensor(v) if k in ("min", "max") else v) for k, v in kwargs.items()}
     return _CLAMP_TENSOR_OVERLOAD[func](args[0], *map(as_tensor, bounds), **new_kwargs)
 
 

@@ -97,22 +97,25 @@ def make_views(base, specs):
     off0 = base.storage_offset()
     buf = base._buf
     itemsize = base.dtype.itemsize
-    if any((off0 * itemsize) % it[3].itemsize for it in items):
-        # a floored offset would read the wrong elements; view_specs raises CPU's error first
-        raise RuntimeError(
-            f"torch_fl: a {items[0][3]} view of a {base.dtype} tensor at storage offset {off0} "
-            "is not aligned to its elements"
-        )
     if not is_seq:
         shape, stride, off, dtype = items[0]
-        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        offset = off + _rescaled(base, off0, dtype) if dtype.itemsize != itemsize else off + off0
         return wrap(buf, shape, stride, offset, dtype)
     made = []
     for shape, stride, off, dtype in items:
-        # A dtype-changing view rescales the element offset.
-        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        offset = off + _rescaled(base, off0, dtype) if dtype.itemsize != itemsize else off + off0
         made.append(wrap(buf, shape, stride, offset, dtype))
     return made
+
+
+def _rescaled(base, off0: int, dtype) -> int:
+    """base's element offset in elements of a dtype-changing view."""
+    scaled, rest = divmod(off0 * base.dtype.itemsize, dtype.itemsize)
+    if rest:  # a floored offset would read the wrong elements; view_specs raises CPU's error first
+        raise RuntimeError(
+            f"torch_fl: a {dtype} view of a {base.dtype} tensor at storage offset {off0} is not aligned to its elements"
+        )
+    return scaled
 
 
 def cached_view_call(func, base, specs, geometry_sig):
