@@ -85,7 +85,9 @@ def signature(sch, full):
                         "convert with .to_dense() first",
                         op=sch.name,
                     )
-                if t.dim() != 0 or t.device.type != "cpu":
+                # A 0-dim CPU tensor is a scalar operand, but never the tensor an op writes
+                # (out=, in-place self): CUDA refuses those, whatever their size.
+                if t.dim() != 0 or t.device.type != "cpu" or i in sch.out_positions or i in sch.mutated_positions:
                     if t.device.type == "ral":
                         raise PlainRalArgument(sch.name)
                     raise _device_error("ral", str(t.device))

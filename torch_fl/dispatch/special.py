@@ -302,6 +302,69 @@ def _detach(func, args, kwargs):
     return out
 
 
+# ATen's advanced indexing takes index tensors on the CPU for a tensor on any device
+# ("indices should be either on cpu or on the same device as the indexed tensor"), so
+# x[cpu_mask] = 0 on a ral tensor works as on CUDA: upload them, then route as usual.
+_INDEX_OPS = (
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten._index_put_impl_.default,
+    aten._unsafe_index.Tensor,
+    aten._unsafe_index_put.default,
+)
+
+
+def _is_cpu_index(i) -> bool:
+    return isinstance(i, torch.Tensor) and type(i) is not RalTensor and i.device.type == "cpu"
+
+
+@special(*_INDEX_OPS)
+def _index_with_cpu_indices(func, args, kwargs):
+    self = args[0]
+    indices = args[1] if len(args) > 1 else kwargs.get("indices")
+    if type(self) is not RalTensor or not indices or not any(_is_cpu_index(i) for i in indices):
+        return ROUTE
+    moved = [transfer.to_device(i, self._dev) if _is_cpu_index(i) else i for i in indices]
+    if len(args) > 1:
+        return func(self, moved, *args[2:], **kwargs)
+    return func(self, **{**kwargs, "indices": moved})
+
+
+# A NaN scalar bound makes clamp's result NaN on CPU; the vendor kernels compare against it
+# and keep x. The router keys Scalars by type, so the call goes on as the Tensor overload,
+# whose 0-dim bound the tiers treat as a value (default dtype: a Python float's promotion).
+_CLAMP_TENSOR_OVERLOAD = {
+    aten.clamp.default: aten.clamp.Tensor,
+    aten.clamp_.default: aten.clamp_.Tensor,
+    aten.clamp.out: aten.clamp.Tensor_out,
+    aten.clamp_min.default: aten.clamp_min.Tensor,
+    aten.clamp_min_.default: aten.clamp_min_.Tensor,
+    aten.clamp_min.out: aten.clamp_min.Tensor_out,
+    aten.clamp_max.default: aten.clamp_max.Tensor,
+    aten.clamp_max_.default: aten.clamp_max_.Tensor,
+    aten.clamp_max.out: aten.clamp_max.Tensor_out,
+}
+
+
+def _is_nan(v) -> bool:
+    return type(v) is float and v != v
+
+
+@special(*_CLAMP_TENSOR_OVERLOAD)
+def _clamp_nan_bound(func, args, kwargs):
+    bounds = list(args[1:])
+    if not any(map(_is_nan, (*bounds, *kwargs.values()))):
+        return ROUTE
+    dtype = torch.get_default_dtype()
+
+    def as_tensor(v):
+        return torch.tensor(v, dtype=dtype) if isinstance(v, (int, float)) and type(v) is not bool else v
+
+    new_kwargs = {k: (as_tensor(v) if k in ("min", "max") else v) for k, v in kwargs.items()}
+    return _CLAMP_TENSOR_OVERLOAD[func](args[0], *map(as_tensor, bounds), **new_kwargs)
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)

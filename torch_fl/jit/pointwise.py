@@ -297,6 +297,8 @@ def _build(sch, args, kwargs, full, dev):
         out_dtype = o.dtype
     if len(out_shape) > RMAX and target.lang == "opencl-c":
         raise Unfit("rank")
+    if len(out_shape) > lib.RAL_MAX_RANK:  # rt_launch refuses such a tensor descriptor
+        raise Unfit("rank")
     items = plan_operands(sch, full)
     promo = [
         to_meta(v) if isinstance(v, torch.Tensor) and type(v) is RalTensor else v

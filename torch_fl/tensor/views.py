@@ -41,6 +41,19 @@ def _meta_of(t: RalTensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
+# Views whose ATen kernel checks the base's storage offset (an element-size change must keep
+# the offset a whole number of new elements); view_specs' meta tensors start at offset 0.
+_OFFSET_CHECKED = (_aten.view.dtype, _aten.view_as_complex.default)
+
+
+def _check_offset(func, base, args, kwargs) -> None:
+    """Raise CPU's error where func's ATen checks refuse base's storage offset."""
+    off = base.storage_offset()
+    extent = 0 if base.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(base.shape, base.stride()))
+    storage = torch.empty(off + extent, dtype=base.dtype, device="meta")
+    func(storage.as_strided(base.shape, base.stride(), off), *args[1:], **kwargs)
+
+
 def view_op(func, args, kwargs):
     """Run a view op by computing the result metadata; no kernel, memory is shared."""
     return make_views(args[0], view_specs(func, args, kwargs))
@@ -49,6 +62,8 @@ def view_op(func, args, kwargs):
 def view_specs(func, args, kwargs):
     """([(shape, stride, offset delta, dtype), ...], is_seq) of a view op's results, cached."""
     base = args[0]
+    if func in _OFFSET_CHECKED and base.storage_offset():
+        _check_offset(func, base, args, kwargs)
     try:
         # id(func): OpOverload.__hash__ is a Python function; the entry keeps func for an
         # identity check (the id of a dead overload may be reused).
@@ -84,14 +99,23 @@ def make_views(base, specs):
     itemsize = base.dtype.itemsize
     if not is_seq:
         shape, stride, off, dtype = items[0]
-        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        offset = off + _rescaled(base, off0, dtype) if dtype.itemsize != itemsize else off + off0
         return wrap(buf, shape, stride, offset, dtype)
     made = []
     for shape, stride, off, dtype in items:
-        # A dtype-changing view rescales the element offset.
-        offset = off + (off0 * itemsize) // dtype.itemsize if dtype.itemsize != itemsize else off + off0
+        offset = off + _rescaled(base, off0, dtype) if dtype.itemsize != itemsize else off + off0
         made.append(wrap(buf, shape, stride, offset, dtype))
     return made
+
+
+def _rescaled(base, off0: int, dtype) -> int:
+    """base's element offset in elements of a dtype-changing view."""
+    scaled, rest = divmod(off0 * base.dtype.itemsize, dtype.itemsize)
+    if rest:  # a floored offset would read the wrong elements; view_specs raises CPU's error first
+        raise RuntimeError(
+            f"torch_fl: a {dtype} view of a {base.dtype} tensor at storage offset {off0} is not aligned to its elements"
+        )
+    return scaled
 
 
 def cached_view_call(func, base, specs, geometry_sig):
