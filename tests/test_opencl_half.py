@@ -141,10 +141,11 @@ CASES = [
             a.triu(1),
             F.pad(a, (1, 2, 0, 1), value=0.5),
             A.slice_backward(a[:, :4], [4, 9], 1, 1, 8, 2),
+            F.embedding(i % 4, a),
         ],
         [r(4, 5), ints(4, 3)],
         EXACT,
-        ["aten::gather", "aten::index_select", "aten::cat", "aten::tril", "aten::constant_pad_nd"],
+        ["aten::gather", "aten::index_select", "aten::cat", "aten::tril", "aten::constant_pad_nd", "aten::embedding"],
     ),
     (
         "gemm",
