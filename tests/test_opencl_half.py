@@ -125,10 +125,14 @@ CASES = [
             a.argmax(1),
             a.var(1),
             a[:, :4].prod(1),
+            a.all(1),  # |a| < 1 in places: a truth test, not a truncation to integer
+            F.relu(a).all(1),
+            (a * (a.abs() < 0.5)).any(1),
+            a.any(),
         ],
         [r(16, 40)],
         sum_tol(40),
-        ["aten::sum", "aten::sum.dim_IntList", "aten::amax", "aten::var.correction"],
+        ["aten::sum", "aten::sum.dim_IntList", "aten::amax", "aten::var.correction", "aten::all.dim", "aten::any.dim"],
     ),
     (
         "indexing",
