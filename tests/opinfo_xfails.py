@@ -14,7 +14,7 @@ _SPARSE = (
     "(RuntimeError); under ral_mode a CPU tensor's sparse forms stay CPU and pass"
 )
 _LN_DTYPE = (
-    "half-precision native_layer_norm on ral:0 (vendor kernel; ral:1 serves it on the cpu tier): mean/rstd come back float32 (the meta kernel's and CUDA's "
+    "half-precision native_layer_norm (a vendor kernel on both devices): mean/rstd come back float32 (the meta kernel's and CUDA's "
     "dtype, which the router allocates from); PyTorch's CPU kernel returns the input dtype"
 )
 _SPLIT = (
@@ -30,8 +30,8 @@ XFAIL: dict[str, str] = {
     "device:tensor_split:float32": _SPLIT,
     "device:tensor_split:int64": _SPLIT,
     # full sweep of the other dtypes (pytest -m slow)
-    "ral:0/*:native_layer_norm:bfloat16": _LN_DTYPE,
-    "ral:0/*:native_layer_norm:float16": _LN_DTYPE,
+    "*:native_layer_norm:bfloat16": _LN_DTYPE,
+    "*:native_layer_norm:float16": _LN_DTYPE,
     "device:sparse.mm.reduce:float16": _SPARSE,
     "device:tensor_split:bfloat16": _SPLIT,
     "device:tensor_split:bool": _SPLIT,

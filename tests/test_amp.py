@@ -4,6 +4,7 @@ non-finite checks. Every result is compared with PyTorch CPU at bfloat16/float16
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -64,16 +65,23 @@ def test_autocast_off_outside_region_and_float64_untouched(anydev):
     assert (a.float() @ a.float()).dtype == torch.float32
 
 
-def test_amp_dtypes_reflect_device(anydev):
-    native_fp16 = torch_fl.devices()[int(anydev.split(":")[1])].fp16
-    assert (torch.float16 in _dtypes(anydev)) == native_fp16
-    assert torch.bfloat16 in _dtypes(anydev)
-    if not native_fp16:
-        x = torch.randn(2, 2).to(anydev)
-        with pytest.raises(torch_fl.UnsupportedError, match="no native torch.float16"):
-            with torch.autocast("ral", dtype=torch.float16):
-                x @ x
-        assert (x @ x).dtype == torch.float32  # the process keeps working
+def test_both_half_types_autocast_natively_on_every_device(anydev):
+    """float16 and bfloat16 are autocast dtypes on both devices (the OpenCL one too, without
+    cl_khr_fp16): the device's kernels compute them, so a float16 matmul under autocast runs
+    in the vendor tier, with no warning and no float32 fallback, and matches CPU's."""
+    assert torch_fl.devices()[int(anydev.split(":")[1])].fp16
+    assert _dtypes(anydev) == [torch.float16, torch.bfloat16]
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 64), torch.randn(64, 16)
+    for low in (torch.float16, torch.bfloat16):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with torch_fl.coverage() as cov, torch.autocast("ral", dtype=low):
+                y = x.to(anydev) @ w.to(anydev)
+        assert y.dtype == low
+        torch.testing.assert_close(y.cpu(), x.to(low) @ w.to(low), rtol=2e-2, atol=2e-2)
+        assert "aten::mm" in cov.ops_in_tier("vendor"), cov.rows()
+        assert not cov.fallbacks(), cov.fallbacks()
 
 
 @pytest.mark.parametrize("name", sorted(model_zoo.MODELS))
@@ -149,9 +157,9 @@ def test_grad_scaler_skips_inf_steps(anydev):
     assert scaler.get_scale() == 2.0**9
 
 
-def test_fp16_gpt2_training_follows_fp32_cpu(dev):
-    if torch.float16 not in _dtypes(dev):
-        pytest.skip(f"{dev} has no native float16")
+def test_fp16_gpt2_training_follows_fp32_cpu(anydev):
+    dev = anydev
+    assert torch.float16 in _dtypes(dev)
     steps = 50
     model = model_zoo.build("gpt2")
     batch = model_zoo.inputs("gpt2")

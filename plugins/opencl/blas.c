@@ -213,27 +213,47 @@ ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_t
   return ocl_enqueue(c, OCL_K_matmul_tiled, 5, args, 3, global, local);
 }
 
-/* mm(self, mat2) */
-ral_status ocl_mm(const ral_kernel_call* c) {
+/* The 16-bit path widens every operand alike, so it would compute a float16 @ bfloat16 (or
+ * float32 @ float16) product that CPU refuses: one dtype for all, as matmul_run checked. */
+static ral_status one_dtype(const ral_kernel_call* c) {
+  int32_t dt = c->tensors[0].dtype;
+  for (int i = 1; i < c->n_outputs + c->n_inputs; i++)
+    if (c->tensors[i].dtype != dt)
+      return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "matmul operands must share one dtype: tensor %d is %s, the output %s",
+                      i, ocl_dtype_name(c->tensors[i].dtype), ocl_dtype_name(dt));
+  return RAL_OK;
+}
+
+static ral_status mm_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   return st != RAL_OK ? st : matmul_run(c, ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 1), NULL, 0, 1);
+}
+
+/* mm(self, mat2); float16/bfloat16 through float32 panels, rounded once (half.c) */
+ral_status ocl_mm(const ral_kernel_call* c) {
+  ral_status st = one_dtype(c);
+  return st != RAL_OK ? st : ocl_half_via_f32(c, mm_f32);
 }
 
 /* bmm(self, mat2) */
 ral_status ocl_bmm(const ral_kernel_call* c) { return ocl_mm(c); }
 
 /* addmm(self, mat1, mat2, beta, alpha) and baddbmm(self, batch1, batch2, beta, alpha) */
-ral_status ocl_addmm(const ral_kernel_call* c) {
+static ral_status addmm_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 3, 0);
   if (st != RAL_OK) return st;
   return matmul_run(c, ocl_out(c, 0), ocl_in(c, 1), ocl_in(c, 2), ocl_in(c, 0), ocl_scalar_f(c, 0, 1.0),
                     ocl_scalar_f(c, 1, 1.0));
 }
+ral_status ocl_addmm(const ral_kernel_call* c) {
+  ral_status st = one_dtype(c);
+  return st != RAL_OK ? st : ocl_half_via_f32(c, addmm_f32);
+}
 
 ral_status ocl_baddbmm(const ral_kernel_call* c) { return ocl_addmm(c); }
 
 /* dot(self, tensor): a 1xK by Kx1 product. */
-ral_status ocl_dot(const ral_kernel_call* c) {
+static ral_status dot_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   if (st != RAL_OK) return st;
   const ral_tensor *x = ocl_in(c, 0), *y = ocl_in(c, 1);
@@ -247,4 +267,8 @@ ral_status ocl_dot(const ral_kernel_call* c) {
   a.ndim = b.ndim = o.ndim = 2;
   a.sizes = as, a.strides = ast, b.sizes = bs, b.strides = bst, o.sizes = os, o.strides = ost;
   return matmul_run(c, &o, &a, &b, NULL, 0, 1);
+}
+ral_status ocl_dot(const ral_kernel_call* c) {
+  ral_status st = one_dtype(c);
+  return st != RAL_OK ? st : ocl_half_via_f32(c, dot_f32);
 }

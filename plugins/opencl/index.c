@@ -54,14 +54,17 @@ ral_status ocl_embedding(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *w = ocl_in(c, 0), *idx = ocl_in(c, 1);
-  if (w->ndim != 2 || w->dtype != RAL_DTYPE_FLOAT32 || !ocl_is_contiguous(w) || !ocl_is_contiguous(idx) ||
+  int wide = w->dtype == RAL_DTYPE_FLOAT32, half = w->dtype == RAL_DTYPE_FLOAT16 || w->dtype == RAL_DTYPE_BFLOAT16;
+  if (w->ndim != 2 || !(wide || half) || out->dtype != w->dtype || !ocl_is_contiguous(w) || !ocl_is_contiguous(idx) ||
       !index_dtype_ok(idx))
-    return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "needs a contiguous float32 [V, D] weight and int64/int32 indices");
+    return ocl_fail(c, RAL_ERROR_UNSUPPORTED,
+                    "needs a contiguous float32/float16/bfloat16 [V, D] weight and int64/int32 indices");
   ocl_rows g;
   memset(&g, 0, sizeof g);
   g.rows = ocl_numel(idx);
   g.len = w->sizes[1];
   g.flags = idx->dtype;
+  g.op = wide ? 4 : 2;
   g.off[0] = ocl_elem_off(out);
   g.off[1] = ocl_elem_off(w);
   g.off[2] = ocl_elem_off(idx);

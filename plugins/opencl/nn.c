@@ -73,11 +73,14 @@ static ral_status softmax_fwd(const ral_kernel_call* c, int op) {
 }
 
 /* _softmax(self, dim, half_to_float) */
-ral_status ocl_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 0); }
+static ral_status softmax_f32(const ral_kernel_call* c) { return softmax_fwd(c, 0); }
+ral_status ocl_softmax(const ral_kernel_call* c) { return ocl_half_via_f32(c, softmax_f32); }
 /* _log_softmax(self, dim, half_to_float) */
-ral_status ocl_log_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 1); }
+static ral_status log_softmax_f32(const ral_kernel_call* c) { return softmax_fwd(c, 1); }
+ral_status ocl_log_softmax(const ral_kernel_call* c) { return ocl_half_via_f32(c, log_softmax_f32); }
 /* _safe_softmax(self, dim, dtype?) */
-ral_status ocl_safe_softmax(const ral_kernel_call* c) { return softmax_fwd(c, 2); }
+static ral_status safe_softmax_f32(const ral_kernel_call* c) { return softmax_fwd(c, 2); }
+ral_status ocl_safe_softmax(const ral_kernel_call* c) { return ocl_half_via_f32(c, safe_softmax_f32); }
 
 static ral_status softmax_bwd(const ral_kernel_call* c, int op) {
   ral_status st = ocl_check_arity(c, 1, 2, 1);
@@ -96,9 +99,11 @@ static ral_status softmax_bwd(const ral_kernel_call* c, int op) {
 }
 
 /* _softmax_backward_data(grad_output, output, dim, input_dtype) */
-ral_status ocl_softmax_backward(const ral_kernel_call* c) { return softmax_bwd(c, 0); }
+static ral_status softmax_backward_f32(const ral_kernel_call* c) { return softmax_bwd(c, 0); }
+ral_status ocl_softmax_backward(const ral_kernel_call* c) { return ocl_half_via_f32(c, softmax_backward_f32); }
 /* _log_softmax_backward_data(grad_output, output, dim, input_dtype) */
-ral_status ocl_log_softmax_backward(const ral_kernel_call* c) { return softmax_bwd(c, 1); }
+static ral_status log_softmax_backward_f32(const ral_kernel_call* c) { return softmax_bwd(c, 1); }
+ral_status ocl_log_softmax_backward(const ral_kernel_call* c) { return ocl_half_via_f32(c, log_softmax_backward_f32); }
 
 /* rows x len split of a layer norm input by normalized_shape (scalars[0]). */
 static ral_status norm_rows(const ral_kernel_call* c, const ral_tensor* x, ocl_rows* g) {
@@ -119,7 +124,7 @@ static ral_status norm_rows(const ral_kernel_call* c, const ral_tensor* x, ocl_r
 }
 
 /* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
-ral_status ocl_layer_norm(const ral_kernel_call* c) {
+static ral_status layer_norm_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 3, 3, 2);
   if (st == RAL_OK) st = require_f32_contiguous(c);
   ocl_rows g;
@@ -141,7 +146,7 @@ ral_status ocl_layer_norm(const ral_kernel_call* c) {
 
 /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
  * output_mask) -> (grad_input, grad_weight, grad_bias); masked-off outputs may be absent. */
-ral_status ocl_layer_norm_backward(const ral_kernel_call* c) {
+static ral_status layer_norm_backward_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 3, 6, 2);
   if (st == RAL_OK) st = require_f32_contiguous(c);
   ocl_rows g;
@@ -194,7 +199,7 @@ static ral_status nll_rows(const ral_kernel_call* c, const ral_tensor* x, const 
 }
 
 /* nll_loss_forward(self, target, weight?, reduction, ignore_index) -> (output, total_weight) */
-ral_status ocl_nll_loss_forward(const ral_kernel_call* c) {
+static ral_status nll_loss_forward_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 2, 3, 2);
   if (st == RAL_OK) st = require_f32_contiguous(c);
   ocl_rows g;
@@ -215,7 +220,7 @@ ral_status ocl_nll_loss_forward(const ral_kernel_call* c) {
 }
 
 /* nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight) */
-ral_status ocl_nll_loss_backward(const ral_kernel_call* c) {
+static ral_status nll_loss_backward_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 5, 2);
   if (st == RAL_OK) st = require_f32_contiguous(c);
   ocl_rows g;
@@ -264,7 +269,7 @@ static int sdpa_vector_ok(const ocl_sdpa* g, const ral_tensor* q, const ral_tens
  * attn_mask?, scale?) -> (output, logsumexp): one launch, any strides, float32 4-D q/k/v
  * with equal batch and heads, a mask broadcastable to [B, H, L, S]: float32 (added to the
  * scores) or bool (False = not attended). */
-ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
+static ral_status sdpa_forward_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 2, 4, 3);
   if (st != RAL_OK) return st;
   const ral_tensor *o = ocl_out(c, 0), *ls = ocl_out(c, 1), *q = ocl_in(c, 0), *k = ocl_in(c, 1), *v = ocl_in(c, 2);
@@ -322,3 +327,10 @@ ral_status ocl_sdpa_forward(const ral_kernel_call* c) {
   size_t global = (rows + local - 1) / local * local;
   return ocl_enqueue(c, OCL_K_sdpa_fwd, 8, args, 1, &global, &local);
 }
+
+/* float16/bfloat16 calls widen to float32 and round each output once (half.c), as CPU. */
+ral_status ocl_layer_norm(const ral_kernel_call* c) { return ocl_half_via_f32(c, layer_norm_f32); }
+ral_status ocl_layer_norm_backward(const ral_kernel_call* c) { return ocl_half_via_f32(c, layer_norm_backward_f32); }
+ral_status ocl_nll_loss_forward(const ral_kernel_call* c) { return ocl_half_via_f32(c, nll_loss_forward_f32); }
+ral_status ocl_nll_loss_backward(const ral_kernel_call* c) { return ocl_half_via_f32(c, nll_loss_backward_f32); }
+ral_status ocl_sdpa_forward(const ral_kernel_call* c) { return ocl_half_via_f32(c, sdpa_forward_f32); }

@@ -56,7 +56,7 @@ typedef struct {
   cl_device_id id;
   cl_context ctx;
   char name[128], vendor[64], driver[64], platform_name[128], type[32];
-  int fp16, fp64, cpu;
+  int fp64, cpu;
   /* Buffers are host memory the plugin allocated (CL_MEM_USE_HOST_PTR), proven shared with
    * the runtime at init (inline.c): small commands may run on the calling thread. */
   int host_mem;
@@ -406,6 +406,9 @@ ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const*
 /*! Path of `name` in the program cache directory (created on demand); 0 if none. */
 int ocl_cache_file(const char* name, char* out, size_t cap);
 ral_status ocl_copy_tensor(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src);
+/*! Run a float32-only kernel `fn` on a call with float16/bfloat16 tensors: operands widened
+ * into float32 scratch, outputs rounded once (half.c); calls `fn` as is without them. */
+ral_status ocl_half_via_f32(const ral_kernel_call* c, ral_status (*fn)(const ral_kernel_call*));
 /*! Fill every byte of a contiguous-or-not tensor with zero (fresh outputs). */
 ral_status ocl_zero_tensor(const ral_kernel_call* c, const ral_tensor* t);
 /*! Compile entry helpers (compile.c). */

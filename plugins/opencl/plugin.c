@@ -38,11 +38,6 @@ static int probe_device(ocl_device* d) {
   device_str(d->id, CL_DEVICE_VENDOR, d->vendor, sizeof d->vendor);
   device_str(d->id, CL_DRIVER_VERSION, d->driver, sizeof d->driver);
   device_str(d->id, CL_DEVICE_EXTENSIONS, ext, sizeof ext);
-  d->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
-  /* Test knob: the float16 kernels only use vload_half/vstore_half (core OpenCL 1.2) and
-   * compute in float, so CI can exercise them on a runtime without cl_khr_fp16. */
-  const char* assume = getenv("TORCH_FL_OPENCL_ASSUME_FP16");
-  if (assume && strcmp(assume, "1") == 0) d->fp16 = 1;
   d->fp64 = strstr(ext, "cl_khr_fp64") != NULL;
   cl_device_type type = 0;
   CL.clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL);

@@ -218,7 +218,8 @@ class DeviceRecord:
 
     @property
     def fp16(self) -> bool:
-        """Whether the device computes natively in float16."""
+        """Whether the device's own kernels compute float16 (in half or in float, each result
+        rounded to float16 as CPU does): RAL_DEVICE_FP16, set by both built-in plugins."""
         return bool(self.flags & lib.RAL_DEVICE_FP16)
 
 

@@ -71,7 +71,8 @@ _lib = None
 
 def supported_dtypes(index: int) -> list[torch.dtype]:
     """Autocast dtypes of ral device `index`: bfloat16 everywhere (16-bit storage, computed by
-    whichever tier serves it), float16 only where the device computes it natively."""
+    whichever tier serves it), float16 where the device's kernels compute it (`fp16`: both
+    built-in plugins, the OpenCL one without cl_khr_fp16 too)."""
     rec = device_records()[index]
     return ([torch.float16] if rec.fp16 else []) + [torch.bfloat16]
 

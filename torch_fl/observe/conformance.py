@@ -404,8 +404,8 @@ GRAD_TOLERANCE = (1e-4, 1e-4)
 
 
 def device_declares(dev: str, dtype: torch.dtype) -> bool:
-    """True if the device's plugin declares `dtype` in its dtype_mask (OpenCL on PoCL lacks
-    float16, so float16 conformance does not apply there)."""
+    """True if the device's plugin declares `dtype` in its dtype_mask (float16 conformance
+    applies only where it does; both built-in plugins declare it)."""
     from torch_fl.core.dtype_names import names_in_mask
     from torch_fl.device.index import parse_device
 

@@ -15,19 +15,20 @@ inline void put_value(gbuf dst, long ed, const ocl_geom* g) {
     st_i(dst, ed, g->dt[0], g->li[3]);
 }
 
-/* out[r, j] = w[idx[r], j]; flags = index dtype, li1 = rows of w. */
-__kernel void embedding_fwd(__global float* out, __global const float* w, gcbuf idx, ocl_rows g,
-                            __global int* err) {
+/* out[r, j] = w[idx[r], j]; flags = index dtype, li1 = rows of w; op = element size (4:
+ * float32, 2: float16/bfloat16, moved as 16-bit words: a row lookup is exact in any type). */
+__kernel void embedding_fwd(gbuf out, gcbuf w, gcbuf idx, ocl_rows g, __global int* err) {
   long i = get_global_id(0);
   if (i >= g.rows * g.len) return;
   long r = i / g.len, j = i % g.len;
   long v = ld_i(idx, g.off[2] + r, g.flags);
-  if (v < 0 || v >= g.li1) {
-    index_fault(err, OCL_SITE_EMBEDDING, v, 0, g.li1);
-    out[g.off[0] + i] = 0.0f;
-    return;
-  }
-  out[g.off[0] + i] = w[g.off[1] + v * g.len + j];
+  int ok = v >= 0 && v < g.li1;
+  if (!ok) index_fault(err, OCL_SITE_EMBEDDING, v, 0, g.li1);
+  long from = g.off[1] + (ok ? v : 0) * g.len + j;
+  if (g.op == 2)
+    ((__global ushort*)out)[g.off[0] + i] = ok ? ((__global const ushort*)w)[from] : 0;
+  else
+    ((__global float*)out)[g.off[0] + i] = ok ? ((__global const float*)w)[from] : 0.0f;
 }
 
 /* One work-item per column j: gw[idx[r], j] += go[r, j] over all rows in order, so the

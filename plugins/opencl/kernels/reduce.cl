@@ -135,7 +135,9 @@ __kernel void reduce_any(gbuf out, gbuf idx, gcbuf in, ocl_rgeom g) {
     return;
   }
   long acc = op == RD_PROD || op == RD_ALL ? 1 : op == RD_MAX ? LONG_MIN : op == RD_MIN ? LONG_MAX : 0;
-  int truth = op == RD_ALL || op == RD_ANY, fl = g.dt_in == DT_F32 || g.dt_in == DT_F16 || g.dt_in == DT_F64;
+  /* all/any test floats as floats: through ld_i, 0.5 would truncate to 0 (false). */
+  int truth = op == RD_ALL || op == RD_ANY,
+      fl = g.dt_in == DT_F32 || g.dt_in == DT_F16 || g.dt_in == DT_BF16 || g.dt_in == DT_F64;
   for (long j = lid; j < g.n_red; j += L) {
     long e = base + rg_offset(&g, j);
     long v = !truth ? ld_i(in, e, g.dt_in) : fl ? ld_f(in, e, g.dt_in) != 0.0f : ld_i(in, e, g.dt_in) != 0;
