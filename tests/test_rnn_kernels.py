@@ -16,11 +16,10 @@ in another order, ral_fastmath's or OpenCL's sigmoid/tanh within a few ulp); hal
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import plugin_device, run_python
+from conftest import plugin_device
 
 import torch_fl
 from torch_fl.tiers import rnn_cells
@@ -125,23 +124,14 @@ def test_half_types_host(dtype, kind):
     check_half(dtype, plugin_device("host"), kind)
 
 
-def test_float16_opencl():
-    """float16 cells on ral:1. PoCL has no cl_khr_fp16, so the device does not advertise
-    float16; TORCH_FL_OPENCL_ASSUME_FP16=1 (a fresh process) runs the kernels anyway: they
-    only use vload_half/vstore_half and compute in float. ral:1 never declares bfloat16."""
-    plugin_device("opencl")
-    here = str(Path(__file__).resolve().parent)
-    code = f"""
-        import sys, torch
-        sys.path.insert(0, {here!r})
-        from conftest import opencl_device
-        from test_rnn_kernels import check_half
-        for kind in ("lstm", "gru"):
-            check_half(torch.float16, opencl_device(), kind)
-        print("ok")
-    """
-    r = run_python(code, env={"TORCH_FL_OPENCL_ASSUME_FP16": "1"})
-    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_opencl(dtype):
+    """float16 and bfloat16 cells on ral:1: every OpenCL device declares both (the kernels
+    load and store 16 bits through vload_half/vstore_half and ral_half.h and compute in float,
+    no cl_khr_fp16 needed)."""
+    dev = plugin_device("opencl")
+    for kind in ("lstm", "gru"):
+        check_half(dtype, dev, kind)
 
 
 def test_lstm_cell_module_matches_cpu():

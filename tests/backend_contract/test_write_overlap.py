@@ -1,0 +1,89 @@
+"""A write whose output overlaps an input raises as on CPU and CUDA (dispatch/overlap.py,
+ATen's MemoryOverlap rules and messages): partial overlap of an element-wise op's output with
+an input (in place and out=), an expanded (self-overlapping) output, copy_ between
+overlapping views, cat into one of its inputs. Full aliasing (`x.mul_(x)`) and disjoint
+interleaved views stay allowed and give CPU's values. Overlaps ATen cannot decide (operands
+with gaps, `x.view(2, 4)[:, 1:].add_(x.view(2, 4)[:, :-1])`) run there, with values that
+depend on the kernel's order, and run here too. ral:0 and ral:1, `.to` and ral_mode.
+Before the check these ran silently and ral:0 and ral:1 gave different numbers."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+import torch_fl
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+
+REFUSED = {
+    "mul_ partial": lambda x: x[1:].mul_(x[:-1]),
+    "add out= partial": lambda x: torch.add(x[:-1], 1, out=x[1:]),
+    "same bytes other strides": lambda x: x.view(2, 4).add_(x.view(4, 2).t()),
+    "expanded output": lambda x: x[:1].expand(3).add_(1),
+    "copy_ partial": lambda x: x[1:].copy_(x[:-1]),
+    "cat into an input": lambda x: torch.cat([x[:2], x[2:4]], out=x[1:5]),
+    "cat onto an input": lambda x: torch.cat([x[:2], x[4:6]], out=x[:4]),
+}
+ALLOWED = {
+    "full alias": lambda x: x.mul_(x),
+    "disjoint interleaved": lambda x: x[::2].add_(x[1::2]),
+    "disjoint halves": lambda x: x[4:].sub_(x[:4]),
+    "copy_ disjoint": lambda x: x[4:].copy_(x[:4]),
+    "out= disjoint": lambda x: torch.mul(x[:4], 2, out=x[4:]),
+    "cat disjoint": lambda x: torch.cat([x[:2], x[2:4]], out=x[4:]),
+}
+
+
+def _style(style, device):
+    return torch_fl.ral_mode(device) if style == "mode" else contextlib.nullcontext()
+
+
+def _message(fn):
+    x = torch.arange(1.0, 9.0)
+    with pytest.raises(RuntimeError) as info:
+        fn(x)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_overlapping_writes_raise_cpu_error_and_leave_the_tensor(case, device, style):
+    want = _message(REFUSED[case])  # CPU raises too
+    x = torch.arange(1.0, 9.0)
+    if style == "to":
+        x = x.to(device)
+    with _style(style, device), pytest.raises(RuntimeError) as info:
+        REFUSED[case](x)
+    assert str(info.value) == want
+    assert x.cpu().tolist() == [float(i) for i in range(1, 9)]  # nothing written
+    assert (x + 1).cpu().tolist() == [float(i) for i in range(2, 10)]  # and usable
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(ALLOWED))
+def test_allowed_aliasing_writes_give_cpu_values(case, device, style):
+    want = torch.arange(1.0, 9.0)
+    ALLOWED[case](want)
+    x = torch.arange(1.0, 9.0)
+    if style == "to":
+        x = x.to(device)
+    with _style(style, device):
+        ALLOWED[case](x)
+    torch.testing.assert_close(x.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_internal_overlap_check_reads_the_strides(device):
+    # an expanded input is fine (only outputs must not repeat locations); a non-dense output
+    # with no zero stride cannot be decided and runs, as in ATen
+    x = torch.zeros(6, device=device)
+    x[::2].add_(torch.ones(1, device=device).expand(3))
+    assert x.cpu().tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    y = torch.zeros(4, 4, device=device)
+    y[:, ::2].add_(1)
+    assert y.cpu().sum().item() == 8.0
