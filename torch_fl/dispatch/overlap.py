@@ -34,9 +34,23 @@ def _dense(t) -> bool:
     return True
 
 
+def _sig_strides(t):
+    """The strides of a RalTensor, or True when it is contiguous (the routing signature's
+    cached form: no stride call for the common case)."""
+    sig = t._sig
+    if sig is None:
+        return True if t.is_contiguous() else t.stride()
+    return sig[3]
+
+
 def assert_no_internal_overlap(t) -> None:
     """Refuse an output in which two elements share one location (an expanded dim)."""
-    if type(t) is RalTensor and not _dense(t) and any(s > 1 and st == 0 for s, st in zip(t.shape, t.stride())):
+    if type(t) is not RalTensor:
+        return
+    strides = _sig_strides(t)
+    if strides is True or not any(st == 0 and s > 1 for s, st in zip(t.shape, strides)):
+        return
+    if not _dense(t):
         raise RuntimeError(_INTERNAL)
 
 
@@ -67,14 +81,19 @@ def assert_no_partial_overlap(out, src) -> None:
 def check_elementwise_write(sch, full) -> None:
     """TensorIterator's checks for a pointwise op writing in place or into out=: each output
     free of internal overlap, no input partially overlapping an output."""
-    outs = [full[p] for p in sch.return_alias if p >= 0]
-    for out in outs:
+    for p in sch.return_alias:
+        if p < 0:
+            continue
+        out = full[p]
+        if type(out) is not RalTensor:
+            continue
         assert_no_internal_overlap(out)
-    for pos in sch.input_positions:
-        v = full[pos]
-        for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
-            if type(src) is RalTensor:
-                for out in outs:
+        buf = out._buf
+        for pos in sch.input_positions:
+            v = full[pos]
+            for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
+                # the common case costs one identity test: another buffer cannot overlap
+                if src is not out and type(src) is RalTensor and src._buf is buf:
                     assert_no_partial_overlap(out, src)
 
 
