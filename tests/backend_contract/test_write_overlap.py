@@ -87,3 +87,28 @@ def test_internal_overlap_check_reads_the_strides(device):
     y = torch.zeros(4, 4, device=device)
     y[:, ::2].add_(1)
     assert y.cpu().sum().item() == 8.0
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_inplace_op_cannot_grow_self_to_the_broadcast_shape(device, style):
+    # x[5,1].add_(y[5]) would need a [5,5] self: CPU raises, ral wrote a [5,1] result silently
+    x0, y0 = torch.arange(5.0).view(5, 1), torch.arange(5.0)
+    with pytest.raises(RuntimeError) as cpu:
+        x0.clone().add_(y0)
+    x, y = (x0.clone().to(device), y0.to(device)) if style == "to" else (x0.clone(), y0)
+    with _style(style, device), pytest.raises(RuntimeError) as ral:
+        x.add_(y)
+    assert str(ral.value) == str(cpu.value)
+    torch.testing.assert_close(x.cpu(), x0, rtol=0, atol=0)  # nothing written
+    x.add_(y0.view(5, 1).to(x.device))  # a broadcast that fits still runs
+    torch.testing.assert_close(x.cpu(), x0 * 2, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_as_strided_in_place_past_the_storage_raises_as_cpu(device):
+    x = torch.arange(10.0, device=device)
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 40"):
+        x.as_strided_((2, 2), (1, 2), 10)
+    assert tuple(x.shape) == (10,) and x.storage_offset() == 0  # unchanged
+    assert x.as_strided_((2, 2), (1, 2), 2).cpu().tolist() == [[2.0, 4.0], [3.0, 5.0]]

@@ -11,6 +11,8 @@ decide (a non-dense operand) lets the call through, as there.
 
 from __future__ import annotations
 
+import torch
+
 from torch_fl.tensor.op_schema import TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor
 
@@ -88,13 +90,22 @@ def check_elementwise_write(sch, full) -> None:
         if type(out) is not RalTensor:
             continue
         assert_no_internal_overlap(out)
-        buf = out._buf
+        buf, shape = out._buf, out.shape
         for pos in sch.input_positions:
             v = full[pos]
             for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
                 # the common case costs one identity test: another buffer cannot overlap
                 if src is not out and type(src) is RalTensor and src._buf is buf:
                     assert_no_partial_overlap(out, src)
+                if sch.is_inplace and isinstance(src, torch.Tensor) and src.shape != shape:
+                    _refuse_resizing_self(shape, src.shape)
+
+
+def _refuse_resizing_self(shape, other) -> None:
+    """An in-place op cannot grow self to the broadcast shape (`x5x1.add_(y5)`): CPU's error."""
+    need = torch.broadcast_shapes(shape, other)
+    if need != shape:
+        raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(need)}")
 
 
 def check_copy(dst, src) -> None:

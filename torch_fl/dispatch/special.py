@@ -21,7 +21,7 @@ from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
 from torch_fl.tensor.ral_tensor import RalTensor
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.staged_storage import is_host_bytes, is_ral_storage, set_from_host_storage, set_from_ral_storage
-from torch_fl.tensor.views import alias, as_strided, view_op
+from torch_fl.tensor.views import alias, as_strided, check_as_strided, view_op
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
 from torch_fl.tiers.vendor import meta_run
 
@@ -234,7 +234,9 @@ def _out_of_place(func):
 def _as_strided_(func, args, kwargs):
     t, size, stride = args[0], args[1], args[2]
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
-    return restride(t, t._buf, size, stride, t.storage_offset() if offset is None else offset)
+    offset = t.storage_offset() if offset is None else offset
+    check_as_strided(t, tuple(size), tuple(stride), offset)  # as the out-of-place form, before t changes
+    return restride(t, t._buf, size, stride, offset)
 
 
 @special(aten.resize_.default)

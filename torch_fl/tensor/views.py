@@ -181,11 +181,11 @@ def as_strided(func, args, kwargs):
     base, size, stride, offset = full[0], full[1], full[2], full[3]
     if offset is None:
         offset = base.storage_offset()
-    _check_as_strided(base, tuple(size), tuple(stride), offset)
+    check_as_strided(base, tuple(size), tuple(stride), offset)
     return wrap(base._buf, tuple(size), tuple(stride), offset, base.dtype)
 
 
-def _check_as_strided(base, size, stride, offset) -> None:
+def check_as_strided(base, size, stride, offset) -> None:
     """Raise like CPU for negative strides or offsets, bad sizes, or a view past the storage."""
     torch.empty(0, dtype=base.dtype, device="meta").as_strided(size, stride, offset)
     if any(n == 0 for n in size):
