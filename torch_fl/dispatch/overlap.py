@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.tensor.layout import is_dense
 from torch_fl.tensor.op_schema import TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor
 
@@ -28,12 +29,7 @@ _PARTIAL = (
 
 def _dense(t) -> bool:
     """is_non_overlapping_and_dense: the elements tile one byte range without gaps or repeats."""
-    expected = 1
-    for size, stride in sorted((d for d in zip(t.shape, t.stride()) if d[0] != 1), key=lambda d: d[1]):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
+    return is_dense(t.shape, t.stride())
 
 
 def _sig_strides(t):
@@ -50,9 +46,8 @@ def assert_no_internal_overlap(t) -> None:
     if type(t) is not RalTensor:
         return
     strides = _sig_strides(t)
-    if strides is True or not any(st == 0 and s > 1 for s, st in zip(t.shape, strides)):
-        return
-    if not _dense(t):
+    # a zero stride over more than one element is never dense: ATen's "yes" case
+    if strides is not True and any(st == 0 and s > 1 for s, st in zip(t.shape, strides)):
         raise RuntimeError(_INTERNAL)
 
 
