@@ -212,10 +212,12 @@ SPEC = {
 }
 
 
-def replay_ops(dev: str, reps: int = 5) -> list[tuple[str, int, float, float]]:
-    """Each aten call of one cnn_train step replayed alone on CPU and on `dev`, best of `reps`
-    with a synchronize around it: (op, calls, CPU seconds, dev seconds) per op, in one process,
-    so a busy machine shifts both sides alike (a load-robust view of where the step goes)."""
+def replay_ops(dev: str, reps: int = 5, amp: torch.dtype | None = None) -> list[tuple[str, int, float, float]]:
+    """Each aten call of one cnn_train step (under CPU autocast to `amp` when given: the calls
+    then carry the 16-bit operands) replayed alone on CPU and on `dev`, best of `reps` with a
+    synchronize around it: (op, calls, CPU seconds, dev seconds) per op, in one process, so a
+    busy machine shifts both sides alike (a load-robust view of where the step goes)."""
+    import contextlib
     import time
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -238,8 +240,11 @@ def replay_ops(dev: str, reps: int = 5) -> list[tuple[str, int, float, float]]:
     torch.manual_seed(0)
     model, (x, y) = small_cnn(), _data(32, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    autocast = torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
     with Record():
-        nn.functional.cross_entropy(model(x), y).backward()
+        with autocast:
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
         opt.step()
 
     def move(a, d):
@@ -274,8 +279,10 @@ if __name__ == "__main__":
     ap.add_argument("--device", default=DEV)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--amp", choices=["bf16", "fp16"], help="record the step under CPU autocast to this type")
     ns = ap.parse_args()
-    rows = replay_ops(ns.device, ns.reps)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ns.amp)
+    rows = replay_ops(ns.device, ns.reps, amp)
     for name, n, cpu, other in rows[: ns.top]:
         print(f"{name:36s} x{n:<3d} cpu {cpu * 1e3:8.2f} ms  {ns.device} {other * 1e3:8.2f} ms  {other / cpu:5.2f}x")
     cpu_t, dev_t = sum(r[2] for r in rows), sum(r[3] for r in rows)

@@ -1,5 +1,5 @@
 /*
- * dnnl_conv.c -- float32 convolutions through oneDNN (Debian's libdnnl 2.x), when it is there.
+ * dnnl_conv.c -- convolutions through oneDNN (Debian's libdnnl 2.x), when it is there.
  * Vendor-neutral: it sees ral_tensor descriptors and host addresses only, so every plugin whose
  * buffers the CPU can address compiles it (plugins/host, plugins/opencl on a CPU runtime).
  *
@@ -14,6 +14,12 @@
  * says how many threads the call may use (`team`); the OpenMP team of the calling thread is set
  * to that for the call and restored afterwards (the host plugin: its budget on a stream worker,
  * one thread elsewhere; the OpenCL plugin: the caller's own OpenMP setting, PyTorch's).
+ *
+ * Types: float32, bfloat16 and float16, one for every operand of a call. oneDNN's bfloat16
+ * (and, in later versions, float16) primitives accumulate in float32 and round each result
+ * once; on CPUs without the instructions they are reference code, which the glue declines
+ * like any other, so the plugin widens to float32 itself. oneDNN 2.6 on AVX512-BF16/AMX runs
+ * bfloat16 natively and declines float16.
  *
  * Data: the user operands are described to oneDNN by their strides (NCHW, channels_last,
  * sliced and offset views alike); the primitive picks its own layouts (format `any`) and
@@ -139,7 +145,17 @@ static dnnl_memory_t operand(run_ctx* r, dnnl_memory_t user, const dnnl_memory_d
   return m;
 }
 
-/* User memory descriptor of a float32 tensor (groups > 1 and a weight: [G, O/G, I/G, k...]). */
+/* oneDNN's data type for a ral dtype the glue takes; dnnl_data_type_undef for the others. */
+static dnnl_data_type_t dnnl_type_of(int32_t dtype) {
+  switch (dtype) {
+    case RAL_DTYPE_FLOAT32: return dnnl_f32;
+    case RAL_DTYPE_BFLOAT16: return dnnl_bf16;
+    case RAL_DTYPE_FLOAT16: return dnnl_f16;
+    default: return dnnl_data_type_undef;
+  }
+}
+
+/* User memory descriptor of a tensor (groups > 1 and a weight: [G, O/G, I/G, k...]). */
 static void user_md(dnnl_memory_desc_t* md, const ral_tensor* t, int64_t groups, int weight) {
   dnnl_dims_t dims, strides;
   int nd = t->ndim;
@@ -165,11 +181,14 @@ static void user_md(dnnl_memory_desc_t* md, const ral_tensor* t, int64_t groups,
       md->ndims = 0;
       return;
     }
-  if (p_dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_f32, strides) != dnnl_success) md->ndims = 0;
+  if (p_dnnl_memory_desc_init_by_strides(md, nd, dims, dnnl_type_of(t->dtype), strides) != dnnl_success)
+    md->ndims = 0;
 }
 
+/* The primitive's own layout for an operand described by `like` (its data type kept). */
 static void any_md(dnnl_memory_desc_t* md, const dnnl_memory_desc_t* like) {
-  if (p_dnnl_memory_desc_init_by_tag(md, like->ndims, like->dims, dnnl_f32, dnnl_format_tag_any) != dnnl_success)
+  if (p_dnnl_memory_desc_init_by_tag(md, like->ndims, like->dims, like->data_type, dnnl_format_tag_any) !=
+      dnnl_success)
     md->ndims = 0;
 }
 
@@ -183,8 +202,10 @@ int ral_dnnl_conv(ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* 
                   void* const host[RAL_DNNL_N_OPERANDS], int team) {
   const ral_tensor *x = ts[RAL_DNNL_X], *w = ts[RAL_DNNL_W], *bias = ts[RAL_DNNL_BIAS], *y = ts[RAL_DNNL_Y];
   if (!ral_dnnl_available()) return RAL_DNNL_DECLINED;
+  /* one floating dtype for every operand: PyTorch refuses mixed convolutions before here */
   for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
-    if (ts[i] && (ts[i]->dtype != RAL_DTYPE_FLOAT32 || numel(ts[i]) == 0 || !host[i])) return RAL_DNNL_DECLINED;
+    if (ts[i] && (ts[i]->dtype != x->dtype || numel(ts[i]) == 0 || !host[i])) return RAL_DNNL_DECLINED;
+  if (dnnl_type_of(x->dtype) == dnnl_data_type_undef) return RAL_DNNL_DECLINED;
   int ns = x->ndim - 2;
   if (ns < 1 || ns > 3) return RAL_DNNL_DECLINED;
 
@@ -196,7 +217,8 @@ int ral_dnnl_conv(ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* 
   if (bias) {
     dnnl_dims_t d = {numel(bias)}, s = {bias->ndim ? bias->strides[0] : 1};
     if (s[0] == 0) s[0] = 1;
-    if (p_dnnl_memory_desc_init_by_strides(&bmd, 1, d, dnnl_f32, s) != dnnl_success) return RAL_DNNL_DECLINED;
+    if (p_dnnl_memory_desc_init_by_strides(&bmd, 1, d, dnnl_type_of(bias->dtype), s) != dnnl_success)
+      return RAL_DNNL_DECLINED;
     any_md(&ba, &bmd);
   }
   any_md(&xa, &xmd);

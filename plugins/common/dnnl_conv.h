@@ -1,5 +1,5 @@
 /*
- * dnnl_conv.h -- float32 convolutions through oneDNN (dnnl_conv.c), shared by every plugin whose
+ * dnnl_conv.h -- convolutions through oneDNN (dnnl_conv.c), shared by every plugin whose
  * tensors live in host memory the CPU can address (the host plugin; the OpenCL plugin on a CPU
  * runtime with host-unified buffers). Each plugin compiles this source into its own library.
  */
@@ -25,7 +25,8 @@ typedef struct {
 } ral_dnnl_geom;
 
 /* The operands of one call, in this order (bias may be NULL): t[] describes them (sizes,
- * strides, dtype), host[] gives the host address of each one's first element. */
+ * strides, dtype: float32, bfloat16 or float16, the same for all), host[] gives the host
+ * address of each one's first element. */
 enum { RAL_DNNL_X, RAL_DNNL_W, RAL_DNNL_BIAS, RAL_DNNL_Y, RAL_DNNL_N_OPERANDS };
 
 /*! Runs the call on oneDNN with an OpenMP team of `team` threads for its duration: DONE;

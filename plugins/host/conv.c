@@ -2,9 +2,10 @@
  * conv.c -- convolution (1d/2d/3d, stride, padding, dilation, groups, transposed) and its
  * backward, as im2col/col2im over the plugin's OpenBLAS GEMM on the pool.
  *
- * Float32 regular (not transposed) convolutions are first offered to oneDNN (conv_dnnl.c,
- * when the build found libdnnl-dev and the library loads); it declines before writing
- * anything, and everything it does not take (float16/bfloat16, transposed, builds or machines
+ * Regular (not transposed) convolutions are first offered to oneDNN (conv_dnnl.c, when the
+ * build found libdnnl-dev and the library loads): float32, and bfloat16/float16 where the CPU
+ * runs oneDNN's 16-bit primitives natively. It declines before writing anything, and
+ * everything it does not take (transposed, a 16-bit type the CPU lacks, builds or machines
  * without libdnnl, TORCH_FL_HOST_DNNL=0) runs the im2col kernels below.
  *
  * Every kernel works on one "regular" geometry (a convolution from X to Y):
@@ -462,7 +463,7 @@ ral_status host_convolution(const ral_kernel_call* c) {
   if (has_bias && host_numel(b) != out->sizes[1])
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "bias has %lld elements, expected %lld",
                      (long long)host_numel(b), (long long)out->sizes[1]);
-  if (!p.transposed) { /* float32: oneDNN when the build has it (conv_dnnl.c) */
+  if (!p.transposed) { /* oneDNN when the build has it and takes the dtype (conv_dnnl.c) */
     host_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
     int r = host_dnnl_conv(HOST_DNNL_FORWARD, &dg, in, w, has_bias ? b : NULL, out);
     if (r == HOST_DNNL_DONE) return RAL_OK;
@@ -508,7 +509,7 @@ ral_status host_convolution_backward(const ral_kernel_call* c) {
   /* regular: X = input, Y = grad_output; transposed: X = grad_output, Y = input */
   st = p.transposed ? make_geom(c, &p, &og, &oi, w, &g) : make_geom(c, &p, &oi, &og, w, &g);
   if (st != RAL_OK) return st;
-  if (!p.transposed) { /* float32: oneDNN when the build has it (conv_dnnl.c) */
+  if (!p.transposed) { /* oneDNN when the build has it and takes the dtype (conv_dnnl.c) */
     host_dnnl_geom dg = dnnl_geom_of(&p, in->ndim - 2);
     int r0 = o[0] ? host_dnnl_conv(HOST_DNNL_BACKWARD_DATA, &dg, o[0], w, NULL, go) : HOST_DNNL_DONE;
     if (r0 == HOST_DNNL_FAILED) return host_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution backward failed");

@@ -1,5 +1,5 @@
 /*
- * conv_dnnl.h -- the host plugin's float32 convolutions through oneDNN: its adapter
+ * conv_dnnl.h -- the host plugin's convolutions through oneDNN: its adapter
  * (conv_dnnl.c) over the shared glue in plugins/common/dnnl_conv.c.
  */
 #ifndef HOST_CONV_DNNL_H

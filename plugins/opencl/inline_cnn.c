@@ -23,10 +23,11 @@
  * half operand is widened into a float32 shadow with its own sizes and strides after the
  * stream drained, and an output's shadow is rounded back once at the end (ocl_f32_*): the
  * float32 result rounded once, which is what PyTorch's CPU kernels for these types give
- * (they compute in float and store once; its float16/bfloat16 convolution is oneDNN's,
- * accumulating in float32). The convolution then runs oneDNN's float32 primitives: one glue
- * for every dtype, and on CPUs without native half support oneDNN's bf16/f16 primitives
- * would be reference code (which the glue declines) or absent.
+ * (they compute in float and store once). Convolutions first go to oneDNN on the operands
+ * themselves: its bfloat16 primitives where the CPU has the instructions (PyTorch's CPU
+ * bfloat16 convolution is the same library's, accumulating in float32 and rounding once);
+ * where oneDNN declines the type (reference code, or float16 in oneDNN 2.6) the shadows
+ * and its float32 primitive.
  */
 #include <math.h>
 #include <omp.h>
@@ -128,38 +129,49 @@ static int f32_open_all(const ral_tensor* const* t, ocl_f32_view* v, int n) {
 }
 
 /* ---------------------------------------------------------------- convolution */
-int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
-                    const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st) {
-  if (!c->stream || !c->stream->inl || !ral_dnnl_available()) return 0;
-  const ral_tensor* t[RAL_DNNL_N_OPERANDS] = {x, w, bias, y};
+/* The call on oneDNN over float32 shadows of 16-bit operands (the operands' own memory for
+ * float32 ones), outputs rounded back once: for a 16-bit call oneDNN declines natively. Runs
+ * with the stream drained and held (the caller's ocl_inline_begin_drained). */
+static int conv_through_shadows(ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* const t[],
+                                const int is_out[]) {
   ocl_f32_view v[RAL_DNNL_N_OPERANDS];
-  if (!f32_open_all(t, v, RAL_DNNL_N_OPERANDS)) return 0;
-  /* oneDNN sees float32 operands: the tensors' own or their shadows, same strides */
+  if (!f32_open_all(t, v, RAL_DNNL_N_OPERANDS)) return RAL_DNNL_DECLINED;
   ral_tensor tf[RAL_DNNL_N_OPERANDS];
   const ral_tensor* td[RAL_DNNL_N_OPERANDS] = {0};
   void* host[RAL_DNNL_N_OPERANDS] = {0};
-  int is_out[RAL_DNNL_N_OPERANDS] = {[RAL_DNNL_X] = kind == RAL_DNNL_BACKWARD_DATA,
-                                     [RAL_DNNL_W] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
-                                     [RAL_DNNL_BIAS] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
-                                     [RAL_DNNL_Y] = kind == RAL_DNNL_FORWARD};
   for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++) {
     if (!t[i]) continue;
     tf[i] = *t[i];
     tf[i].dtype = RAL_DTYPE_FLOAT32;
     td[i] = &tf[i];
     host[i] = v[i].f;
+    if (!is_out[i]) ocl_f32_load(&v[i]);
   }
-  int r = RAL_DNNL_DECLINED;
-  if (ocl_inline_begin_drained(c->stream)) {
+  int r = ral_dnnl_conv(kind, g, td, host, omp_get_max_threads());
+  if (r == RAL_DNNL_DONE)
     for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
-      if (!is_out[i]) ocl_f32_load(&v[i]);
-    r = ral_dnnl_conv(kind, g, td, host, omp_get_max_threads());
-    if (r == RAL_DNNL_DONE)
-      for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
-        if (is_out[i]) ocl_f32_store(&v[i]);
-    ocl_inline_end(c->stream);
-  }
+      if (is_out[i]) ocl_f32_store(&v[i]);
   for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++) ocl_f32_close(&v[i]);
+  return r;
+}
+
+int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
+                    const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st) {
+  if (!c->stream || !c->stream->inl || !ral_dnnl_available()) return 0;
+  const ral_tensor* t[RAL_DNNL_N_OPERANDS] = {x, w, bias, y};
+  void* host[RAL_DNNL_N_OPERANDS] = {0};
+  for (int i = 0; i < RAL_DNNL_N_OPERANDS; i++)
+    if (t[i] && !(ocl_cnn_dtype(t[i]->dtype) && (host[i] = ocl_tensor_host(t[i])))) return 0;
+  int is_out[RAL_DNNL_N_OPERANDS] = {[RAL_DNNL_X] = kind == RAL_DNNL_BACKWARD_DATA,
+                                     [RAL_DNNL_W] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
+                                     [RAL_DNNL_BIAS] = kind == RAL_DNNL_BACKWARD_WEIGHTS,
+                                     [RAL_DNNL_Y] = kind == RAL_DNNL_FORWARD};
+  if (!ocl_inline_begin_drained(c->stream)) return 0;
+  /* oneDNN on the operands' own memory, whatever their dtype: its bf16/f16 primitives where
+   * the CPU has them (PyTorch's CPU convolution for these types is the same library's) */
+  int r = ral_dnnl_conv(kind, g, t, host, omp_get_max_threads());
+  if (r == RAL_DNNL_DECLINED && x->dtype != RAL_DTYPE_FLOAT32) r = conv_through_shadows(kind, g, t, is_out);
+  ocl_inline_end(c->stream);
   if (r == RAL_DNNL_DECLINED) return 0;
   ocl_count(OCL_CNT_inline_ops);
   *st = r == RAL_DNNL_DONE ? RAL_OK : ocl_fail(c, RAL_ERROR_INTERNAL, "oneDNN convolution failed");
