@@ -53,6 +53,16 @@ static int float_only(int op) {
   }
 }
 
+/* Whether the output is `dt` and contiguous (one flattened dim of stride 1) and every input
+ * is `dt` and contiguous too, or one broadcast element (stride 0, any dtype): the chunked
+ * fast kernels' operands. */
+static int contiguous_of(const ral_tensor* const* ts, const ocl_geom* g, int nt, int32_t dt) {
+  if (ts[0]->dtype != dt || g->ndim != 1 || g->st[0][0] != 1) return 0;
+  for (int k = 1; k < nt; k++)
+    if (g->st[k][0] != 0 && (g->st[k][0] != 1 || ts[k]->dtype != dt)) return 0;
+  return 1;
+}
+
 ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const* ts, int nt,
                       const double* f, const int64_t* li) {
   ocl_view views[4];
@@ -88,10 +98,10 @@ ral_status ocl_ew_run(const ral_kernel_call* c, int op, const ral_tensor* const*
   if (ocl_on_cpu(c)) {
     /* ew_f32c: float32 out and inputs, each contiguous or one broadcast element (of any
      * dtype: a wrapped Python scalar). */
-    int fastc = ts[0]->dtype == RAL_DTYPE_FLOAT32 && g.ndim == 1 && g.st[0][0] == 1;
-    for (int k = 1; k < nt && fastc; k++)
-      fastc = g.st[k][0] == 0 || (g.st[k][0] == 1 && ts[k]->dtype == RAL_DTYPE_FLOAT32);
-    return ocl_enqueue_chunked(c, fastc ? OCL_K_ew_f32c : OCL_K_ew_anyc, 5, args, g.n, 4096);
+    int fastc = contiguous_of(ts, &g, nt, RAL_DTYPE_FLOAT32);
+    /* ew_h16c: its form for one 16-bit dtype (16 lanes widened, computed, rounded once) */
+    int h16c = !fastc && cfl && (contiguous_of(ts, &g, nt, RAL_DTYPE_BFLOAT16) || contiguous_of(ts, &g, nt, RAL_DTYPE_FLOAT16));
+    return ocl_enqueue_chunked(c, fastc ? OCL_K_ew_f32c : h16c ? OCL_K_ew_h16c : OCL_K_ew_anyc, 5, args, g.n, 4096);
   }
   int fast = all_f32 && g.ndim == 1;
   for (int k = 0; k < nt && fast; k++) fast = g.st[k][0] == 1;

@@ -30,7 +30,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 /* Every __kernel of the built-in programs, with the family that defines it. */
 #define OCL_CL_KERNELS(X)                                                                  \
   X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                          \
-  X(ew, ew_anyc) X(ew, ew_f32c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
+  X(ew, ew_anyc) X(ew, ew_f32c) X(ew, ew_h16c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
   X(reduce, reduce_any) X(reduce, reduce_sum_c) X(reduce, reduce_minmax_c)                        \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
   X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd) X(nn, sdpa_fwd_c) \

@@ -357,6 +357,93 @@ __kernel void ew_f32c(__global float* out, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geo
   }
 }
 
+/* ew_f32c's form for float16 / bfloat16: the output and every contiguous input of one 16-bit
+ * dtype (an input broadcast from one element may be any dtype). Each 16-lane block is
+ * widened to float, computed by the same bodies and rounded once (bfloat16: c10's rounding,
+ * as ral_f2bf; float16: vstore_half, as st_f), so results equal ew_anyc's bit for bit. */
+inline float16 h16_bf_ld(gcbuf p, long i) {
+  return as_float16(convert_uint16(vload16(0, (__global const ushort*)p + i)) << 16);
+}
+inline void h16_bf_st(gbuf p, long i, float16 v) {
+  uint16 u = as_uint16(v);
+  uint16 r = (u + (uint16)0x7FFFu + ((u >> 16) & (uint16)1u)) >> 16;
+  /* NaN to the quiet NaN on the bits, as ral_f2bf */
+  r = select(r, (uint16)0x7FC0u, (u & (uint16)0x7FFFFFFFu) > (uint16)0x7F800000u);
+  vstore16(convert_ushort16(r), 0, (__global ushort*)p + i);
+}
+inline float16 h16_h_ld(gcbuf p, long i) { return vload_half16(0, (__global const half*)p + i); }
+inline void h16_h_st(gbuf p, long i, float16 v) { vstore_half16(v, 0, (__global half*)p + i); }
+#define EWH_LDV(L, p, sv, bc, i) ((bc) ? (float16)(sv) : L(p, i))
+#define EWH_LOOP(OP, L, S, LS, SS)                                                          \
+  {                                                                                        \
+    long i = i0;                                                                           \
+    for (; i + 16 <= i1; i += 16) {                                                        \
+      float16 x = EWH_LDV(L, pa, sa, ba, i), y = EWH_LDV(L, pb, sb, bb, i), z = EWH_LDV(L, pc, sc, bc, i); \
+      S(po, i, OP(float16));                                                               \
+    }                                                                                      \
+    for (; i < i1; i++) {                                                                  \
+      float x = ba ? sa : LS(pa, i), y = bb ? sb : LS(pb, i), z = bc ? sc : LS(pc, i);     \
+      SS(po, i, OP(float));                                                                \
+    }                                                                                      \
+  }                                                                                        \
+  break;
+#define EWH_BF_LS(p, i) ld_f(p, i, DT_BF16)
+#define EWH_BF_SS(p, i, v) st_f(p, i, DT_BF16, v)
+#define EWH_H_LS(p, i) ld_f(p, i, DT_F16)
+#define EWH_H_SS(p, i, v) st_f(p, i, DT_F16, v)
+#define EWH_CASES(L, S, LS, SS)                                         \
+  switch (op) {                                                         \
+    case EW_COPY: EWH_LOOP(EWV_COPY, L, S, LS, SS)                      \
+    case EW_FILL: EWH_LOOP(EWV_FILL, L, S, LS, SS)                      \
+    case EW_ADD: EWH_LOOP(EWV_ADD, L, S, LS, SS)                        \
+    case EW_SUB: EWH_LOOP(EWV_SUB, L, S, LS, SS)                        \
+    case EW_MUL: EWH_LOOP(EWV_MUL, L, S, LS, SS)                        \
+    case EW_DIV: EWH_LOOP(EWV_DIV, L, S, LS, SS)                        \
+    case EW_ADDS: EWH_LOOP(EWV_ADDS, L, S, LS, SS)                      \
+    case EW_MULS: EWH_LOOP(EWV_MULS, L, S, LS, SS)                      \
+    case EW_DIVS: EWH_LOOP(EWV_DIVS, L, S, LS, SS)                      \
+    case EW_RSUBS: EWH_LOOP(EWV_RSUBS, L, S, LS, SS)                    \
+    case EW_NEG: EWH_LOOP(EWV_NEG, L, S, LS, SS)                        \
+    case EW_RELU: EWH_LOOP(EWV_RELU, L, S, LS, SS)                      \
+    case EW_THRESH_BW: EWH_LOOP(EWV_THRESH_BW, L, S, LS, SS)            \
+    case EW_ADDCDIV: EWH_LOOP(EWV_ADDCDIV, L, S, LS, SS)                \
+    case EW_ADDCMUL: EWH_LOOP(EWV_ADDCMUL, L, S, LS, SS)                \
+    case EW_SQRT: EWH_LOOP(EWV_SQRT, L, S, LS, SS)                      \
+    case EW_EXP: EWH_LOOP(EWV_EXP, L, S, LS, SS)                        \
+    case EW_SIGMOID: EWH_LOOP(EWV_SIGMOID, L, S, LS, SS)                \
+    case EW_TANH: EWH_LOOP(EWV_TANH, L, S, LS, SS)                      \
+    case EW_SILU: EWH_LOOP(EWV_SILU, L, S, LS, SS)                      \
+    case EW_GELU: EWH_LOOP(EWV_GELU, L, S, LS, SS)                      \
+    case EW_TANH_BW: EWH_LOOP(EWV_TANH_BW, L, S, LS, SS)                \
+    case EW_SIGMOID_BW: EWH_LOOP(EWV_SIGMOID_BW, L, S, LS, SS)          \
+    case EW_GELU_BW: EWH_LOOP(EWV_GELU_BW, L, S, LS, SS)                \
+    default:                                                            \
+      for (long i = i0; i < i1; i++) {                                  \
+        float x = ba ? sa : LS(pa, i), y = bb ? sb : LS(pb, i), z = bc ? sc : LS(pc, i); \
+        SS(po, i, ew_f(op, x, y, z, &g));                               \
+      }                                                                 \
+  }
+
+__kernel void ew_h16c(gbuf out, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g, long chunk) {
+  long i0 = get_global_id(0) * chunk, i1 = min(i0 + chunk, g.n);
+  if (i0 >= i1) return;
+  long es = 2; /* bytes per element of the 16-bit operands */
+  gbuf po = out + g.off[0] * es;
+  /* Absent or broadcast operands read one element of their own dtype (never a block). */
+  int ba = g.nin < 1 || g.st[1][0] == 0, bb = g.nin < 2 || g.st[2][0] == 0, bc = g.nin < 3 || g.st[3][0] == 0;
+  gcbuf pa = p1 + (ba ? 0 : g.off[1] * es), pb = p2 + (bb ? 0 : g.off[2] * es), pc = p3 + (bc ? 0 : g.off[3] * es);
+  float sa = g.nin >= 1 && ba ? ld_f(p1, g.off[1], g.dt[1]) : 0.0f;
+  float sb = g.nin >= 2 && bb ? ld_f(p2, g.off[2], g.dt[2]) : 0.0f;
+  float sc = g.nin >= 3 && bc ? ld_f(p3, g.off[3], g.dt[3]) : 0.0f;
+  float f0 = g.lf[0], f1 = g.lf[1];
+  int gl = g.li[0] != 0, op = g.op;
+  if (g.dt[0] == DT_BF16) {
+    EWH_CASES(h16_bf_ld, h16_bf_st, EWH_BF_LS, EWH_BF_SS)
+  } else {
+    EWH_CASES(h16_h_ld, h16_h_st, EWH_H_LS, EWH_H_SS)
+  }
+}
+
 /* All-float32 strided operands: typed loads, the op switch outside the walk. */
 #define EWA_LOOP(OP)                                                                   \
   GEOM_CHUNK_WALK(g, chunk, nt, {                                                      \
