@@ -3,7 +3,8 @@ LSTM/GRU cells run as vendor kernels on the OpenCL device (ral:1, PoCL) with CPU
 
 Each case runs forward and backward on ral:1 in both styles (`.to` and `ral_mode`), NCHW and
 channels_last where the op takes a layout, on both of the plugin's paths: inline (the host
-loops and oneDNN over float32 shadows of the half operands, inline_cnn.c) and queued (the
+loops over float32 shadows of the half operands, oneDNN's bfloat16 convolution or its float32
+one over shadows, inline_cnn.c) and queued (the
 OpenCL kernels, which load and store the half types through ld_f/st_f). It asserts through
 `torch_fl.coverage()` that the forward and backward ops ran in the vendor tier, and compares
 every output, gradient and running statistic with PyTorch CPU running the same dtype.
@@ -403,7 +404,10 @@ def test_half_results_are_the_float32_results_rounded_once(case, dtype, layout, 
     """On ral:1 each half op (forward, and backward for the given output gradient) gives
     bit for bit the same op's float32 result on the widened operands, rounded once to the
     dtype: the host path's shadows and the queued kernels' ld_f/st_f compute in float32 and
-    round only the results (a truncation, a rounding per step or a lost stride differs)."""
+    round only the results (a truncation, a rounding per step or a lost stride differs).
+    bfloat16 convolutions on the host path run oneDNN's bfloat16 primitive where the CPU has
+    one, which also accumulates in float32 and rounds once: at these sizes its bits equal the
+    float32 primitive's rounded result (both orders of summation happen to round alike)."""
     fn, shape, pshapes = ROUND_ONCE[case]
     g = torch.Generator().manual_seed(10)
     x = torch.randn(shape, generator=g)
