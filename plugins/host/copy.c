@@ -56,13 +56,34 @@ static const store_fn store_f64[RAL_DTYPE_COUNT] = {HOST_FOR_ALL(STORE_ENTRY, f6
 static const store_fn store_i64[RAL_DTYPE_COUNT] = {HOST_FOR_ALL(STORE_ENTRY, i64)};
 static const store_fn store_f32[RAL_DTYPE_COUNT] = {HOST_FOR_ALL(STORE_ENTRY, f32)};
 
+/* Contiguous 16-bit rows <-> float: the pivot loaders' stride is a runtime value, which keeps
+ * the compiler from vectorizing them; these unit-stride loops vectorize (ral_half.h is
+ * branch-free) and give the same bits. */
+HOST_SIMD_CLONES static void widen_half_row(float* d, const uint16_t* s, int bf, int64_t n) {
+  if (bf)
+    for (int64_t i = 0; i < n; i++) d[i] = ral_bf2f(s[i]);
+  else
+    for (int64_t i = 0; i < n; i++) d[i] = ral_h2f(s[i]);
+}
+
+HOST_SIMD_CLONES static void round_half_row(uint16_t* d, const float* s, int bf, int64_t n) {
+  if (bf)
+    for (int64_t i = 0; i < n; i++) d[i] = ral_f2bf(s[i]);
+  else
+    for (int64_t i = 0; i < n; i++) d[i] = ral_f2h(s[i]);
+}
+
 void host_load_float(float* dst, const char* src, int32_t dtype, int64_t n) {
   if (dtype == RAL_DTYPE_FLOAT32) memcpy(dst, src, (size_t)n * 4);
+  else if (dtype == RAL_DTYPE_BFLOAT16 || dtype == RAL_DTYPE_FLOAT16)
+    widen_half_row(dst, (const uint16_t*)src, dtype == RAL_DTYPE_BFLOAT16, n);
   else load_f32[dtype](dst, src, host_dtype_size(dtype), n);
 }
 
 void host_store_float(char* dst, int32_t dtype, const float* src, int64_t n) {
   if (dtype == RAL_DTYPE_FLOAT32) memcpy(dst, src, (size_t)n * 4);
+  else if (dtype == RAL_DTYPE_BFLOAT16 || dtype == RAL_DTYPE_FLOAT16)
+    round_half_row((uint16_t*)dst, src, dtype == RAL_DTYPE_BFLOAT16, n);
   else store_f32[dtype](dst, host_dtype_size(dtype), src, n);
 }
 
