@@ -221,6 +221,31 @@ def test_half_pool2d_matches_cpu(case, dtype, layout, style, path):  # noqa: F81
     _half_check(style, fn, [x], [], dtype, n, (f"aten::{op}", f"aten::{op}_backward"), exact_outputs=is_max)
 
 
+# Views the host path's float32 shadows must mirror (ocl_f32_open: one float per element offset):
+# the input is made in the shape each view starts from, and the view is taken on the device.
+SHADOW_VIEWS = {
+    "permuted_dense": ((2, 3, 11, 9), lambda x: x.transpose(2, 3)),  # dense, not NCHW/channels_last
+    "every_other_column": ((2, 3, 9, 22), lambda x: x[..., ::2]),  # not dense: gaps in the span
+    "at_an_offset": ((3, 3, 9, 11), lambda x: x[1:]),  # NCHW from a storage offset
+}
+
+
+@pytest.mark.parametrize("view", list(SHADOW_VIEWS))
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("case", ["max_k3s1p1", "avg_no_pad_count", "adaptive_avg"])
+def test_half_pool2d_of_views_matches_cpu(case, dtype, view, path):  # noqa: F811
+    """The widening into a shadow and the rounding back (whole-span runs for dense operands,
+    row by row otherwise) keep every element where the view puts it."""
+    fn, is_max, n, op = POOL_CASES[case]
+    shape, take = SHADOW_VIEWS[view]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(6))
+    if is_max:
+        x[0, 1, 2, 3] = float("nan")
+    _half_check(
+        "to", lambda t: fn(take(t)), [x], [], dtype, n, (f"aten::{op}", f"aten::{op}_backward"), exact_outputs=is_max
+    )
+
+
 POOL3_CASES = {
     "max3d": (lambda x: F.max_pool3d(x, 2, 2, return_indices=True), True, 1, "max_pool3d_with_indices"),
     "adaptive_max3d": (

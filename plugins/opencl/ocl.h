@@ -246,7 +246,8 @@ typedef struct {
   const ral_tensor* t;
   void* raw;
   float* f;
-  int own;
+  int own;    /* f is a shadow this view holds */
+  size_t cap; /* the shadow's capacity in bytes (it goes back to the thread's cache) */
 } ocl_f32_view;
 /*! 1 when t (NULL: an empty view) is float32/float16/bfloat16 with host memory (and its
  *  shadow allocated), else 0 with nothing to close. */
