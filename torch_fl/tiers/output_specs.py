@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._prims_common import suggest_memory_format
+
+from torch_fl.tensor.layout import contiguous_strides, strides_in_format
 
 
 def _meta(shape, dtype):
@@ -84,3 +87,37 @@ def adjust(name, out_specs, full):
             for k in (1, 2):
                 out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
         out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
+
+
+# Outputs CPU allocates in its input's suggested memory format (ATen's batch_norm_cpu and
+# batch_norm_backward_cpu: empty_like(input, input.suggest_memory_format())): channels_last
+# for a channels_last input, row-major for any other, a permuted one included, whose strides
+# the meta kernel keeps and CPU does not. op -> (position of that input, output indices)
+SUGGESTED_FORMAT_OUTPUTS = {
+    "aten::native_batch_norm": (0, (0,)),
+    "aten::native_batch_norm_backward": (1, (0,)),
+}
+
+
+def suggested_format_layouts(name, full, out_specs):
+    """Per output, the strides CPU gives it where it lays it out other than row-major (batch
+    norm of a channels_last input), else None; None when CPU's results are all row-major."""
+    rule = SUGGESTED_FORMAT_OUTPUTS.get(name)
+    if rule is None or not isinstance(full[rule[0]], torch.Tensor):
+        return None
+    fmt = suggest_memory_format(full[rule[0]])
+    if fmt is torch.contiguous_format:
+        return None
+    layouts = [None] * len(out_specs)
+    for k in rule[1]:
+        spec = out_specs[k]
+        if spec is None:
+            continue
+        shape = spec[0]
+        stride = strides_in_format(shape, fmt)
+        # strides differing from row-major only in size-1 dims lay nothing out differently
+        if [s for n, s in zip(shape, stride) if n != 1] != [
+            s for n, s in zip(shape, contiguous_strides(shape)) if n != 1
+        ]:
+            layouts[k] = stride
+    return tuple(layouts) if any(st is not None for st in layouts) else None
