@@ -34,7 +34,7 @@ from torch_fl.mode import ral_mode
 from torch_fl.observe import conformance as C
 from torch_fl.tensor.layout import contiguous_strides, is_dense, significant_strides
 
-TOL = {"rtol": 1e-4, "atol": 1e-4}
+TOL = {"rtol": 1e-4, "atol": 1e-4, "equal_nan": True}  # LPPool of negative inputs: NaN where CPU has NaN
 STYLES = ("device", "mode")
 
 
@@ -80,6 +80,12 @@ CASES = {
     "adaptive_avg_pool2d": (lambda: nn.AdaptiveAvgPool2d(3), (2, 4, 7, 6), None),
     "max_pool3d": (lambda: nn.MaxPool3d(2), (2, 3, 4, 4, 6), None),
     "avg_pool3d": (lambda: nn.AvgPool3d(2), (2, 3, 4, 4, 6), None),
+    "max_unpool2d": (
+        _fn("max_unpool2d", lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2)),
+        (2, 4, 6, 4),
+        None,
+    ),
+    "channel_shuffle": (lambda: nn.ChannelShuffle(2), (2, 4, 5, 6), None),
     "upsample_nearest": (lambda: nn.Upsample(scale_factor=2), (2, 4, 3, 5), None),
     "upsample_bilinear": (lambda: nn.Upsample(scale_factor=2, mode="bilinear"), (2, 4, 3, 5), None),
     "relu": (lambda: nn.ReLU(), (2, 4, 5, 6), None),

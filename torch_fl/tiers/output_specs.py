@@ -13,8 +13,6 @@ import math
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_fl.tensor.layout import contiguous_strides, strides_in_format
-
 
 def _meta(shape, dtype):
     return torch.empty(shape, dtype=dtype, device="meta")
@@ -90,34 +88,36 @@ def adjust(name, out_specs, full):
 
 
 # Outputs CPU allocates in its input's suggested memory format (ATen's batch_norm_cpu and
-# batch_norm_backward_cpu: empty_like(input, input.suggest_memory_format())): channels_last
-# for a channels_last input, row-major for any other, a permuted one included, whose strides
-# the meta kernel keeps and CPU does not. op -> (position of that input, output indices)
+# batch_norm_backward_cpu, max_unpool2d's and channel_shuffle's CPU kernels:
+# empty_like(input, input.suggest_memory_format()) or the like): channels_last for a
+# channels_last input, row-major for any other, a permuted one included. The meta kernels and
+# decompositions do not follow this (a permuted input's strides kept, or row-major always), so
+# the vendor and decomp tiers ask this table. op -> (position of that input, output indices)
 SUGGESTED_FORMAT_OUTPUTS = {
     "aten::native_batch_norm": (0, (0,)),
     "aten::native_batch_norm_backward": (1, (0,)),
+    "aten::max_unpool2d": (0, (0,)),
+    "aten::channel_shuffle": (0, (0,)),
 }
 
 
-def suggested_format_layouts(name, full, out_specs):
-    """Per output, the strides CPU gives it where it lays it out other than row-major (batch
-    norm of a channels_last input), else None; None when CPU's results are all row-major."""
+def suggested_format(name, full):
+    """(memory format, output indices) where CPU lays op `name`'s outputs out in its input's
+    suggested memory format and that is not row-major for this call's input; else None."""
     rule = SUGGESTED_FORMAT_OUTPUTS.get(name)
     if rule is None or not isinstance(full[rule[0]], torch.Tensor):
         return None
     fmt = suggest_memory_format(full[rule[0]])
-    if fmt is torch.contiguous_format:
-        return None
-    layouts = [None] * len(out_specs)
-    for k in rule[1]:
-        spec = out_specs[k]
-        if spec is None:
-            continue
-        shape = spec[0]
-        stride = strides_in_format(shape, fmt)
-        # strides differing from row-major only in size-1 dims lay nothing out differently
-        if [s for n, s in zip(shape, stride) if n != 1] != [
-            s for n, s in zip(shape, contiguous_strides(shape)) if n != 1
-        ]:
-            layouts[k] = stride
-    return tuple(layouts) if any(st is not None for st in layouts) else None
+    return None if fmt is torch.contiguous_format else (fmt, rule[1])
+
+
+def in_format(res, fmt, outputs):
+    """res (one tensor or a tuple) with each listed output in memory format fmt: a copy only
+    where it is laid out otherwise (strides differing in size-1 dims only count as equal)."""
+    single = isinstance(res, torch.Tensor)
+    outs = [res] if single else list(res)
+    for k in outputs:
+        o = outs[k]
+        if o is not None and not o.is_contiguous(memory_format=fmt):
+            outs[k] = o.contiguous(memory_format=fmt)
+    return outs[0] if single else tuple(outs)
