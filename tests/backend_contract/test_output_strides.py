@@ -13,8 +13,9 @@ results and gradients are compared with that row-major layout.
 
 Batch norm's kernels take row-major operands only (manifest `requires_contiguous`); its
 channels_last result used to come back row-major (288, 36, 6, 1) where CPU gives
-(288, 1, 48, 8). The vendor tier now copies such results into the meta kernel's layout
-(tiers/vendor.py RelayoutRun).
+(288, 1, 48, 8). The vendor tier now copies such results into CPU's layout
+(tiers/vendor.py RelayoutRun); max_unpool2d and channel_shuffle, which the decomp tier serves,
+came back row-major too (tiers/output_specs.py SUGGESTED_FORMAT_OUTPUTS serves both tiers).
 
 Under `-m slow`: every op_db op (float32) on channels_last samples, and module_db's conv,
 norm and pool modules, forward and backward.
