@@ -69,3 +69,20 @@ def strided_view(t, how: str = "slice"):
     else:
         v = t.detach().unsqueeze(0).expand(2, *t.shape)[1]
     return v.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else v
+
+
+# Where a device's result layout differs from CPU's because PyTorch itself takes another path
+# off CPU (CUDA gives the same as ral), or because PyTorch's own decomposition, which the
+# decomp tier runs, orders dims otherwise than its CPU kernel.
+LAYOUT_AS_OFF_CPU = {
+    "nn.functional.one_hot": "one_hot's non-CPU branch compares against an arange (as on CUDA)",
+    "nn.functional.max_pool1d": "CPU has a max_pool1d fast path; off CPU it is max_pool2d of an unsqueezed input",
+    "ldexp": "torch._decomp's ldexp (self * pow(2, other)) orders broadcast dims unlike CPU's kernel",
+    "nn.functional.conv*": "a convolution's layout is its backend's: row-major for a PrivateUse1 device "
+    "(ConvBackend::Overrideable), which torch.compile's fake tensors expect; CPU's mkldnn keeps the input's",
+}
+
+
+def layout_off_cpu(name: str) -> bool:
+    """Whether op_db op `name` is laid out as PyTorch lays it out off CPU (LAYOUT_AS_OFF_CPU)."""
+    return name in LAYOUT_AS_OFF_CPU or any(k.endswith("*") and name.startswith(k[:-1]) for k in LAYOUT_AS_OFF_CPU)

@@ -23,7 +23,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sweep_support import DEVICES, column_major, need_device
+from sweep_support import DEVICES, column_major, layout_off_cpu, need_device
 
 from torch_fl.core.registry import REGISTRY
 from torch_fl.device.index import parse_device
@@ -111,22 +111,6 @@ def test_permuted_inputs_match_cpu_values_and_layout(dev, op, style):
     assert checked, f"no sample of {op.name} ran on CPU"
 
 
-# Where a device's result layout differs from CPU's because PyTorch itself takes another path
-# off CPU (CUDA gives the same as ral), or because PyTorch's own decomposition, which the
-# decomp tier runs, orders dims otherwise than its CPU kernel.
-LAYOUT_AS_OFF_CPU = {
-    "nn.functional.one_hot": "one_hot's non-CPU branch compares against an arange (as on CUDA)",
-    "nn.functional.max_pool1d": "CPU has a max_pool1d fast path; off CPU it is max_pool2d of an unsqueezed input",
-    "ldexp": "torch._decomp's ldexp (self * pow(2, other)) orders broadcast dims unlike CPU's kernel",
-    "nn.functional.conv*": "a convolution's layout is its backend's: row-major for a PrivateUse1 device "
-    "(ConvBackend::Overrideable), which torch.compile's fake tensors expect; CPU's mkldnn keeps the input's",
-}
-
-
-def _layout_off_cpu(name: str) -> bool:
-    return name in LAYOUT_AS_OFF_CPU or any(k.endswith("*") and name.startswith(k[:-1]) for k in LAYOUT_AS_OFF_CPU)
-
-
 ALL_OPS = [op for op, _ in C.select(C.load_op_db()) if not C._seeded_random(op)]
 LAYOUT_SAMPLES = 2
 
@@ -136,7 +120,7 @@ def _layout_mismatches(dev: str, dtype: torch.dtype, style: str) -> tuple[int, l
     results were compared and the ones laid out unlike CPU's (dense, more than one element)."""
     compared, bad = 0, []
     for op in ALL_OPS:
-        if _layout_off_cpu(C.opinfo_name(op)) or dtype not in op.supported_dtypes("cpu"):
+        if layout_off_cpu(C.opinfo_name(op)) or dtype not in op.supported_dtypes("cpu"):
             continue
         for sample in C.samples_of(op, dtype, LAYOUT_SAMPLES):
             sample = sample.transform(column_major)

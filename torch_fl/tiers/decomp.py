@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_fl.core.registry import REGISTRY
 from torch_fl.tensor.layout import significant_strides
 from torch_fl.tensor.op_schema import UNFAITHFUL_DECOMPOSITIONS, schema_of
+from torch_fl.tiers.output_specs import in_format, suggested_format
 from torch_fl.tiers.protocol import Declined
 from torch_fl.tiers.rnn_cells import DEVICE_ONLY
 from torch_fl.tiers.vendor import to_meta
@@ -35,12 +36,15 @@ class DecompRun:
     """Run a decomposition; a guard stops an op from decomposing into itself."""
 
     tier = "decomp"
-    __slots__ = ("sch", "dev", "fn")
+    __slots__ = ("sch", "dev", "fn", "relayout")
 
-    def __init__(self, sch, dev, fn):
+    def __init__(self, sch, dev, fn, relayout=None):
         self.sch = sch
         self.dev = dev
         self.fn = fn
+        # (memory format, outputs) where CPU's kernel lays the result out otherwise than the
+        # decomposition does (max_unpool2d of a channels_last input): fixed per signature
+        self.relayout = relayout
 
     def run(self, args, kwargs, full):
         """Execute the decomposition (its ops come back through the router)."""
@@ -48,9 +52,10 @@ class DecompRun:
         func = self.sch.func
         active.add(func)
         try:
-            return self.fn(*args, **kwargs)
+            res = self.fn(*args, **kwargs)
         finally:
             active.discard(func)
+        return res if self.relayout is None else in_format(res, *self.relayout)
 
 
 def build(sch, args, kwargs, full, dev, kernel_free=frozenset()):
@@ -69,14 +74,15 @@ def build(sch, args, kwargs, full, dev, kernel_free=frozenset()):
         return DecompRun(sch, dev, device_only)
     if sch.name in UNFAITHFUL_DECOMPOSITIONS:
         raise Declined(UNFAITHFUL_DECOMPOSITIONS[sch.name])
+    relayout = suggested_format(sch.name, full)
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        return DecompRun(sch, dev, func.decompose)
+        return DecompRun(sch, dev, func.decompose, relayout)
     fn = _decompositions().get(func)
     if fn is None:
         raise Declined("no decomposition")
     if not _stays_on_vendor(fn, sch, args, kwargs, dev, kernel_free):
         raise Declined("the decomposition differs from the op's meta result or needs ops without vendor kernels")
-    return DecompRun(sch, dev, fn)
+    return DecompRun(sch, dev, fn, relayout)
 
 
 def _signature_of(result):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch._prims_common import suggest_memory_format
 
 
 def _meta(shape, dtype):
@@ -84,3 +85,39 @@ def adjust(name, out_specs, full):
             for k in (1, 2):
                 out_specs[k] = ((0,), (1,), out_specs[k][2], 0)
         out_specs[1:] = [_bn_stat_spec(sp, full) for sp in out_specs[1:]]
+
+
+# Outputs CPU allocates in its input's suggested memory format (ATen's batch_norm_cpu and
+# batch_norm_backward_cpu, max_unpool2d's and channel_shuffle's CPU kernels:
+# empty_like(input, input.suggest_memory_format()) or the like): channels_last for a
+# channels_last input, row-major for any other, a permuted one included. The meta kernels and
+# decompositions do not follow this (a permuted input's strides kept, or row-major always), so
+# the vendor and decomp tiers ask this table. op -> (position of that input, output indices)
+SUGGESTED_FORMAT_OUTPUTS = {
+    "aten::native_batch_norm": (0, (0,)),
+    "aten::native_batch_norm_backward": (1, (0,)),
+    "aten::max_unpool2d": (0, (0,)),
+    "aten::channel_shuffle": (0, (0,)),
+}
+
+
+def suggested_format(name, full):
+    """(memory format, output indices) where CPU lays op `name`'s outputs out in its input's
+    suggested memory format and that is not row-major for this call's input; else None."""
+    rule = SUGGESTED_FORMAT_OUTPUTS.get(name)
+    if rule is None or not isinstance(full[rule[0]], torch.Tensor):
+        return None
+    fmt = suggest_memory_format(full[rule[0]])
+    return None if fmt is torch.contiguous_format else (fmt, rule[1])
+
+
+def in_format(res, fmt, outputs):
+    """res (one tensor or a tuple) with each listed output in memory format fmt: a copy only
+    where it is laid out otherwise (strides differing in size-1 dims only count as equal)."""
+    single = isinstance(res, torch.Tensor)
+    outs = [res] if single else list(res)
+    for k in outputs:
+        o = outs[k]
+        if o is not None and not o.is_contiguous(memory_format=fmt):
+            outs[k] = o.contiguous(memory_format=fmt)
+    return outs[0] if single else tuple(outs)

@@ -21,7 +21,7 @@ from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
 from torch_fl.tiers.cpu import ROW_MAJOR_RESULTS
 from torch_fl.tiers.launch import launch_packed
-from torch_fl.tiers.output_specs import OUTPUT_SPECS
+from torch_fl.tiers.output_specs import OUTPUT_SPECS, in_format, suggested_format
 from torch_fl.tiers.output_specs import adjust as adjust_output_specs
 from torch_fl.tiers.packing import (
     TAG_BOOL,
@@ -383,6 +383,30 @@ def _meta_layouts(out_specs, metas):
     return fixed
 
 
+class RelayoutRun:
+    """A row-major kernel's results copied into the layout CPU gives them.
+
+    CPU (and CUDA) return batch norm of a channels_last input channels_last, and torch.compile's
+    fake tensors say so too, but a kernel declaring requires_contiguous writes row-major only:
+    so the kernel runs on row-major operands as before and each such output is copied once
+    into CPU's layout (output_specs.SUGGESTED_FORMAT_OUTPUTS). Meta kernels are no guide here:
+    for a permuted input they keep its strides where CPU's batch norm and softmax/layer norm
+    backward return row-major. The plan is cached per signature (a channels_last input's
+    strides are in the key), so row-major calls never meet this wrapper."""
+
+    tier = "vendor"
+    __slots__ = ("inner", "fmt", "outputs", "fast_call")
+
+    def __init__(self, inner, fmt, outputs):
+        self.inner = inner
+        self.fmt, self.outputs = fmt, outputs
+        self.fast_call = self.run
+
+    def run(self, args, kwargs, full):
+        """Run the kernel, then copy the listed outputs into CPU's memory format."""
+        return in_format(self.inner.fast_call(args, kwargs, full), self.fmt, self.outputs)
+
+
 def _pick_entry(entries, dtype, rank, numel):
     code = CODE_OF_TORCH.get(dtype)
     reasons = []
@@ -578,8 +602,12 @@ def build(sch, args, kwargs, full, dev):
     handle = REGISTRY.handle(dev, entry)
     if handle is None:
         raise Declined(f"kernel {entry.kernel} not resolvable")
-    if fresh and not entry.requires_contiguous and sch.name not in ROW_MAJOR_RESULTS:
-        out_specs = _meta_layouts(out_specs, metas)
+    relayout = None
+    if fresh and sch.name not in ROW_MAJOR_RESULTS:
+        if not entry.requires_contiguous:
+            out_specs = _meta_layouts(out_specs, metas)
+        else:
+            relayout = suggested_format(sch.name, full)
     broadcasting = (sch.pointwise or sch.name in BROADCASTING_OPS) and not entry.broadcast
     inputs = []
     for pos in sch.input_positions:
@@ -647,7 +675,7 @@ def build(sch, args, kwargs, full, dev):
     run.fast = None if None in out_specs else _compile_fast(run, full)
     if run.fast is not None:
         run.fast_call = _specialize(run, run.fast)
-    return run
+    return run if relayout is None else RelayoutRun(run, *relayout)
 
 
 _SPECIALIZED = 0  # how many plans got a straight-line function (tests read it)
