@@ -2,6 +2,8 @@
 foreach ops, set_, resize_, version counters and autograd hooks land on the CPU tensor,
 so gradient clipping, GradScaler and optimizers behave as without the mode (ral:0, ral:1)."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -127,3 +129,58 @@ def test_autograd_hooks_fire_on_cpu_tensors(dev):
     assert seen == ["cpu"]
     assert w.grad.device.type == "cpu" and w.grad.tolist() == [0.0, 2.0, 4.0]
     assert accumulated[0].tolist() == [0.0, 2.0, 4.0]
+
+
+def _grad_case():
+    torch.manual_seed(3)
+    x = torch.randn(4, 6, requires_grad=True)
+    return x, torch.randn(4, 6), torch.randn(4, 6)
+
+
+def _outputs(x):
+    return torch.relu(x) * 2, torch.tanh(x)
+
+
+@pytest.mark.parametrize("entry", ["Tensor.backward", "autograd.grad", "autograd.backward", "grad_kwarg"])
+def test_cpu_gradients_for_device_outputs(dev, entry):
+    """A CPU gradient given for an output the mode made on the device (`out.backward(g)`,
+    `autograd.grad(outs, xs, gs)`, `autograd.backward(outs, gs)`) is uploaded beside it, so the
+    result is CPU's instead of a device mismatch inside the backward."""
+    results = []
+    for mode in (False, True):
+        x, g1, g2 = _grad_case()
+        ctx = torch_fl.ral_mode(dev) if mode else contextlib.nullcontext()
+        with ctx:
+            y1, y2 = _outputs(x)
+            if entry == "Tensor.backward":
+                y1.backward(g1)
+                got = x.grad
+            elif entry == "autograd.grad":
+                (got,) = torch.autograd.grad([y1, y2], [x], [g1, g2])
+            elif entry == "autograd.backward":
+                torch.autograd.backward([y1, y2], [g1, g2])
+                got = x.grad
+            else:
+                (got,) = torch.autograd.grad(outputs=y1, inputs=x, grad_outputs=g1)
+        results.append(got.cpu())
+    torch.testing.assert_close(results[1], results[0], rtol=1e-6, atol=1e-6)
+
+
+def test_cpu_gradient_requiring_grad_for_double_backward(dev):
+    """create_graph with a CPU gradient that requires grad: the derivative reaches that
+    gradient (the upload is differentiable), as without the mode."""
+    results = []
+    for mode in (False, True):
+        x, g, _ = _grad_case()
+        g.requires_grad_()
+        if mode:
+            with torch_fl.ral_mode(dev):
+                (gx,) = torch.autograd.grad(torch.tanh(x), x, g, create_graph=True)
+                (gx * gx).sum().backward()
+        else:
+            (gx,) = torch.autograd.grad(torch.tanh(x), x, g, create_graph=True)
+            (gx * gx).sum().backward()
+        assert g.grad is not None and g.grad.device.type == "cpu"
+        results.append((gx.detach().cpu(), g.grad, x.grad))
+    for a, e in zip(results[1], results[0]):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-6)

@@ -194,6 +194,10 @@ _HOST_ONLY_NAMES = {"quantize_per_tensor", "quantize_per_tensor_dynamic", "quant
 # is returned as it is (pinned memory only speeds up a later copy to the device), where the
 # same call outside the mode raises as on CUDA.
 _PIN = -4
+# `out.backward(g)`, `torch.autograd.grad(outs, xs, gs)`, `torch.autograd.backward(outs, gs)`:
+# a CPU gradient given for an output the mode made on the device is uploaded beside it, as a
+# CPU operand of an op is (autograd would hand it to the device op's backward as it is)
+_BACKWARD = -5
 _DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 _KINDS: dict = {}
 
@@ -383,10 +387,10 @@ def _kind(func) -> int:
             k = _PIN
         elif name == "__set__" and getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
             k = _SET_DATA
+        elif func is torch.Tensor.backward or func is torch.autograd.grad or func is torch.autograd.backward:
+            k = _BACKWARD  # its inputs are graph nodes to differentiate for, not data to upload
         elif name in _PASSTHROUGH_NAMES or name in ("__get__", "__set__") or _opaque_handle_op(func):
             k = _PASS
-        elif func is torch.autograd.grad or func is torch.autograd.backward:
-            k = _PASS  # its inputs are graph nodes to differentiate for, not data to upload
         elif name in _VIEW_NAMES:
             k = _VIEW
         elif (
@@ -578,6 +582,37 @@ def upload(t: torch.Tensor, dev: int) -> RalTensor:
     if t.requires_grad and torch.is_grad_enabled():
         return differentiable_upload(t, copy)
     return copy
+
+
+# Where each backward entry point takes (outputs, gradients): positions and keyword names.
+_GRAD_SLOTS = {
+    torch.Tensor.backward: ((0, "self"), (1, "gradient")),
+    torch.autograd.backward: ((0, "tensors"), (1, "grad_tensors")),
+    torch.autograd.grad: ((0, "outputs"), (2, "grad_outputs")),
+}
+
+
+def _grads_placed(func, args, kwargs):
+    """(args, kwargs) of a backward call with each CPU gradient of a device output uploaded
+    to that output's device; the rest as given."""
+    (opos, oname), (gpos, gname) = _GRAD_SLOTS[func]
+    outs, grads = _arg(args, kwargs, opos, oname), _arg(args, kwargs, gpos, gname)
+    if grads is None or outs is None:
+        return args, kwargs
+    single = isinstance(outs, torch.Tensor)
+    outs_t = (outs,) if single else tuple(outs)
+    grads_t = (grads,) if isinstance(grads, torch.Tensor) else tuple(grads)
+    if len(grads_t) != len(outs_t):
+        return args, kwargs  # autograd's own error for the mismatch
+    placed = tuple(
+        upload(g, o.device.index) if type(o) is RalTensor and _is_cpu_tensor(g) else g for o, g in zip(outs_t, grads_t)
+    )
+    value = placed[0] if single and isinstance(grads, torch.Tensor) else placed
+    if len(args) > gpos:
+        args = (*args[:gpos], value, *args[gpos + 1 :])
+    else:
+        kwargs = {**kwargs, gname: value}
+    return args, kwargs
 
 
 def _has_cpu_tensor(args, kwargs) -> bool:
@@ -1038,7 +1073,7 @@ class ral_mode(TorchFunctionMode):
         cached: the compiled graph reads its CPU inputs afresh on every call) instead of the
         runtime's native calls, which Dynamo cannot trace."""
         kind = _static_kind(func)
-        if kind == _PASS or kind == _SWAP or kind == _NUMPY or kind == _SET_DATA:
+        if kind == _PASS or kind == _SWAP or kind == _NUMPY or kind == _SET_DATA or kind == _BACKWARD:
             return func(*args, **kwargs)
         if kind == _PIN:
             return _pin(func, args, kwargs)
@@ -1115,6 +1150,9 @@ class ral_mode(TorchFunctionMode):
         if _PENDING and kind != _COMPUTE and kind != _VIEW:
             _settle(args, kwargs)  # CPU code is about to read or write these tensors (see _PENDING)
         if kind == _PASS:
+            return func(*args, **kwargs)
+        if kind == _BACKWARD:
+            args, kwargs = _grads_placed(func, args, kwargs)
             return func(*args, **kwargs)
         if kind == _PIN:
             return _pin(func, args, kwargs)

@@ -204,14 +204,9 @@ def test_layouts_alternate_through_the_caches(dev):
             torch.testing.assert_close(a.cpu(), e, **TOL)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ral_mode: backward(gradient=CPU tensor) / autograd.grad(grad_outputs=CPU tensor) hands the CPU "
-    "gradient to the device op's backward ('Expected all tensors to be on the same device'); found 2026-12-05, "
-    "left to the mode's owner",
-)
 def test_mode_backward_with_an_explicit_cpu_grad_output():
-    """Under ral_mode, `out.backward(g)` with a CPU `g` gives CPU's gradient (as `(out * g).sum().backward()` does)."""
+    """Under ral_mode, `out.backward(g)` with a CPU `g` gives CPU's gradient (as `(out * g).sum().backward()`
+    does; every backward entry point: tests/test_mode_semantics.py::test_cpu_gradients_for_device_outputs)."""
     need_device("ral:0")
     torch.manual_seed(0)
     x = torch.randn(2, 4, 9, requires_grad=True)
