@@ -407,9 +407,23 @@ def _has_complex_operand(sch, full) -> bool:
     return False
 
 
+def _number_positions(sch) -> tuple:
+    """Positions of an op's `Scalar` (number) arguments that are not NO_PROMOTE_ARGS."""
+    return tuple(
+        p
+        for p, (kind, type_str) in enumerate(zip(sch.kinds, sch.type_strs))
+        if kind == NON_TENSOR and type_str == "number" and sch.names[p] not in NO_PROMOTE_ARGS
+    )
+
+
 def _promotion_target(sch, full, out_dtype):
     """The dtype pointwise inputs must share before a kernel sees them (None: no casts)."""
     operands = [full[p] for p in sch.input_positions if full[p] is not None and sch.names[p] not in NO_PROMOTE_ARGS]
+    if out_dtype == torch.bool:
+        # A comparison's Scalar operand is passed as a kernel scalar, which the kernel
+        # converts to the tensor's dtype: `int_tensor < 0.5` compared with 0. ATen compares
+        # in the promoted dtype (float), so the Scalar joins the promotion.
+        operands += [full[p] for p in _number_positions(sch) if full[p] is not None]
     dtypes = {v.dtype for v in operands if isinstance(v, torch.Tensor)}
     numbers = any(not isinstance(v, torch.Tensor) for v in operands)
     if out_dtype is not None and out_dtype != torch.bool:
