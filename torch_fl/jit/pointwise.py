@@ -313,6 +313,10 @@ def _build(sch, args, kwargs, full, dev):
         for v in promo
     ]
     ct = compute_dtype(promo, torch.bool if tmpl.compares else out_dtype)
+    if not fresh and not tmpl.compares and promo and compute_dtype(promo, torch.bool) != out_dtype:
+        # ATen computes in the operands' dtype, then casts to the written tensor or raises
+        # (int.add_(1.5)); the cpu tier does that
+        raise Unfit("operands promote to another dtype than the tensor written")
     if not ct.is_floating_point and not tmpl.ints:
         raise Unfit("integer computation of a float-only template")
     spec = PointwiseSpec(outs=[out_dtype], single_op=True)
