@@ -490,6 +490,14 @@ def _scalar_key(dev, dtype, src, v):
     return None  # complex and others: not cached
 
 
+def _host_number(shape, v, dtype):
+    """Python number v filled as dtype, converted as ATen converts a wrapped number: an int
+    wraps into a narrower integer dtype (uint8 + 1000 adds 232) where torch.full raises."""
+    if type(v) is int and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+        return torch.full(shape, v, dtype=torch.int64).to(dtype)
+    return torch.full(shape, v, dtype=dtype)
+
+
 def _device_scalar(v, dtype, dev, src):
     """A 0-dim tensor on ral:dev holding Python number v as dtype (cached)."""
     key = _scalar_key(dev, dtype, src, v)
@@ -497,7 +505,8 @@ def _device_scalar(v, dtype, dev, src):
         hit = _SCALARS.get(key)
         if hit is not None:
             return hit
-    out = to_device(torch.full((), v, dtype=src if isinstance(src, torch.dtype) else dtype), dev, dtype)
+    host = torch.full((), v, dtype=src) if isinstance(src, torch.dtype) else _host_number((), v, dtype)
+    out = to_device(host, dev, dtype)
     if key is not None and v == v:
         if len(_SCALARS) >= _SCALARS_MAX:
             _SCALARS.clear()
@@ -514,7 +523,7 @@ def _number_prep(dtype, dev, shape=()):
         return prep_scalar
 
     def prep(v):
-        return to_device(torch.full(shape, v, dtype=dtype), dev)
+        return to_device(_host_number(shape, v, dtype), dev)
 
     return prep
 
