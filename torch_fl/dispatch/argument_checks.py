@@ -110,9 +110,33 @@ def _convolution_check(full) -> None:
         )
 
 
+def _alpha_check(full) -> None:
+    # ATen BinaryOps.h alpha_check, on the operands' common dtype. The meta path is
+    # torch._refs.add, which raises ValueError ("alpha argument of type <class 'float'> cannot
+    # be safely cast ...") where CPU raises RuntimeError with this message.
+    alpha = full[2]
+    a, b = full[0], full[1]
+    dtype = torch.result_type(a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) else None
+    if dtype is None or alpha is None:
+        return
+    if type(alpha) is bool and dtype != torch.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if type(alpha) is float and not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if type(alpha) is complex and not dtype.is_complex:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+def _sub_and_alpha_check(full) -> None:
+    _sub_check(full)
+    _alpha_check(full)
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
+_ADDITIONS = ("add.Tensor", "add_.Tensor", "add.out", "add.Scalar", "add_.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
-CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
+CHECKS = {f"aten::{name}": _sub_and_alpha_check for name in _SUBTRACTIONS}
+CHECKS.update({f"aten::{name}": _alpha_check for name in _ADDITIONS})
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
