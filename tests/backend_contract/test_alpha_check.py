@@ -6,10 +6,9 @@ raising ValueError ("alpha argument of type <class 'float'> cannot be safely cas
 <class 'int'>!") from torch._refs.add, the meta path the router plans with. Every call, both
 devices, both styles: the same exception type and message as CPU, or the same values."""
 
-import warnings
-
 import pytest
 import torch
+from cpu_outcomes import check_outcomes, outcomes
 
 import torch_fl
 
@@ -38,32 +37,14 @@ def _calls(d):
 
 
 def _outcomes(d):
-    out = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for call in _calls(d):
-            try:
-                out.append(("value", call().cpu()))
-            except Exception as e:  # noqa: BLE001 - the exception itself is compared
-                out.append((type(e), str(e)))
-    return out
-
-
-def _check(got, expected):
-    assert len(got) == len(expected)
-    for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
-        assert gk == ek, (gv, ev)
-        if ek == "value":
-            torch.testing.assert_close(gv, ev, rtol=0, atol=0)
-        else:
-            assert gv == ev
+    return outcomes(_calls(d))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_alpha_check_raises_as_cpu(device):
     expected = _outcomes("cpu")
     assert sum(k is RuntimeError for k, _ in expected) == 9
-    _check(_outcomes(device), expected)
+    check_outcomes(_outcomes(device), expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -71,4 +52,4 @@ def test_alpha_check_under_ral_mode(device):
     expected = _outcomes("cpu")
     with torch_fl.ral_mode(device):
         got = _outcomes("cpu")
-    _check(got, expected)
+    check_outcomes(got, expected)

@@ -132,11 +132,29 @@ def _sub_and_alpha_check(full) -> None:
     _alpha_check(full)
 
 
+def _addcdiv_check(full) -> None:
+    # ATen PointwiseOps.cpp addcdiv: integer division refused. The meta function raises the
+    # same text as a Python tuple (its message lambda returns a tuple of the pieces).
+    t1, t2 = _dtype(full[1]), _dtype(full[2])
+    if t1 is not None and t2 is not None and not (t1.is_floating_point or t1.is_complex):
+        if not (t2.is_floating_point or t2.is_complex):
+            raise RuntimeError(
+                "Integer division with addcdiv is no longer supported, and in a future  "
+                "release addcdiv will perform a true division of tensor1 and tensor2. "
+                "The historic addcdiv behavior can be implemented as "
+                "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) "
+                "for integer inputs and as (input + value * tensor1 / tensor2) for float inputs. "
+                "The future addcdiv behavior is just the latter implementation: "
+                "(input + value * tensor1 / tensor2), for all dtypes."
+            )
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 _ADDITIONS = ("add.Tensor", "add_.Tensor", "add.out", "add.Scalar", "add_.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_and_alpha_check for name in _SUBTRACTIONS}
 CHECKS.update({f"aten::{name}": _alpha_check for name in _ADDITIONS})
+CHECKS.update({f"aten::{name}": _addcdiv_check for name in ("addcdiv", "addcdiv_", "addcdiv.out")})
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
