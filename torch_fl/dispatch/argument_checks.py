@@ -149,12 +149,42 @@ def _addcdiv_check(full) -> None:
             )
 
 
+def _zero_size_reduction_check(fn: str, wrap: bool):
+    # ATen zero_numel_check_dims for reductions without an identity (ReduceOps.cpp): an empty
+    # input reduced over a zero-size dim raises IndexError naming that dim (as given, or
+    # wrapped for max/min.dim). Their meta functions raise RuntimeError with other messages
+    # ("reducing over zero-size dimension ..."), and max.dim/min.dim reached the host kernel.
+    def check(full) -> None:
+        x, dims = full[0], full[1]
+        if not isinstance(x, torch.Tensor) or x.numel() != 0 or x.dim() == 0:
+            return
+        if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+            if fn in ("argmax()", "argmin()"):
+                raise IndexError(f"{fn}: Expected reduction dim to be specified for input.numel() == 0.")
+            raise RuntimeError(
+                f"{fn}: Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
+        for d in dims if isinstance(dims, (list, tuple)) else (dims,):
+            if not -x.dim() <= d < x.dim():
+                return  # the meta function raises the out-of-range error
+            if x.shape[d] == 0:
+                shown = d % x.dim() if wrap else d
+                raise IndexError(f"{fn}: Expected reduction dim {shown} to have non-zero size.")
+
+    return check
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 _ADDITIONS = ("add.Tensor", "add_.Tensor", "add.out", "add.Scalar", "add_.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
 CHECKS = {f"aten::{name}": _sub_and_alpha_check for name in _SUBTRACTIONS}
 CHECKS.update({f"aten::{name}": _alpha_check for name in _ADDITIONS})
 CHECKS.update({f"aten::{name}": _addcdiv_check for name in ("addcdiv", "addcdiv_", "addcdiv.out")})
+for _op, _wrap in (("amax", False), ("amin", False), ("argmax", True), ("argmin", True), ("max", True), ("min", True)):
+    _overloads = (f"{_op}.dim", f"{_op}.dim_{_op}") if _op in ("max", "min") else (_op, f"{_op}.out")
+    for _name in _overloads:
+        CHECKS[f"aten::{_name}"] = _zero_size_reduction_check(f"{_op}()", _wrap)
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
