@@ -20,11 +20,11 @@ def outcomes(calls) -> list:
 
 
 def check_outcomes(got, expected, rtol=0.0, atol=0.0) -> None:
-    """The same exceptions (type and message) and the same values, within rtol/atol."""
+    """The same exceptions (type and message) and the same values (NaN equal NaN) within rtol/atol."""
     assert len(got) == len(expected)
     for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
         assert gk == ek, (gv, ev)
         if ek == "value":
-            torch.testing.assert_close(gv, ev, rtol=rtol, atol=atol)
+            torch.testing.assert_close(gv, ev, rtol=rtol, atol=atol, equal_nan=True)
         else:
             assert gv == ev

@@ -149,6 +149,23 @@ def _addcdiv_check(full) -> None:
             )
 
 
+def _repeated_dims_check(full) -> None:
+    # ATen dim_list_to_bitset (WrapDimUtilsMulti.h): a dim listed twice, after wrapping. The
+    # meta path (torch._prims_common) says "duplicate value in the list of dims" instead.
+    x, dims = full[0], full[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(dims, (list, tuple)):
+        return
+    n = max(x.dim(), 1)
+    seen = set()
+    for d in dims:
+        if not -n <= d < n:
+            return  # the meta function raises the out-of-range error
+        w = d % n
+        if w in seen:
+            raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+        seen.add(w)
+
+
 def _zero_size_reduction_check(fn: str, wrap: bool):
     # ATen zero_numel_check_dims for reductions without an identity (ReduceOps.cpp): an empty
     # input reduced over a zero-size dim raises IndexError naming that dim (as given, or
@@ -185,6 +202,20 @@ for _op, _wrap in (("amax", False), ("amin", False), ("argmax", True), ("argmin"
     _overloads = (f"{_op}.dim", f"{_op}.dim_{_op}") if _op in ("max", "min") else (_op, f"{_op}.out")
     for _name in _overloads:
         CHECKS[f"aten::{_name}"] = _zero_size_reduction_check(f"{_op}()", _wrap)
+
+
+def _chain(*checks):
+    def check(full) -> None:
+        for c in checks:
+            c(full)
+
+    return check
+
+
+for _name in ("sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out", "var.correction", "var.correction_out"):
+    CHECKS[f"aten::{_name}"] = _repeated_dims_check
+for _name in ("amax", "amax.out", "amin", "amin.out"):
+    CHECKS[f"aten::{_name}"] = _chain(CHECKS[f"aten::{_name}"], _repeated_dims_check)  # CPU checks sizes first
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
