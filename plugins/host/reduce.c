@@ -650,7 +650,8 @@ ral_status host_var_correction(const ral_kernel_call* c) {
   if (!host_scalar_num(c, 1, &corr, &corr_i)) corr = 1; /* correction=None means 1 */
   double* means = malloc(sizeof(double) * (size_t)(P.M ? P.M : 1));
   if (!means) return host_fail(c, RAL_ERROR_OUT_OF_MEMORY, "no memory for row means");
-  fin_ctx fc = {1.0, (double)P.L - corr, means};
+  /* aten divides by max(0, N - correction): a correction past N gives inf, not a negative variance */
+  fin_ctx fc = {1.0, fmax((double)P.L - corr, 0.0), means};
   run_plan(&P, R_SUM, fin_mean, &fc, NULL);
   run_plan(&P, R_SQDEV, fin_var, &fc, means);
   free(means);

@@ -110,9 +110,112 @@ def _convolution_check(full) -> None:
         )
 
 
+def _alpha_check(full) -> None:
+    # ATen BinaryOps.h alpha_check, on the operands' common dtype. The meta path is
+    # torch._refs.add, which raises ValueError ("alpha argument of type <class 'float'> cannot
+    # be safely cast ...") where CPU raises RuntimeError with this message.
+    alpha = full[2]
+    a, b = full[0], full[1]
+    dtype = torch.result_type(a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) else None
+    if dtype is None or alpha is None:
+        return
+    if type(alpha) is bool and dtype != torch.bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if type(alpha) is float and not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if type(alpha) is complex and not dtype.is_complex:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+def _sub_and_alpha_check(full) -> None:
+    _sub_check(full)
+    _alpha_check(full)
+
+
+def _addcdiv_check(full) -> None:
+    # ATen PointwiseOps.cpp addcdiv: integer division refused. The meta function raises the
+    # same text as a Python tuple (its message lambda returns a tuple of the pieces).
+    t1, t2 = _dtype(full[1]), _dtype(full[2])
+    if t1 is not None and t2 is not None and not (t1.is_floating_point or t1.is_complex):
+        if not (t2.is_floating_point or t2.is_complex):
+            raise RuntimeError(
+                "Integer division with addcdiv is no longer supported, and in a future  "
+                "release addcdiv will perform a true division of tensor1 and tensor2. "
+                "The historic addcdiv behavior can be implemented as "
+                "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) "
+                "for integer inputs and as (input + value * tensor1 / tensor2) for float inputs. "
+                "The future addcdiv behavior is just the latter implementation: "
+                "(input + value * tensor1 / tensor2), for all dtypes."
+            )
+
+
+def _repeated_dims_check(full) -> None:
+    # ATen dim_list_to_bitset (WrapDimUtilsMulti.h): a dim listed twice, after wrapping. The
+    # meta path (torch._prims_common) says "duplicate value in the list of dims" instead.
+    x, dims = full[0], full[1]
+    if not isinstance(x, torch.Tensor) or not isinstance(dims, (list, tuple)):
+        return
+    n = max(x.dim(), 1)
+    seen = set()
+    for d in dims:
+        if not -n <= d < n:
+            return  # the meta function raises the out-of-range error
+        w = d % n
+        if w in seen:
+            raise RuntimeError(f"dim {w} appears multiple times in the list of dims")
+        seen.add(w)
+
+
+def _zero_size_reduction_check(fn: str, wrap: bool):
+    # ATen zero_numel_check_dims for reductions without an identity (ReduceOps.cpp): an empty
+    # input reduced over a zero-size dim raises IndexError naming that dim (as given, or
+    # wrapped for max/min.dim). Their meta functions raise RuntimeError with other messages
+    # ("reducing over zero-size dimension ..."), and max.dim/min.dim reached the host kernel.
+    def check(full) -> None:
+        x, dims = full[0], full[1]
+        if not isinstance(x, torch.Tensor) or x.numel() != 0 or x.dim() == 0:
+            return
+        if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+            if fn in ("argmax()", "argmin()"):
+                raise IndexError(f"{fn}: Expected reduction dim to be specified for input.numel() == 0.")
+            raise RuntimeError(
+                f"{fn}: Expected reduction dim to be specified for input.numel() == 0. "
+                "Specify the reduction dim with the 'dim' argument."
+            )
+        for d in dims if isinstance(dims, (list, tuple)) else (dims,):
+            if not -x.dim() <= d < x.dim():
+                return  # the meta function raises the out-of-range error
+            if x.shape[d] == 0:
+                shown = d % x.dim() if wrap else d
+                raise IndexError(f"{fn}: Expected reduction dim {shown} to have non-zero size.")
+
+    return check
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
+_ADDITIONS = ("add.Tensor", "add_.Tensor", "add.out", "add.Scalar", "add_.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
-CHECKS = {f"aten::{name}": _sub_check for name in _SUBTRACTIONS}
+CHECKS = {f"aten::{name}": _sub_and_alpha_check for name in _SUBTRACTIONS}
+CHECKS.update({f"aten::{name}": _alpha_check for name in _ADDITIONS})
+CHECKS.update({f"aten::{name}": _addcdiv_check for name in ("addcdiv", "addcdiv_", "addcdiv.out")})
+for _op, _wrap in (("amax", False), ("amin", False), ("argmax", True), ("argmin", True), ("max", True), ("min", True)):
+    _overloads = (f"{_op}.dim", f"{_op}.dim_{_op}") if _op in ("max", "min") else (_op, f"{_op}.out")
+    for _name in _overloads:
+        CHECKS[f"aten::{_name}"] = _zero_size_reduction_check(f"{_op}()", _wrap)
+
+
+def _chain(*checks):
+    def check(full) -> None:
+        for c in checks:
+            c(full)
+
+    return check
+
+
+for _name in ("sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out", "var.correction", "var.correction_out"):
+    CHECKS[f"aten::{_name}"] = _repeated_dims_check
+for _name in ("amax", "amax.out", "amin", "amin.out"):
+    CHECKS[f"aten::{_name}"] = _chain(CHECKS[f"aten::{_name}"], _repeated_dims_check)  # CPU checks sizes first
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check

@@ -32,6 +32,10 @@ _FAST: dict = {}
 _FAST_MAX = 8192
 ON_REGISTER.append(_FAST.clear)
 router.DECISIONS.on_clear.append(_FAST.clear)
+# The default dtype is an input of every call that promotes integers with a float (int / int,
+# int + 1.5): the decisions were made under _DEFAULT_DTYPE[0] and are dropped when it changes.
+_DEFAULT_DTYPE = [torch.get_default_dtype()]
+_get_default_dtype = torch.get_default_dtype
 # Observers (coverage, trace): callables (op_name, tier, dev, t0, t1, args). Empty = no cost.
 OBSERVERS: list = []
 
@@ -160,6 +164,8 @@ def _fast_key(func, args):
 
 def dispatch(func, args, kwargs):
     """Run one aten op whose arguments include RalTensors."""
+    if _get_default_dtype() is not _DEFAULT_DTYPE[0]:
+        _default_dtype_changed()
     if not kwargs and not OBSERVERS:
         fkey = _fast_key(func, args)
         if fkey is not None:
@@ -171,6 +177,12 @@ def dispatch(func, args, kwargs):
         return _dispatch_slow(func, args, kwargs, None)
     except PlainRalArgument:  # before any side effect: signature() runs first in _route
         return plain_fallback(func, *args, **kwargs)
+
+
+def _default_dtype_changed() -> None:
+    """Forget the decisions (and the fast cache) made under the previous default dtype."""
+    _DEFAULT_DTYPE[0] = _get_default_dtype()
+    router.invalidate()
 
 
 def _dispatch_slow(func, args, kwargs, fkey):

@@ -28,6 +28,10 @@ class E:
     def _bin(self, sym, other, swap=False, dt=None):
         o = lift(other, self.dt)
         a, b = (o, self) if swap else (self, o)
+        if dt is None and self.dt == _BOOL and sym in "+-*":
+            # C does bool arithmetic in int (True + True * True is 2), which a bool store
+            # kept as the byte 2; torch's bool result is that value != 0
+            return E("bin", ("!=", E("bin", (sym, a, b), torch.int32), E("lit", (0,), torch.int32)), _BOOL)
         return E("bin", (sym, a, b), dt or self.dt)
 
     def __add__(self, o):

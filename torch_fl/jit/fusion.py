@@ -233,9 +233,11 @@ class FuseMode(TorchDispatchMode):
         tmpl = _CAST if func is _TO_COPY else template_for(func)
         promo = []
         for pos, v in enumerate(full):
-            if sch.kinds[pos] != NON_TENSOR and v is not None and sch.names[pos] not in NO_PROMOTE_ARGS:
+            if v is None or sch.names[pos] in NO_PROMOTE_ARGS:
+                continue
+            if sch.kinds[pos] != NON_TENSOR or sch.type_strs[pos] == "number":
                 promo.append(torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v)
-        ct = opmath(compute_dtype(promo, out_dtype))
+        ct = opmath(compute_dtype(promo, torch.bool if tmpl.compares else out_dtype))
         if not ct.is_floating_point and not tmpl.ints:
             raise Unfit("int")
         stored = {out_dtype} | {v.dtype for v in full if isinstance(v, torch.Tensor)}

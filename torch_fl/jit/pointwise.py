@@ -45,7 +45,8 @@ class Unfit(Exception):
 
 
 def compute_dtype(operands, out_dtype: torch.dtype) -> torch.dtype:
-    """The dtype a pointwise op computes in: its float result, else the operands' promotion."""
+    """The dtype a pointwise op computes in: its float result, else the operands' promotion
+    (a bool result: a comparison; its Scalar operands count, as `int_tensor < 0.5` is float)."""
     if out_dtype.is_floating_point:
         return out_dtype
     if out_dtype != torch.bool or not operands:
@@ -304,14 +305,18 @@ def _build(sch, args, kwargs, full, dev):
         to_meta(v) if isinstance(v, torch.Tensor) and type(v) is RalTensor else v
         for pos, what, v in items
         if what in ("tensor", "cpu0", "scalar")
-        and sch.kinds[pos] != NON_TENSOR
+        and (sch.kinds[pos] != NON_TENSOR or sch.type_strs[pos] == "number")
         and sch.names[pos] not in NO_PROMOTE_ARGS
     ]
     promo = [
         torch.empty((), dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
         for v in promo
     ]
-    ct = compute_dtype(promo, out_dtype)
+    ct = compute_dtype(promo, torch.bool if tmpl.compares else out_dtype)
+    if not fresh and not tmpl.compares and promo and compute_dtype(promo, torch.bool) != out_dtype:
+        # ATen computes in the operands' dtype, then casts to the written tensor or raises
+        # (int.add_(1.5)); the cpu tier does that
+        raise Unfit("operands promote to another dtype than the tensor written")
     if not ct.is_floating_point and not tmpl.ints:
         raise Unfit("integer computation of a float-only template")
     spec = PointwiseSpec(outs=[out_dtype], single_op=True)

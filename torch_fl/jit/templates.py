@@ -29,6 +29,9 @@ class Template:
 
     fn: object
     ints: bool = False
+    # A comparison computes in its operands' promoted dtype whatever it writes (bool, or
+    # self's dtype in place: int.lt_(0.5) compares in float).
+    compares: bool = False
 
 
 TEMPLATES: dict[str, Template] = {}
@@ -485,7 +488,7 @@ def _cmp(sym):
 
 for _name, _sym in {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}.items():
     for _ov in ("Tensor", "Scalar"):
-        TEMPLATES[f"aten::{_name}.{_ov}"] = Template(_cmp(_sym), ints=True)
+        TEMPLATES[f"aten::{_name}.{_ov}"] = Template(_cmp(_sym), ints=True, compares=True)
 
 
 @_t("aten::logical_and", ints=True)

@@ -431,21 +431,66 @@ def _has_complex_operand(sch, full) -> bool:
     return False
 
 
-def _promotion_target(sch, full, out_dtype):
-    """The dtype pointwise inputs must share before a kernel sees them (None: no casts)."""
-    operands = [full[p] for p in sch.input_positions if full[p] is not None and sch.names[p] not in NO_PROMOTE_ARGS]
-    dtypes = {v.dtype for v in operands if isinstance(v, torch.Tensor)}
-    numbers = any(not isinstance(v, torch.Tensor) for v in operands)
-    if out_dtype is not None and out_dtype != torch.bool:
-        return None if (dtypes <= {out_dtype} and not numbers) else out_dtype
-    if len(dtypes) <= 1 and not numbers:
-        return None
+# Scalar arguments that never join type promotion (add's alpha, masked_fill's value).
+_UNPROMOTED_NUMBERS = frozenset({"alpha", "value"})
+
+
+def _number_positions(sch) -> tuple:
+    """Positions of an op's `Scalar` (number) operands: those that join type promotion."""
+    return tuple(
+        p
+        for p, (kind, type_str) in enumerate(zip(sch.kinds, sch.type_strs))
+        if kind == NON_TENSOR
+        and type_str == "number"
+        and sch.names[p] not in NO_PROMOTE_ARGS
+        and sch.names[p] not in _UNPROMOTED_NUMBERS
+    )
+
+
+def _operands(sch, full, numbers: bool) -> list:
+    """An op's promoting operands (tensors and wrapped numbers; its Scalars when `numbers`)."""
+    out = [full[p] for p in sch.input_positions if full[p] is not None and sch.names[p] not in NO_PROMOTE_ARGS]
+    if numbers:
+        out += [full[p] for p in _number_positions(sch) if full[p] is not None]
+    return out
+
+
+def _common_dtype(operands):
+    """ATen's result type of pointwise operands (DEFAULT promotion)."""
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
     _, result = elementwise_dtypes(
         *[to_meta(v) for v in operands], type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
     )
     return result
+
+
+def _promotion_target(sch, full, out_dtype):
+    """The dtype pointwise inputs must share before a kernel sees them (None: no casts)."""
+    # A comparison's Scalar operand is passed as a kernel scalar, which the kernel converts
+    # to the tensor's dtype: `int_tensor < 0.5` compared with 0. ATen compares in the
+    # promoted dtype (float), so the Scalar joins the promotion.
+    operands = _operands(sch, full, numbers=out_dtype == torch.bool)
+    dtypes = {v.dtype for v in operands if isinstance(v, torch.Tensor)}
+    numbers = any(not isinstance(v, torch.Tensor) for v in operands)
+    if out_dtype is not None and out_dtype != torch.bool:
+        return None if (dtypes <= {out_dtype} and not numbers) else out_dtype
+    if len(dtypes) <= 1 and not numbers:
+        return None
+    return _common_dtype(operands)
+
+
+def _check_written_dtype(sch, full, out_dtype) -> None:
+    """Decline an in-place or out= pointwise call whose operands promote to another dtype
+    than the tensor it writes: ATen computes in the operands' dtype and casts the result
+    (uint8 5 - 8 into a float64 out= is 253.0), or raises where that cast is not allowed
+    (int.add_(1.5)); a vendor kernel computes in the written dtype."""
+    operands = _operands(sch, full, numbers=True)
+    if not any(isinstance(v, torch.Tensor) for v in operands):
+        return
+    common = _common_dtype(operands)
+    if common != out_dtype:
+        raise Declined(f"computes in {common} and writes {out_dtype}")
 
 
 # (device, stream, target dtype, source type or dtype, value, sign) -> 0-dim device tensor.
@@ -469,6 +514,14 @@ def _scalar_key(dev, dtype, src, v):
     return None  # complex and others: not cached
 
 
+def _host_number(shape, v, dtype):
+    """Python number v filled as dtype, converted as ATen converts a wrapped number: an int
+    wraps into a narrower integer dtype (uint8 + 1000 adds 232) where torch.full raises."""
+    if type(v) is int and not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool):
+        return torch.full(shape, v, dtype=torch.int64).to(dtype)
+    return torch.full(shape, v, dtype=dtype)
+
+
 def _device_scalar(v, dtype, dev, src):
     """A 0-dim tensor on ral:dev holding Python number v as dtype (cached)."""
     key = _scalar_key(dev, dtype, src, v)
@@ -476,7 +529,8 @@ def _device_scalar(v, dtype, dev, src):
         hit = _SCALARS.get(key)
         if hit is not None:
             return hit
-    out = to_device(torch.full((), v, dtype=src if isinstance(src, torch.dtype) else dtype), dev, dtype)
+    host = torch.full((), v, dtype=src) if isinstance(src, torch.dtype) else _host_number((), v, dtype)
+    out = to_device(host, dev, dtype)
     if key is not None and v == v:
         if len(_SCALARS) >= _SCALARS_MAX:
             _SCALARS.clear()
@@ -493,7 +547,7 @@ def _number_prep(dtype, dev, shape=()):
         return prep_scalar
 
     def prep(v):
-        return to_device(torch.full(shape, v, dtype=dtype), dev)
+        return to_device(_host_number(shape, v, dtype), dev)
 
     return prep
 
@@ -587,6 +641,8 @@ def build(sch, args, kwargs, full, dev):
     probe = first if first is not None else (full[out_pos[0]] if out_pos else None)
     dtype = probe.dtype if probe is not None else out_dtype
     rank = probe.dim() if probe is not None else len(out_shape)
+    if sch.pointwise and not fresh and out_dtype is not None:
+        _check_written_dtype(sch, full, out_dtype)
     target = _promotion_target(sch, full, out_dtype) if sch.pointwise else None
     # The kernel sees the promoted dtype (real * complex runs a complex kernel), so that is
     # the dtype the manifest entry must declare; a complex operand the kernel would not see

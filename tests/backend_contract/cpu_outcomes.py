@@ -1,0 +1,30 @@
+"""Helpers for tests that compare a list of calls with CPU: each call's value, or its
+exception type and message."""
+
+import warnings
+
+import torch
+
+
+def outcomes(calls) -> list:
+    """("value", result on CPU) or (exception type, message) per call, warnings silenced."""
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for call in calls:
+            try:
+                out.append(("value", call().cpu()))
+            except Exception as e:  # noqa: BLE001 - the exception itself is compared
+                out.append((type(e), str(e)))
+    return out
+
+
+def check_outcomes(got, expected, rtol=0.0, atol=0.0) -> None:
+    """The same exceptions (type and message) and the same values (NaN equal NaN) within rtol/atol."""
+    assert len(got) == len(expected)
+    for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
+        assert gk == ek, (gv, ev)
+        if ek == "value":
+            torch.testing.assert_close(gv, ev, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            assert gv == ev
