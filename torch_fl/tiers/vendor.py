@@ -362,6 +362,12 @@ class VendorRun:
         return outs[0] if self.single else tuple(outs)
 
 
+# Ops whose first tensor is not their data (where's condition): the manifest entry declares
+# the result dtype the kernel computes in (float64 values through a float-only kernel lost
+# their low bits on ral:1).
+_ENTRY_DTYPE_IS_RESULT = {"aten::where.self"}
+
+
 def _first_tensor(sch, full):
     for pos in sch.input_positions:
         v = full[pos]
@@ -648,6 +654,8 @@ def build(sch, args, kwargs, full, dev):
     # the dtype the manifest entry must declare; a complex operand the kernel would not see
     # as complex (a non-pointwise op taking the first operand's dtype) is declined.
     kernel_dtype = target or dtype
+    if sch.name in _ENTRY_DTYPE_IS_RESULT and out_dtype is not None:
+        kernel_dtype = out_dtype
     entry = _pick_entry(entries, kernel_dtype, rank, numel)
     if kernel_dtype is not None and not kernel_dtype.is_complex and _has_complex_operand(sch, full):
         raise Declined("complex operand of a real kernel")
