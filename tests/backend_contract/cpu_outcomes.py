@@ -1,5 +1,5 @@
 """Helpers for tests that compare a list of calls with CPU: each call's value, or its
-exception type and message."""
+exception type and message; or a list of results, dtype and values."""
 
 import warnings
 
@@ -28,3 +28,11 @@ def check_outcomes(got, expected, rtol=0.0, atol=0.0) -> None:
             torch.testing.assert_close(gv, ev, rtol=rtol, atol=atol, equal_nan=True)
         else:
             assert gv == ev
+
+
+def check_results(got, expected, rtol=0.0, atol=0.0, equal_nan=False) -> None:
+    """Result k of `got` (any device) has result k of `expected`'s dtype and values within rtol/atol."""
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e, rtol=rtol, atol=atol, equal_nan=equal_nan)

@@ -7,6 +7,7 @@ equal_nan)."""
 
 import pytest
 import torch
+from cpu_outcomes import check_results
 
 import torch_fl
 
@@ -42,18 +43,12 @@ def _input():
     return x
 
 
-def _check(got, expected):
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype
-        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0, equal_nan=True)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_nan_bounds_give_nan_as_on_cpu(device):
     x = _input()
     got = _program(x.to(device))
     assert all(g.device == torch.device(device) for g in got)
-    _check(got, _program(x))
+    check_results(got, _program(x), equal_nan=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -62,10 +57,10 @@ def test_nan_bounds_under_ral_mode_match_cpu(device):
     expected = _program(x)
     with torch_fl.ral_mode(device):
         got = _program(x)
-    _check(got, expected)
+    check_results(got, expected, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_float16_and_strided_inputs_with_nan_bounds(device):
     x = _input().to(torch.float16).t()
-    _check(_program(x.to(device)), _program(x))
+    check_results(_program(x.to(device)), _program(x), equal_nan=True)

@@ -10,6 +10,7 @@ CPU exactly (bool and integer results)."""
 
 import pytest
 import torch
+from cpu_outcomes import check_results
 
 import torch_fl
 from torch_fl.dispatch import router
@@ -35,13 +36,6 @@ def _input(dtype):
     return torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]]).to(dtype)
 
 
-def _check(got, expected):
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype
-        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0)
-
-
 @pytest.fixture(params=["default", "jit"])
 def routing(request):
     if request.param == "jit":
@@ -56,7 +50,7 @@ def routing(request):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_comparison_with_a_number_matches_cpu(device, dtype, routing):
     x = _input(dtype)
-    _check(_program(x.to(device)), _program(x))
+    check_results(_program(x.to(device)), _program(x))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -66,7 +60,7 @@ def test_comparison_with_a_number_under_ral_mode_matches_cpu(device, dtype):
     expected = _program(x)
     with torch_fl.ral_mode(device):
         got = _program(x)
-    _check(got, expected)
+    check_results(got, expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -76,4 +70,4 @@ def test_comparison_with_a_number_in_a_fuse_region_matches_cpu(device):
     xd = x.to(device)
     with torch_fl.fuse():
         got = [(xd + 0) < 0.5, (xd * 1) >= 2.5, ((xd - 0) == 1e10).to(torch.int32) + 1]
-    _check(got, expected)
+    check_results(got, expected)

@@ -8,6 +8,7 @@ atol=0 (the same integer inputs, one division or addition each)."""
 
 import pytest
 import torch
+from cpu_outcomes import check_results
 
 import torch_fl
 
@@ -35,12 +36,6 @@ def _inputs():
     return a, b, u
 
 
-def _check(got, expected):
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype
-        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0)
-
-
 @pytest.fixture
 def restore_default_dtype():
     before = torch.get_default_dtype()
@@ -57,7 +52,7 @@ def test_result_dtype_follows_set_default_dtype(device, restore_default_dtype):
         torch.set_default_dtype(default)
         expected = _program(*inputs)
         assert expected[0].dtype == default
-        _check(_program(*moved), expected)
+        check_results(_program(*moved), expected)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -68,4 +63,4 @@ def test_result_dtype_follows_set_default_dtype_under_ral_mode(device, restore_d
         expected = _program(*inputs)
         with torch_fl.ral_mode(device):
             got = _program(*inputs)
-        _check(got, expected)
+        check_results(got, expected)

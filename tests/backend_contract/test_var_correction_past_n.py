@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from cpu_outcomes import check_results
 
 import torch_fl
 
@@ -30,13 +31,6 @@ def _program(x):
     return out
 
 
-def _check(got, expected):
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype
-        torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-6, equal_nan=True)
-
-
 def _input(dtype):
     return torch.randn(20, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
 
@@ -47,7 +41,7 @@ def test_var_with_correction_past_n_matches_cpu(device, dtype):
     x = _input(dtype)
     expected = _program(x)
     assert any(e.isinf().any() for e in expected)  # the inputs reach the max(0, ...) case
-    _check(_program(x.to(device)), expected)
+    check_results(_program(x.to(device)), expected, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -56,4 +50,4 @@ def test_var_with_correction_past_n_under_ral_mode(device):
     expected = _program(x)
     with torch_fl.ral_mode(device):
         got = _program(x)
-    _check(got, expected)
+    check_results(got, expected, rtol=1e-5, atol=1e-6, equal_nan=True)

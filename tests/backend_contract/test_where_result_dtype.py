@@ -8,6 +8,7 @@ both devices, in both styles; compared with CPU exactly."""
 
 import pytest
 import torch
+from cpu_outcomes import check_results
 
 import torch_fl
 
@@ -36,18 +37,12 @@ def _inputs():
     return cond, x64, i64, x32, h
 
 
-def _check(got, expected):
-    for g, e in zip(got, expected, strict=True):
-        assert g.dtype == e.dtype
-        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_where_keeps_the_result_dtype_on_device(device):
     ins = _inputs()
     got = _program(*(t.to(device) for t in ins))
     assert all(g.device == torch.device(device) for g in got)
-    _check(got, _program(*ins))
+    check_results(got, _program(*ins))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -56,4 +51,4 @@ def test_where_keeps_the_result_dtype_under_ral_mode(device):
     expected = _program(*ins)
     with torch_fl.ral_mode(device):
         got = _program(*ins)
-    _check(got, expected)
+    check_results(got, expected)
