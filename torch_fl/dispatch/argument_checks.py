@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.tiers.vendor import to_meta
+
 
 def _dtype(v):
     if isinstance(v, torch.Tensor):
@@ -110,20 +112,13 @@ def _convolution_check(full) -> None:
         )
 
 
-def _promotion_proxy(v):
-    """A meta stand-in for a tensor operand with what type promotion reads (dtype, whether it
-    is 0-dim): torch.result_type on a device tensor would dispatch an op of its own."""
-    if isinstance(v, torch.Tensor):
-        return torch.empty(() if v.dim() == 0 else (1,), dtype=v.dtype, device="meta")
-    return v
-
-
 def _alpha_check(full) -> None:
     # ATen BinaryOps.h alpha_check, on the operands' common dtype. The meta path is
     # torch._refs.add, which raises ValueError ("alpha argument of type <class 'float'> cannot
     # be safely cast ...") where CPU raises RuntimeError with this message.
     alpha = full[2]
-    a, b = _promotion_proxy(full[0]), _promotion_proxy(full[1])
+    # meta stand-ins: torch.result_type on a device tensor would dispatch an op of its own
+    a, b = to_meta(full[0]), to_meta(full[1])
     dtype = torch.result_type(a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) else None
     if dtype is None or alpha is None:
         return
