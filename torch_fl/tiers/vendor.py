@@ -362,21 +362,22 @@ class VendorRun:
         return outs[0] if self.single else tuple(outs)
 
 
-# Ops whose first tensor is not their data (where's condition): the manifest entry declares
-# the result dtype the kernel computes in (float64 values through a float-only kernel lost
-# their low bits on ral:1).
-_ENTRY_DTYPE_IS_RESULT = {"aten::where.self"}
-
-
 def _first_tensor(sch, full):
+    """The operand whose dtype a manifest entry names: the first data tensor, passing over a
+    condition or mask (where's condition is bool whatever its values' dtype: float64 values
+    went through a float-only kernel on ral:1), which counts only when no other tensor does."""
+    fallback = None
     for pos in sch.input_positions:
         v = full[pos]
         if sch.kinds[pos] == TENSOR_LIST:
-            if v:
-                return v[0]
-        elif isinstance(v, torch.Tensor):  # a Tensor-typed slot may hold a Python number (rsub)
+            v = v[0] if v else None
+        if not isinstance(v, torch.Tensor):  # a Tensor-typed slot may hold a Python number (rsub)
+            continue
+        if sch.names[pos] not in NO_PROMOTE_ARGS:
             return v
-    return None
+        if fallback is None:
+            fallback = v
+    return fallback
 
 
 def _meta_layouts(out_specs, metas):
@@ -654,8 +655,6 @@ def build(sch, args, kwargs, full, dev):
     # the dtype the manifest entry must declare; a complex operand the kernel would not see
     # as complex (a non-pointwise op taking the first operand's dtype) is declined.
     kernel_dtype = target or dtype
-    if sch.name in _ENTRY_DTYPE_IS_RESULT and out_dtype is not None:
-        kernel_dtype = out_dtype
     entry = _pick_entry(entries, kernel_dtype, rank, numel)
     if kernel_dtype is not None and not kernel_dtype.is_complex and _has_complex_operand(sch, full):
         raise Declined("complex operand of a real kernel")
