@@ -75,6 +75,27 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-6):
     torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
 
 
+def dnnl_loads() -> bool:
+    """Whether oneDNN 2.x (Debian's libdnnl.so.2, which the plugins dlopen) loads here."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libdnnl.so.2")
+    except OSError:
+        return False
+    return True
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has the bfloat16 arithmetic oneDNN 2.x uses (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run code in a fresh interpreter (for settings that are fixed at import time)."""
     full_env = dict(os.environ)

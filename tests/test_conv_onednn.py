@@ -19,12 +19,11 @@ in the last place plus `2 * eps * sqrt(n)` for a reduction of n unit-scale terms
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import pytest
 import torch
-from conftest import plugin_device, run_python
+from conftest import dnnl_loads, native_bf16, plugin_device, run_python
 
 F32 = (1e-4, 1e-4)
 
@@ -65,24 +64,6 @@ torch.ral.synchronize(dev)
 torch.save(out, {path!r})
 print("CHILD-DONE")
 """
-
-
-def _dnnl_loads() -> bool:
-    try:
-        ctypes.CDLL("libdnnl.so.2")
-    except OSError:
-        return False
-    return True
-
-
-def _native_bf16() -> bool:
-    """Whether this CPU has bfloat16 arithmetic oneDNN 2.x uses (AVX512-BF16 or AMX-BF16)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def _expected(name, xs, ws, kw, cl, dtype=torch.float32):
@@ -133,7 +114,7 @@ def _dnnl_conv_lines(stdout: str) -> list[str]:
     return [ln for ln in stdout.splitlines() if ln.startswith("onednn_verbose,exec,cpu,convolution,")]
 
 
-@pytest.mark.skipif(not _dnnl_loads(), reason="libdnnl.so.2 does not load here (no libdnnl-dev): im2col only")
+@pytest.mark.skipif(not dnnl_loads(), reason="libdnnl.so.2 does not load here (no libdnnl-dev): im2col only")
 def test_float32_convolutions_run_on_onednn_and_match_cpu(tmp_path):
     """Forward, backward_data and backward_weights primitives of the plugin's oneDNN ran."""
     plugin_device("host")
@@ -145,7 +126,7 @@ def test_float32_convolutions_run_on_onednn_and_match_cpu(tmp_path):
     _check_values(results)
 
 
-@pytest.mark.skipif(not _dnnl_loads(), reason="libdnnl.so.2 does not load here: nothing to switch off")
+@pytest.mark.skipif(not dnnl_loads(), reason="libdnnl.so.2 does not load here: nothing to switch off")
 def test_torch_fl_host_dnnl_0_runs_im2col_and_matches_cpu(tmp_path):
     """TORCH_FL_HOST_DNNL=0: no oneDNN convolution runs; conv.c's own kernel gives CPU's values."""
     plugin_device("host")
@@ -154,9 +135,9 @@ def test_torch_fl_host_dnnl_0_runs_im2col_and_matches_cpu(tmp_path):
     _check_values(results)
 
 
-@pytest.mark.skipif(not _dnnl_loads(), reason="libdnnl.so.2 does not load here: both plugins widen to float32")
+@pytest.mark.skipif(not dnnl_loads(), reason="libdnnl.so.2 does not load here: both plugins widen to float32")
 @pytest.mark.skipif(
-    not _native_bf16(), reason="no AVX512-BF16/AMX-BF16: oneDNN's bfloat16 convolution is reference code here"
+    not native_bf16(), reason="no AVX512-BF16/AMX-BF16: oneDNN's bfloat16 convolution is reference code here"
 )
 @pytest.mark.parametrize("plugin", ["host", "opencl"])
 def test_bfloat16_convolutions_run_on_onednn_bf16_and_match_cpu(tmp_path, plugin):

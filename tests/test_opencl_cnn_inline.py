@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import torch_fl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_python  # noqa: E402
+from conftest import dnnl_loads, run_python  # noqa: E402
 
 # The OpenCL device (skips without one, or when it is not a CPU runtime) and the plugin's counters.
 from test_opencl_latency import _NAMES, _SO, DEV, counters  # noqa: E402
@@ -35,20 +35,12 @@ _SO.ral_opencl_inline.restype = ctypes.c_int
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
 
-def _dnnl_loads() -> bool:
-    try:
-        ctypes.CDLL("libdnnl.so.2")
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture(params=["inline", "queued"])
 def path(request):
     """Inline (the default) or queued (`ral_opencl_inline(0)`); restored afterwards."""
     if _SO.ral_opencl_inline(-1) < 0:
         pytest.skip(f"{DEV} cannot run commands inline (not a CPU device with unified host memory)")
-    if request.param == "inline" and not _dnnl_loads():
+    if request.param == "inline" and not dnnl_loads():
         pytest.skip("libdnnl.so.2 does not load here: convolutions keep the OpenCL kernels")
     torch.ral.synchronize(DEV)
     before = _SO.ral_opencl_inline(1 if request.param == "inline" else 0)

@@ -8,15 +8,13 @@
 
 #include <stdint.h>
 
-#include "ral_plugin.h"
+#include "dnnl_lib.h"
 
 typedef enum {
   RAL_DNNL_FORWARD,          /* y = conv(x, w) (+ bias) */
   RAL_DNNL_BACKWARD_DATA,    /* x = the input gradient from y (grad_output) and w */
   RAL_DNNL_BACKWARD_WEIGHTS, /* w (and bias) = the weight (and bias) gradient from x and y */
 } ral_dnnl_kind;
-
-enum { RAL_DNNL_DONE = 0, RAL_DNNL_DECLINED = 1, RAL_DNNL_FAILED = 2 };
 
 /* A regular convolution's parameters, one entry per spatial dim of x (x->ndim - 2). */
 typedef struct {
@@ -33,9 +31,5 @@ enum { RAL_DNNL_X, RAL_DNNL_W, RAL_DNNL_BIAS, RAL_DNNL_Y, RAL_DNNL_N_OPERANDS };
  *  DECLINED (nothing written: the caller runs its own kernel); FAILED (outputs touched). */
 int ral_dnnl_conv(ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* const t[RAL_DNNL_N_OPERANDS],
                   void* const host[RAL_DNNL_N_OPERANDS], int team);
-
-/*! Whether libdnnl was found at build time and loads now (the switch RAL_DNNL_SWITCH names,
- *  set to 0 in the environment: never). */
-int ral_dnnl_available(void);
 
 #endif /* RAL_DNNL_CONV_H */

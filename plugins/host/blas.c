@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dnnl_matmul.h"
 #include "host.h"
 #include "pool.h"
 
@@ -410,6 +411,110 @@ static void gemm_batches(const mat* C, const mat* A, const mat* B, double alpha,
   }
 }
 
+static ral_status gemm_staged(const ral_tensor* out, const ral_tensor* a, const ral_tensor* b, double alpha,
+                              double beta);
+
+/* 16-bit products on oneDNN (plugins/common/dnnl_matmul.c), one call per panel of C's rows (a
+ * range of batches for rank 3), each on one thread, the panels claimed from the plugin's pool.
+ * One oneDNN call with an OpenMP team of two splits its work statically: when the Python thread
+ * takes one of the two cores (dispatching the next ops), the half on that core finishes late
+ * and the product took 1.5-2x its time alone (GPT-2's 51 GEMMs: 46 ms in a training step
+ * against 16 ms synchronized). Panels claimed dynamically lose nothing to a busy core. When
+ * oneDNN declines every panel (a shape it has only reference code for) nothing is written and
+ * the caller stages the whole product; a panel declined among others runs gemm_staged alone. */
+#define DNNL_PANEL_ROWS 32
+#define DNNL_MAX_PANELS 256
+typedef struct {
+  const ral_tensor *out, *a, *b;
+  double alpha, beta;
+  int a_cols;     /* rank 2, A column-major */
+  int64_t height; /* rows (rank 2) or batches (rank 3) per panel */
+  _Atomic int failed;
+  unsigned char declined[DNNL_MAX_PANELS];
+} dnnl_panel_job;
+
+/* t with dim `d` cut to [start, start + len): sizes in `sizes` (t's rank). */
+static ral_tensor slice_dim(const ral_tensor* t, int d, int64_t start, int64_t len, int64_t* sizes) {
+  ral_tensor s = *t;
+  for (int i = 0; i < t->ndim; i++) sizes[i] = t->sizes[i];
+  sizes[d] = len;
+  s.sizes = sizes;
+  s.byte_offset += (uint64_t)(start * t->strides[d] * host_dtype_size(t->dtype));
+  return s;
+}
+
+/* Panel p's operands: rows of out and a, b whole (rank 2); batches of all three (rank 3). */
+static void panel_of(const dnnl_panel_job* j, int64_t p, ral_tensor ts[3], int64_t sizes[3][3]) {
+  int64_t start = p * j->height, len = j->out->sizes[0] - start < j->height ? j->out->sizes[0] - start : j->height;
+  ts[0] = slice_dim(j->out, 0, start, len, sizes[0]);
+  ts[1] = slice_dim(j->a, 0, start, len, sizes[1]);
+  ts[2] = j->out->ndim == 3 ? slice_dim(j->b, 0, start, len, sizes[2]) : *j->b;
+}
+
+static void dnnl_panel_range(int64_t p0, int64_t p1, void* arg) {
+  dnnl_panel_job* j = arg;
+  for (int64_t p = p0; p < p1; p++) {
+    ral_tensor ts[3];
+    int64_t sizes[3][3];
+    panel_of(j, p, ts, sizes);
+    /* a row panel of a column-major A (a weight gradient's x^T) is strided both ways, which
+     * oneDNN's one-thread brgemm does not take (it runs its slower gemm:jit): copy it into a
+     * dense column-major block first */
+    void* block = NULL;
+    ral_tensor dense_a;
+    int64_t dense_strides[2];
+    const ral_tensor* src = &ts[1];
+    if (j->a_cols && ts[1].sizes[0] < j->a->sizes[0]) {
+      block = malloc((size_t)(ts[1].sizes[0] * ts[1].sizes[1] * host_dtype_size(ts[1].dtype)));
+      if (!block) {
+        j->declined[p] = 1;
+        continue;
+      }
+      dense_strides[0] = 1;
+      dense_strides[1] = ts[1].sizes[0];
+      dense_a = (ral_tensor){block, 0, ts[1].dtype, 2, ts[1].sizes, dense_strides};
+      src = &dense_a;
+      if (host_copy(src, &ts[1]) != RAL_OK) j->failed = 1;
+    }
+    const ral_tensor* t[RAL_DNNL_MM_N_OPERANDS] = {&ts[0], src, &ts[2]};
+    void* hp[RAL_DNNL_MM_N_OPERANDS] = {host_ptr(&ts[0]), host_ptr(src), host_ptr(&ts[2])};
+    int r = j->failed ? RAL_DNNL_FAILED : ral_dnnl_matmul(t, hp, j->alpha, j->beta, 1);
+    free(block);
+    if (r == RAL_DNNL_FAILED) j->failed = 1;
+    j->declined[p] = r == RAL_DNNL_DECLINED;
+  }
+}
+
+/* DONE, FAILED, or DECLINED when oneDNN took no panel (nothing written: gemm_staged runs). */
+static int dnnl_panels(const ral_tensor* out, const ral_tensor* a, const ral_tensor* b, double alpha, double beta) {
+  int a_cols = out->ndim == 2 && a->sizes[0] > 1 && a->strides[0] == 1 && a->strides[1] != 1;
+  dnnl_panel_job* j = calloc(1, sizeof *j);
+  if (!j) return RAL_DNNL_DECLINED;
+  *j = (dnnl_panel_job){.out = out, .a = a, .b = b, .alpha = alpha, .beta = beta, .a_cols = a_cols};
+  int64_t span = out->sizes[0], threads = host_pool_team_size();
+  int64_t height = out->ndim == 3 ? 1 : DNNL_PANEL_ROWS;
+  if (span / (2 * threads) > height) height = span / (2 * threads); /* ~2 panels a thread */
+  if (out->ndim == 2) height = (height + DNNL_PANEL_ROWS - 1) / DNNL_PANEL_ROWS * DNNL_PANEL_ROWS;
+  if ((span + height - 1) / height > DNNL_MAX_PANELS) height = (span + DNNL_MAX_PANELS - 1) / DNNL_MAX_PANELS;
+  j->height = height;
+  int64_t n = (span + height - 1) / height;
+  host_parallel_for(n, 1, dnnl_panel_range, j);
+  int64_t declined = 0;
+  for (int64_t p = 0; p < n; p++) declined += j->declined[p];
+  /* all declined: nothing written, the caller stages the whole product; some: those panels */
+  int result = declined == n ? RAL_DNNL_DECLINED : RAL_DNNL_DONE;
+  for (int64_t p = 0; p < n && declined < n && !j->failed; p++) {
+    if (!j->declined[p]) continue;
+    ral_tensor ts[3];
+    int64_t sizes[3][3];
+    panel_of(j, p, ts, sizes);
+    if (gemm_staged(&ts[0], &ts[1], &ts[2], alpha, beta) != RAL_OK) j->failed = 1;
+  }
+  if (j->failed) result = RAL_DNNL_FAILED;
+  free(j);
+  return result;
+}
+
 /* out = beta * out + alpha * A @ B (out already holds the addend when beta != 0). */
 static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a,
                          const ral_tensor* b, double alpha, double beta) {
@@ -418,7 +523,7 @@ static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const 
   if (!host_dtype_is_float(dt) || a->dtype != dt || b->dtype != dt)
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "dtypes %s @ %s -> %s are not supported",
                      host_dtype_name(a->dtype), host_dtype_name(b->dtype), host_dtype_name(dt));
-  mat A = mat_of(a), B = mat_of(b), C = mat_of(out), C0 = C;
+  mat A = mat_of(a), B = mat_of(b), C = mat_of(out);
   if (A.cols != B.rows || C.rows != A.rows || C.cols != B.cols || A.nb != C.nb || B.nb != C.nb)
     return host_fail(c, RAL_ERROR_INVALID_ARGUMENT,
                      "shapes [%lld, %lld, %lld] @ [%lld, %lld, %lld] -> [%lld, %lld, %lld] mismatch",
@@ -428,6 +533,20 @@ static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const 
   if (A.rows > INT_MAX || A.cols > INT_MAX || B.cols > INT_MAX)
     return host_fail(c, RAL_ERROR_UNSUPPORTED, "a matrix dimension exceeds 2^31");
   if (C.nb == 0 || C.rows == 0 || C.cols == 0) return RAL_OK;
+  if ((dt == RAL_DTYPE_BFLOAT16 || dt == RAL_DTYPE_FLOAT16) && ral_dnnl_matmul_takes(dt)) {
+    int r = dnnl_panels(out, a, b, alpha, beta);
+    if (r == RAL_DNNL_FAILED) return host_fail(c, RAL_ERROR_INTERNAL, "oneDNN matmul failed");
+    if (r == RAL_DNNL_DONE) return RAL_OK;
+  }
+  ral_status st = gemm_staged(out, a, b, alpha, beta);
+  return st == RAL_OK ? st : host_fail(c, st, "%s", host_last_error());
+}
+
+/* The product through OpenBLAS: operands BLAS cannot take as they are (16-bit, or strides no
+ * BLAS form has) staged into contiguous float32 copies, the output rounded back once. */
+static ral_status gemm_staged(const ral_tensor* out, const ral_tensor* a, const ral_tensor* b, double alpha,
+                              double beta) {
+  mat A = mat_of(a), B = mat_of(b), C = mat_of(out), C0 = C;
   ral_status st = stage(&A, 1);
   if (st == RAL_OK) st = stage(&B, 1);
   if (st == RAL_OK) st = stage(&C, beta != 0);
@@ -440,7 +559,7 @@ static ral_status matmul(const ral_kernel_call* c, const ral_tensor* out, const 
   unstage(&A, NULL);
   unstage(&B, NULL);
   unstage(&C, st == RAL_OK ? &C0 : NULL);
-  return st == RAL_OK ? st : host_fail(c, st, "%s", host_last_error());
+  return st;
 }
 
 /* Output and the two matrix operands (the last two inputs) have rank `rank`. */

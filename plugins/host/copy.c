@@ -159,7 +159,7 @@ static void copy_cast_row(int64_t n, char* const* p, const int64_t* s, const voi
 /* float32 <-> float16/bfloat16 without the double pivot: autocast casts every matmul's
  * operands, and the pivot made those copies 3-5x slower than the conversion itself. */
 #define DEF_HALF_CAST(NAME, DT, ST, CONV)                                                   \
-  static void NAME(int64_t n, char* const* p, const int64_t* s, const void* ctx) {          \
+  HOST_SIMD_CLONES static void NAME(int64_t n, char* const* p, const int64_t* s, const void* ctx) { \
     (void)ctx;                                                                              \
     if (s[0] == (int64_t)sizeof(DT) && s[1] == (int64_t)sizeof(ST)) {                       \
       DT* restrict d = (DT*)p[0];                                                           \

@@ -148,6 +148,12 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
   return copy_launch(c, OCL_K_copy_bytes, OCL_K_copy_bytesc, dst, src, &g);
 }
 
+/* float32 to or from float16/bfloat16 (copy_h16c's casts). */
+static int is_h16_f32_pair(int32_t a, int32_t b) {
+  int ha = a == RAL_DTYPE_BFLOAT16 || a == RAL_DTYPE_FLOAT16, hb = b == RAL_DTYPE_BFLOAT16 || b == RAL_DTYPE_FLOAT16;
+  return (ha && b == RAL_DTYPE_FLOAT32) || (hb && a == RAL_DTYPE_FLOAT32);
+}
+
 /* A cast: the manifest matches copy_ on its destination's dtype only, so the source may be
  * any dtype; the ones the kernels cannot decode are refused rather than misread. */
 static ral_status copy_cast(const ral_kernel_call* c, const ral_tensor* dst, const ral_tensor* src) {
@@ -163,6 +169,10 @@ static ral_status copy_cast(const ral_kernel_call* c, const ral_tensor* dst, con
   ocl_geom_init(&g, ts, 2);
   if (g.n == 0) return RAL_OK;
   g.cfl = ocl_dtype_is_float(dst->dtype) || ocl_dtype_is_float(src->dtype);
+  if (ocl_on_cpu(c) && g.ndim == 1 && g.st[0][0] == 1 && g.st[1][0] == 1 && is_h16_f32_pair(dst->dtype, src->dtype)) {
+    ocl_arg args[4] = {ocl_mem(dst), ocl_mem(src), OCL_VAL(g)};
+    return ocl_enqueue_chunked(c, OCL_K_copy_h16c, 3, args, g.n, 4096);
+  }
   return copy_launch(c, OCL_K_copy_cast, OCL_K_copy_castc, dst, src, &g);
 }
 

@@ -30,7 +30,7 @@ enum { OCL_FAMILIES(OCL_FAMILY_ENUM) OCL_N_FAMILIES };
 /* Every __kernel of the built-in programs, with the family that defines it. */
 #define OCL_CL_KERNELS(X)                                                                  \
   X(ew, ew_any) X(ew, ew_f32) X(ew, copy_bytes) X(ew, copy_cast)                          \
-  X(ew, ew_anyc) X(ew, ew_f32c) X(ew, ew_h16c) X(ew, copy_bytesc) X(ew, copy_castc)                                          \
+  X(ew, ew_anyc) X(ew, ew_f32c) X(ew, ew_h16c) X(ew, copy_bytesc) X(ew, copy_castc) X(ew, copy_h16c)                                          \
   X(reduce, reduce_any) X(reduce, reduce_sum_c) X(reduce, reduce_minmax_c)                        \
   X(nn, softmax_fwd) X(nn, softmax_bwd) X(nn, layer_norm_fwd) X(nn, layer_norm_bwd_input)  \
   X(nn, layer_norm_bwd_params) X(nn, nll_fwd) X(nn, nll_bwd) X(nn, sdpa_fwd) X(nn, sdpa_fwd_c) \
@@ -214,6 +214,11 @@ int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const r
  *  1 when run (*st its status, for the convolution), 0: run the OpenCL kernels. */
 int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
                     const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st);
+/*! float16/bfloat16 out = beta * self + alpha * (a @ b) on oneDNN over the buffers' host
+ *  memory (inline_matmul.c; self NULL or beta 0: no addend), after the stream drained: 1 when
+ *  run (*st its status), 0: run the queued path. */
+int ocl_inline_matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
+                      const ral_tensor* self, double beta, double alpha, ral_status* st);
 /*! ts: the tensors in BN_* slots (NULL: absent), float32/float16/bfloat16 contiguous [N, C, S]. */
 int ocl_inline_bn(const ral_kernel_call* c, const ocl_bn* g, const ral_tensor* const ts[BN_N], int backward);
 /*! big: x or grad_input [B, H, W]; small: y or grad_output [B, OH, OW]; any strides. *st: the

@@ -444,6 +444,33 @@ __kernel void ew_h16c(gbuf out, gcbuf p1, gcbuf p2, gcbuf p3, ocl_geom g, long c
   }
 }
 
+/* Contiguous float32 <-> float16/bfloat16 casts, 16 lanes at a time: autocast casts every
+ * matmul's operands and results, and copy_castc's per-element dtype switch took 0.4 ms for a
+ * [512, 1024] cast (the bits are ld_f/st_f's: h16_*_st round as st_f does). */
+__kernel void copy_h16c(gbuf dst, gcbuf src, ocl_geom g, long chunk) {
+  long i0 = get_global_id(0) * chunk, i1 = min(i0 + chunk, g.n);
+  if (i0 >= i1) return;
+  int dd = g.dt[0], ds = g.dt[1];
+  long i = i0;
+  if (ds == DT_F32) {
+    __global const float* s = (__global const float*)src + g.off[1];
+    gbuf d = dst + g.off[0] * 2;
+    if (dd == DT_BF16)
+      for (; i + 16 <= i1; i += 16) h16_bf_st(d, i, vload16(0, s + i));
+    else
+      for (; i + 16 <= i1; i += 16) h16_h_st(d, i, vload16(0, s + i));
+    for (; i < i1; i++) st_f(d, i, dd, s[i]);
+  } else {
+    __global float* d = (__global float*)dst + g.off[0];
+    gcbuf s = src + g.off[1] * 2;
+    if (ds == DT_BF16)
+      for (; i + 16 <= i1; i += 16) vstore16(h16_bf_ld(s, i), 0, d + i);
+    else
+      for (; i + 16 <= i1; i += 16) vstore16(h16_h_ld(s, i), 0, d + i);
+    for (; i < i1; i++) d[i] = ld_f(s, i, ds);
+  }
+}
+
 /* All-float32 strided operands: typed loads, the op switch outside the walk. */
 #define EWA_LOOP(OP)                                                                   \
   GEOM_CHUNK_WALK(g, chunk, nt, {                                                      \
