@@ -53,7 +53,7 @@ def _op_side(name: str, tier: str):
     def run():
         for _ in range(n):
             fn(x, y)
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
 
     def enter():  # route this side's op (the paired child runs both sides in one process)
         router.set_op_override(op, "jit" if tier == "jit" else None)
@@ -72,7 +72,7 @@ def _small_side(tier: str):
     def run():
         for _ in range(n):
             torch.add(x, y)
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
 
     def enter():
         router.set_op_override("aten::add.Tensor", "jit" if tier == "jit" else None)
@@ -102,7 +102,7 @@ def _chain_side(side: str):
     def fused():
         with torch_fl.fuse():
             y = chain(rx, rb)  # kept alive: only live results are written
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
         return y
 
     return fused, 1

@@ -79,7 +79,7 @@ def _train_side(style: str, cell: str = "LSTM"):
             with torch_fl.ral_mode(DEV):
                 step()
             update()
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
         return fn_mode, 1
 
@@ -87,7 +87,7 @@ def _train_side(style: str, cell: str = "LSTM"):
         step()
         update()
         if style == "to":
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
     return fn, 1
 

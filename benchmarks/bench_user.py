@@ -2,7 +2,7 @@
 
 Sides named "cpu", "eager" and "empty_mode" never import torch_fl (a plain PyTorch user's
 process); "to" runs the model moved with `.to(dev)`; "mode" runs CPU tensors under
-`torch_fl.ral_mode(dev)`. Each ral sample ends with `torch.ral.synchronize()`.
+`torch_fl.ral_mode(dev)`. Each ral sample ends with `torch.ral.synchronize(DEV)` (its own device: a bare call syncs the current one).
 """
 
 from __future__ import annotations
@@ -46,21 +46,28 @@ def _forward(style: str):
         else:
             with torch.no_grad(), fl.ral_mode(DEV):
                 model(ids)
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
 
     return fn, 1
 
 
-def _train(style: str):
+def _train(style: str, amp: torch.dtype | None = None):
+    """GPT-2 training step; under autocast to `amp` when given (`torch.autocast("cpu")` on CPU
+    and inside `ral_mode`, `torch.autocast("ral")` for `model.to`)."""
     model, ids = gpt2().train(), _ids()
     if style == "to":
         _ral()
         model, ids = model.to(DEV), ids.to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
+    def autocast(device_type: str):
+        return torch.autocast(device_type, dtype=amp) if amp is not None else contextlib.nullcontext()
+
     def step():
         opt.zero_grad()
-        model(input_ids=ids, labels=ids).loss.backward()
+        with autocast("ral" if style == "to" else "cpu"):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         opt.step()
 
     if style == "cpu":
@@ -69,7 +76,7 @@ def _train(style: str):
 
         def fn():
             step()
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
         return fn, 1
     fl = _ral()
@@ -77,9 +84,11 @@ def _train(style: str):
     def fn_mode():
         with fl.ral_mode(DEV):
             opt.zero_grad()
-            model(input_ids=ids, labels=ids).loss.backward()
+            with autocast("cpu"):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
         opt.step()  # CPU parameters: the optimizer runs where they live
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
 
     return fn_mode, 1
 
@@ -99,7 +108,7 @@ def _decode(style: str):
         with torch.no_grad(), ctx:
             out = model.generate(ids, **kw)
         if style != "cpu":
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
         if out.shape[-1] != ids.shape[-1] + NEW_TOKENS:
             raise RuntimeError(f"decode stopped early at {out.shape[-1]} tokens: the timing would not be per token")
 
@@ -188,7 +197,7 @@ def _add16(style: str):
         def fn_to():
             for _ in range(n):
                 torch.add(a, b)
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
         return fn_to, n
 
@@ -196,7 +205,7 @@ def _add16(style: str):
         with fl.ral_mode(DEV):
             for _ in range(n):
                 torch.add(a, b)
-        torch.ral.synchronize()
+        torch.ral.synchronize(DEV)
 
     return fn_mode, n
 
@@ -221,7 +230,7 @@ def _linear(style: str):
                     for _ in range(n):
                         lin(x)
         if style != "cpu":
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
     return fn, n
 
@@ -244,7 +253,7 @@ def _large_add(style: str):
                 for _ in range(n):
                     torch.add(a, b)
         if style != "cpu":
-            torch.ral.synchronize()
+            torch.ral.synchronize(DEV)
 
     return fn, n
 
@@ -256,6 +265,11 @@ def _sides(make, names):
 SIDES = {
     "gpt2_forward": _sides(_forward, ["cpu", "to", "mode"]),
     "gpt2_train": _sides(_train, ["cpu", "to", "mode"]),
+    # autocast bfloat16 against CPU's float32 step (what the user runs on this host without it)
+    "gpt2_train_bf16": {
+        "cpu_fp32": lambda: _train("cpu"),
+        **_sides(lambda s: _train(s, torch.bfloat16), ["cpu", "to", "mode"]),
+    },
     "decode": _sides(_decode, ["cpu", "to", "mode"]),
     "latency": _sides(_latency, ["cpu", "to", "to_empty_mode", "mode"]),
     "add16": _sides(_add16, ["eager", "empty_mode", "empty_subclass", "to", "mode"]),
@@ -267,6 +281,7 @@ SIDES = {
 SPEC = {
     "gpt2_forward": ("GPT-2 4x256 forward, batch 4x128", "cpu", {"to": 1.05, "mode": 1.05}, 7, "ms"),
     "gpt2_train": ("GPT-2 4x256 train step (AdamW)", "cpu", {"to": 1.10, "mode": 1.05}, 5, "ms"),
+    "gpt2_train_bf16": ("GPT-2 4x256 train step, autocast bfloat16", "cpu_fp32", {}, 5, "ms"),
     "decode": ("GPT-2 small greedy decode, batch 1, per token", "cpu", {"to": 0.95, "mode": 0.95}, 3, "ms"),
     "latency": ("Linear(64,64)+sum+.item() loop", "cpu", {"to": 2.5, "mode": 2.5}, 7, "us"),
     "add16": ("16-float add, per op", "eager", {"to": None, "mode": None}, 7, "us"),

@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 
 # Sides that stand for a plain PyTorch user: their processes must not load torch_fl, which the
 # installed `torch.backends` entry point would otherwise do at `import torch`.
-PLAIN_SIDES = {"cpu", "eager", "empty_mode", "empty_subclass", "inductor"}
+PLAIN_SIDES = {"cpu", "cpu_fp32", "eager", "empty_mode", "empty_subclass", "inductor"}
 
 
 def _cases(module: str):
