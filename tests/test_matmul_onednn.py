@@ -1,19 +1,21 @@
-"""16-bit matrix products on oneDNN's matmul primitive (plugins/common/dnnl_matmul.c): ral:0's
-host plugin and ral:1's host path on PoCL.
+"""Matrix products on oneDNN's matmul primitive (plugins/common/dnnl_matmul.c): 16-bit ones on
+ral:0's host plugin and on ral:1's host path on PoCL, and ral:1's float32 ones above its inline
+size.
 
-Values, in process, on both devices and in both styles (`.to` and `ral_mode`): bfloat16 and
-float16 `mm`, `addmm` (bias rows, beta/alpha, beta = 0 ignoring NaN in self, in place),
+Values, in process, on both devices and in both styles (`.to` and `ral_mode`): bfloat16,
+float16 and float32 `mm`, `addmm` (bias rows, beta/alpha, beta = 0 ignoring NaN in self, in place),
 `bmm`/`baddbmm` and `nn.Linear` forward and backward, over the layouts a user's tensors take
 (transposed, row slices with a leading dimension past the row, offsets, size-1 dims, permuted
 batches, expanded operands). Each result must equal the float32 product of the same inputs
-rounded once into the 16-bit type: within half a unit in the last place (rtol 0.51 * eps) plus
+rounded once into the result's type: within half a unit in the last place (rtol 0.51 * eps) plus
 1e-5 * sqrt(K) for the float32 accumulation order. A result rounded twice (the product, then
 the bias sum) misses that by up to a whole unit. And each must match PyTorch's CPU result
-(rtol 2 * eps, atol 2 * eps * sqrt(K)).
+(half types: rtol 2 * eps, atol 2 * eps * sqrt(K); float32: rtol 1.3e-6, atol 1e-5 * sqrt(K)).
 
 Which path ran, in a child process with `ONEDNN_VERBOSE=1`: on a CPU with native bfloat16
 (AVX512-BF16/AMX) bfloat16 products run oneDNN 2.x matmul primitives in bfloat16, not reference
-code; with `TORCH_FL_HOST_DNNL=0` / `TORCH_FL_OPENCL_DNNL=0` none runs and values still match.
+code; a large float32 product on ral:1 runs one in float32 and a small one none (the inline
+GEMM); with `TORCH_FL_HOST_DNNL=0` / `TORCH_FL_OPENCL_DNNL=0` none runs and values still match.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import torch_fl
 
 PLUGINS = ["host", "opencl"]
 HALVES = [torch.bfloat16, torch.float16]
+# float32 too: ral:1 runs its products above the inline size on oneDNN (and ral:0 on OpenBLAS)
+DTYPES = [*HALVES, torch.float32]
 
 
 def _check(got, a, b, self=None, beta=1.0, alpha=1.0):
@@ -47,7 +51,9 @@ def _check(got, a, b, self=None, beta=1.0, alpha=1.0):
         cpu = torch.addmm(self, a, b, beta=beta, alpha=alpha)
     else:
         cpu = torch.baddbmm(self, a, b, beta=beta, alpha=alpha)
-    torch.testing.assert_close(got, cpu, rtol=2 * eps, atol=2 * eps * math.sqrt(k), equal_nan=True)
+    # against CPU: the half types within two of their ulps; float32 within its accumulation order
+    rtol, atol = (1.3e-6, 1e-5 * math.sqrt(k)) if dt == torch.float32 else (2 * eps, 2 * eps * math.sqrt(k))
+    torch.testing.assert_close(got, cpu, rtol=rtol, atol=atol, equal_nan=True)
 
 
 def _run(style, dev, fn, *args):
@@ -77,7 +83,7 @@ SHAPES = [(128, 256, 96), (5, 7, 3), (1, 64, 33), (17, 40, 1), (9, 1, 12)]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("dt", HALVES, ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
 @pytest.mark.parametrize("style", ["to", "mode"])
 def test_mm_in_every_layout_rounds_once_and_matches_cpu(plugin, dt, style):
     dev = plugin_device(plugin)
@@ -89,7 +95,7 @@ def test_mm_in_every_layout_rounds_once_and_matches_cpu(plugin, dt, style):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("dt", HALVES, ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
 @pytest.mark.parametrize("style", ["to", "mode"])
 def test_addmm_adds_before_the_one_rounding(plugin, dt, style):
     """Bias rows (nn.Linear's), full addends, beta/alpha, beta = 0 with NaN in self."""
@@ -111,7 +117,7 @@ def test_addmm_adds_before_the_one_rounding(plugin, dt, style):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("dt", HALVES, ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
 def test_in_place_addmm_and_out(plugin, dt):
     """addmm_ (self is the output: no copy of the addend) and mm(out=) on device tensors."""
     dev = plugin_device(plugin)
@@ -126,7 +132,7 @@ def test_in_place_addmm_and_out(plugin, dt):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("dt", HALVES, ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
 @pytest.mark.parametrize("style", ["to", "mode"])
 def test_batched_products_in_permuted_and_expanded_layouts(plugin, dt, style):
     """bmm/baddbmm of contiguous, batch-permuted (attention's [B, H] transposes) and expanded
@@ -147,7 +153,7 @@ def test_batched_products_in_permuted_and_expanded_layouts(plugin, dt, style):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("dt", HALVES, ids=str)
+@pytest.mark.parametrize("dt", DTYPES, ids=str)
 def test_linear_forward_and_backward_match_cpu(plugin, dt):
     """nn.Linear in a 16-bit type: output, input, weight and bias gradients against CPU's."""
     dev = plugin_device(plugin)
@@ -164,7 +170,7 @@ def test_linear_forward_and_backward_match_cpu(plugin, dt):
     xd = x.to(dev).requires_grad_()
     y = lin_d(xd)
     y.backward(gy.to(dev))
-    eps = torch.finfo(dt).eps
+    eps = torch.finfo(dt).eps if dt != torch.float32 else 1e-5
     for got, want, k in zip(
         [y, xd.grad, lin_d.weight.grad, lin_d.bias.grad], [y_cpu.detach(), *grads_cpu], [96, 48, 120, 120]
     ):
@@ -203,6 +209,37 @@ def test_bfloat16_products_run_onednn_bf16_matmul(plugin):
     lines = _matmul_lines(out.stdout)
     assert len(lines) >= 2, out.stdout[-2000:]
     assert all("bf16" in ln and "ref" not in ln.split(",")[4] for ln in lines), lines
+
+
+_CHILD_F32 = """
+import torch, torch_fl
+dev = {dev!r}
+g = torch.Generator().manual_seed(6)
+big = [torch.randn(sh, generator=g) for sh in ((256, 512), (512, 192), (192,))]
+small = [torch.randn(sh, generator=g) for sh in ((16, 16), (16, 16))]
+print("BIG-START", flush=True)
+got = torch.addmm(*(t.to(dev) for t in big[::-1][:1] + big[:2])).cpu()
+torch.ral.synchronize(dev)
+print("SMALL-START", flush=True)
+got_small = torch.mm(*(t.to(dev) for t in small)).cpu()
+torch.ral.synchronize(dev)
+print("SMALL-END", flush=True)
+torch.testing.assert_close(got, torch.addmm(big[2], big[0], big[1]), rtol=1e-5, atol=1e-4)
+torch.testing.assert_close(got_small, torch.mm(*small), rtol=1e-5, atol=1e-5)
+print("CHILD-DONE")
+"""
+
+
+@pytest.mark.skipif(not dnnl_loads(), reason="libdnnl.so.2 does not load here: ral:1 keeps PoCL's float32 GEMM")
+def test_large_float32_products_on_opencl_run_onednn_small_ones_inline():
+    dev = plugin_device("opencl")
+    out = run_python(_CHILD_F32.format(dev=dev), env={"ONEDNN_VERBOSE": "1"})
+    assert out.returncode == 0 and "CHILD-DONE" in out.stdout, out.stderr[-3000:]
+    big = out.stdout.split("BIG-START")[1].split("SMALL-START")[0]
+    small = out.stdout.split("SMALL-START")[1].split("SMALL-END")[0]
+    lines = _matmul_lines(big)
+    assert len(lines) == 1 and "src_f32" in lines[0] and "ref" not in lines[0].split(",")[4], lines
+    assert _matmul_lines(small) == []
 
 
 @pytest.mark.skipif(not dnnl_loads(), reason="libdnnl.so.2 does not load here: nothing to switch off")

@@ -205,6 +205,12 @@ ral_status ocl_gemm(const ral_kernel_call* c, const ral_tensor* out, const ral_t
   }
   if (g.M == 0 || g.N == 0 || g.batch == 0) return RAL_OK;
   if (ocl_inline_gemm(c, &g, out, a, b, g.has_in ? bias : NULL)) return RAL_OK;
+  /* Above the inline size on a CPU runtime: oneDNN's float32 kernels on the calling thread
+   * (inline_matmul.c). The LSTM benchmark's decoder products ([700, 200] @ [200, 33278] and
+   * its gradients) took 51-67 ms as PoCL kernels, 23-27 ms there. */
+  ral_status st;
+  if (out->dtype == RAL_DTYPE_FLOAT32 && ocl_inline_matmul(c, out, a, b, g.has_in ? bias : NULL, beta, alpha, &st))
+    return st;
   /* Tiny products (dot, 1xN) would mostly compute padding in a register tile. */
   if (g.K > 0 && g.M * g.N >= 64 && ocl_gemm_reg_ok(c)) return gemm_reg_run(c, &g, out, a, b, g.has_in ? bias : out, NULL);
   size_t global[3] = {(size_t)((g.N + BLK - 1) / BLK) * TS, (size_t)((g.M + BLK - 1) / BLK) * TS, (size_t)g.batch};
@@ -224,6 +230,8 @@ static ral_status one_dtype(const ral_kernel_call* c) {
   return RAL_OK;
 }
 
+static int is_half(int32_t dt) { return dt == RAL_DTYPE_BFLOAT16 || dt == RAL_DTYPE_FLOAT16; }
+
 static ral_status mm_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   return st != RAL_OK ? st : matmul_run(c, ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 1), NULL, 0, 1);
@@ -232,7 +240,7 @@ static ral_status mm_f32(const ral_kernel_call* c) {
 /* mm(self, mat2); float16/bfloat16 through float32 panels, rounded once (half.c) */
 ral_status ocl_mm(const ral_kernel_call* c) {
   ral_status st = one_dtype(c);
-  if (st == RAL_OK && ocl_check_arity(c, 1, 2, 0) == RAL_OK &&
+  if (st == RAL_OK && is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 2, 0) == RAL_OK &&
       ocl_inline_matmul(c, ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 1), NULL, 0, 1, &st))
     return st;
   return st != RAL_OK ? st : ocl_half_via_f32(c, mm_f32);
@@ -250,7 +258,7 @@ static ral_status addmm_f32(const ral_kernel_call* c) {
 }
 ral_status ocl_addmm(const ral_kernel_call* c) {
   ral_status st = one_dtype(c);
-  if (st == RAL_OK && ocl_check_arity(c, 1, 3, 0) == RAL_OK &&
+  if (st == RAL_OK && is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 3, 0) == RAL_OK &&
       ocl_inline_matmul(c, ocl_out(c, 0), ocl_in(c, 1), ocl_in(c, 2), ocl_in(c, 0), ocl_scalar_f(c, 0, 1.0),
                         ocl_scalar_f(c, 1, 1.0), &st))
     return st;

@@ -4,7 +4,10 @@
  * (PoCL; inline.c says when a device qualifies). The queued path widens float16/bfloat16
  * operands into float32 panels for the OpenCL GEMM (half.c); oneDNN's bfloat16 primitives (AMX,
  * AVX512-BF16) run GPT-2's products about 10x faster, accumulating in float32 and rounding
- * once, as that path does.
+ * once, as that path does. float32 products above the inline size (ocl_gemm, also the float32
+ * shadows of 16-bit products oneDNN declines natively): oneDNN's float32 kernels, 2-2.8x
+ * PoCL's compiled GEMM on the LSTM benchmark's decoder, equal on GPT-2's smaller products at
+ * a quarter less CPU per training step (PoCL's workers spin between kernels).
  */
 #include <omp.h>
 
@@ -14,9 +17,7 @@
 int ocl_inline_matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
                       const ral_tensor* self, double beta, double alpha, ral_status* st) {
   int32_t dt = out->dtype;
-  if (!c->stream || !c->stream->inl || (dt != RAL_DTYPE_BFLOAT16 && dt != RAL_DTYPE_FLOAT16) ||
-      !ral_dnnl_matmul_takes(dt))
-    return 0;
+  if (!c->stream || !c->stream->inl || !ral_dnnl_matmul_takes(dt)) return 0;
   const ral_tensor* t[RAL_DNNL_MM_N_OPERANDS] = {out, a, b};
   void* host[RAL_DNNL_MM_N_OPERANDS];
   for (int i = 0; i < RAL_DNNL_MM_N_OPERANDS; i++)

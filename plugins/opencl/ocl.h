@@ -214,7 +214,7 @@ int ocl_inline_index_select(const ral_kernel_call* c, const ocl_geom* g, const r
  *  1 when run (*st its status, for the convolution), 0: run the OpenCL kernels. */
 int ocl_inline_conv(const ral_kernel_call* c, ral_dnnl_kind kind, const ral_dnnl_geom* g, const ral_tensor* x,
                     const ral_tensor* w, const ral_tensor* bias, const ral_tensor* y, ral_status* st);
-/*! float16/bfloat16 out = beta * self + alpha * (a @ b) on oneDNN over the buffers' host
+/*! out = beta * self + alpha * (a @ b) (float32 or a 16-bit type) on oneDNN over the buffers' host
  *  memory (inline_matmul.c; self NULL or beta 0: no addend), after the stream drained: 1 when
  *  run (*st its status), 0: run the queued path. */
 int ocl_inline_matmul(const ral_kernel_call* c, const ral_tensor* out, const ral_tensor* a, const ral_tensor* b,
