@@ -4,6 +4,7 @@
     python benchmarks/bench_compile.py --case mlp --mode ral  # one measurement (child)
     python benchmarks/bench_compile.py --case pointwise_mlp --shares  # kernel time per kind
     python benchmarks/bench_compile.py --case gpt2 --shares --backends inductor  # same, default backend
+    python benchmarks/bench_compile.py --case gpt2 --shares --backends "" --amp bf16 --device ral:1  # eager autocast
     python benchmarks/bench_compile.py --case pointwise_mlp --amp bf16  # forward under autocast
     python benchmarks/bench_compile.py --case gpt2 --floor  # the most any backend could gain
     python benchmarks/bench_compile.py --case gpt2 --counts ral:1 --steps 2  # launches/syncs per step
@@ -209,21 +210,21 @@ def _time_launches() -> dict:
     return record
 
 
-def shares(case: str, steps: int, amp: str | None = None, backends=("ral",)) -> None:
+def shares(case: str, steps: int, amp: str | None = None, backends=("ral",), device: str = "ral:0") -> None:
     """Kernel time per kind of launch, eager against each compile backend (`--backends`,
-    default "ral") in one process: every launch timed between two device syncs (rt_launch
-    wrapped), min over steps per launch. Load-independent enough to say what share of a step
-    is GEMM, pointwise, inductor's C++ kernels or AdamW."""
+    default "ral"; "" for eager alone) in one process: every launch timed between two device
+    syncs (rt_launch wrapped), min over steps per launch. Load-independent enough to say what
+    share of a step is GEMM, pointwise, inductor's C++ kernels or AdamW."""
     import torch
 
     record = _time_launches()
-    model, inputs, opt = _setup(case)
+    model, inputs, opt = _setup(case, device)
 
     def between():
-        torch.ral.synchronize()
+        torch.ral.synchronize(device)
         record["phase"] = "opt"
 
-    fns = {"eager": model, **{b: torch.compile(model, backend=b) for b in backends}}
+    fns = {"eager": model, **{b: torch.compile(model, backend=b) for b in backends if b}}
     steppers = {m: _stepper(f, inputs, opt, between, amp) for m, f in fns.items()}
     runs = {m: [] for m in fns}
     for i in range(steps + 2):  # two warm-up steps each (compiles, replays recorded)
@@ -666,7 +667,7 @@ def main() -> None:
         return
     if a.shares:
         for case in (a.case,) if a.case else (*CASES, "gpt2"):
-            shares(case, a.steps, a.amp, a.backends.split(","))
+            shares(case, a.steps, a.amp, a.backends.split(","), a.device)
         return
     if a.case and a.mode:
         wall, cpu = child(a.case, a.mode, a.steps, a.amp, a.device)
