@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 import torch
+from common import autocast
 from torch import nn
 
 DEV = os.environ.get("BENCH_DEVICE", "ral:0")
@@ -84,11 +85,6 @@ def _data(batch: int, size: int):
 
 
 def _train_side(make, batch: int, size: int, amp: torch.dtype | None = None):
-    import contextlib
-
-    def autocast(device_type: str):
-        return torch.autocast(device_type, dtype=amp) if amp is not None else contextlib.nullcontext()
-
     def side(style: str):
         torch.manual_seed(0)
         model, (x, y) = make(), _data(batch, size)
@@ -103,7 +99,7 @@ def _train_side(make, batch: int, size: int, amp: torch.dtype | None = None):
 
             def fn_mode():
                 opt.zero_grad()
-                with torch_fl.ral_mode(DEV), autocast("cpu"):
+                with torch_fl.ral_mode(DEV), autocast("cpu", amp):
                     loss_fn(model(x), y).backward()
                 opt.step()  # CPU parameters: the optimizer runs where they live
                 torch.ral.synchronize(DEV)
@@ -112,7 +108,7 @@ def _train_side(make, batch: int, size: int, amp: torch.dtype | None = None):
 
         def fn():
             opt.zero_grad()
-            with autocast("ral" if style == "to" else "cpu"):
+            with autocast("ral" if style == "to" else "cpu", amp):
                 loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
@@ -217,7 +213,6 @@ def replay_ops(dev: str, reps: int = 5, amp: torch.dtype | None = None) -> list[
     then carry the 16-bit operands) replayed alone on CPU and on `dev`, best of `reps` with a
     synchronize around it: (op, calls, CPU seconds, dev seconds) per op, in one process, so a
     busy machine shifts both sides alike (a load-robust view of where the step goes)."""
-    import contextlib
     import time
 
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -240,9 +235,8 @@ def replay_ops(dev: str, reps: int = 5, amp: torch.dtype | None = None) -> list[
     torch.manual_seed(0)
     model, (x, y) = small_cnn(), _data(32, 32)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    autocast = torch.autocast("cpu", dtype=amp) if amp is not None else contextlib.nullcontext()
     with Record():
-        with autocast:
+        with autocast("cpu", amp):
             loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()

@@ -11,7 +11,7 @@ import contextlib
 import os
 
 import torch
-from common import Result
+from common import Result, autocast
 from models import NEW_TOKENS, gpt2, gpt2_small, prompt_ids
 from models import gpt2_ids as _ids
 from procs import alternate, median_ratio
@@ -60,12 +60,9 @@ def _train(style: str, amp: torch.dtype | None = None):
         model, ids = model.to(DEV), ids.to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def autocast(device_type: str):
-        return torch.autocast(device_type, dtype=amp) if amp is not None else contextlib.nullcontext()
-
     def step():
         opt.zero_grad()
-        with autocast("ral" if style == "to" else "cpu"):
+        with autocast("ral" if style == "to" else "cpu", amp):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -84,7 +81,7 @@ def _train(style: str, amp: torch.dtype | None = None):
     def fn_mode():
         with fl.ral_mode(DEV):
             opt.zero_grad()
-            with autocast("cpu"):
+            with autocast("cpu", amp):
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
         opt.step()  # CPU parameters: the optimizer runs where they live

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
 
 ROUNDS = 5  # fresh-process rounds per case (run.py --rounds)
+
+
+def autocast(device_type: str, amp):
+    """torch.autocast(device_type) to dtype `amp`, or nothing when `amp` is None."""
+    import torch
+
+    return torch.autocast(device_type, dtype=amp) if amp is not None else contextlib.nullcontext()
 
 
 @dataclass

@@ -110,6 +110,15 @@ def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subpro
     )
 
 
+def opencl_kernels_run(code: str, tmp_path) -> str:
+    """The OpenCL plugin's kernel profile (`TORCH_FL_OPENCL_PROFILE`, a line per kernel) of
+    `code` run in a fresh interpreter, which must print CHILD-DONE."""
+    prof = tmp_path / "kernels.txt"
+    out = run_python(code, env={"TORCH_FL_OPENCL_PROFILE": str(prof)})
+    assert out.returncode == 0 and "CHILD-DONE" in out.stdout, out.stderr[-3000:]
+    return prof.read_text()
+
+
 def launch_count(device_index: int = 0) -> int:
     """How many kernel launches reached the plugin of a device so far."""
     from torch_fl._native import lib

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import plugin_device, run_python
+from conftest import opencl_kernels_run, plugin_device
 
 PLUGINS = ["host", "opencl"]
 HALF = [torch.float16, torch.bfloat16]
@@ -92,10 +92,6 @@ print("CHILD-DONE")
 
 
 def test_contiguous_casts_run_the_16_lane_kernel_on_opencl(tmp_path):
-    dev = plugin_device("opencl")
-    prof = tmp_path / "kernels.txt"
-    out = run_python(_CHILD.format(dev=dev), env={"TORCH_FL_OPENCL_PROFILE": str(prof)})
-    assert out.returncode == 0 and "CHILD-DONE" in out.stdout, out.stderr[-3000:]
-    names = prof.read_text()
+    names = opencl_kernels_run(_CHILD.format(dev=plugin_device("opencl")), tmp_path)
     assert names.count("copy_h16c") >= 4, names[:2000]
     assert "copy_castc" not in names, names[:2000]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import run_python  # noqa: E402
+from conftest import opencl_kernels_run  # noqa: E402
 from test_opencl_latency import _SO, DEV  # noqa: E402
 
 HALF = [torch.float16, torch.bfloat16]
@@ -138,9 +138,6 @@ print("CHILD-DONE")
 def test_contiguous_half_ops_run_the_fast_kernel(tmp_path):
     """TORCH_FL_OPENCL_PROFILE names every kernel that ran: relu and add on contiguous float16
     and bfloat16 ran ew_h16c, never the per-element ew_anyc."""
-    prof = tmp_path / "kernels.txt"
-    out = run_python(_CHILD.format(dev=DEV), env={"TORCH_FL_OPENCL_PROFILE": str(prof)})
-    assert out.returncode == 0 and "CHILD-DONE" in out.stdout, out.stderr[-3000:]
-    names = prof.read_text()
+    names = opencl_kernels_run(_CHILD.format(dev=DEV), tmp_path)
     assert names.count("ew_h16c") >= 4, names[:2000]
     assert "ew_anyc" not in names, names[:2000]

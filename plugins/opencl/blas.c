@@ -230,8 +230,6 @@ static ral_status one_dtype(const ral_kernel_call* c) {
   return RAL_OK;
 }
 
-static int is_half(int32_t dt) { return dt == RAL_DTYPE_BFLOAT16 || dt == RAL_DTYPE_FLOAT16; }
-
 static ral_status mm_f32(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   return st != RAL_OK ? st : matmul_run(c, ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 1), NULL, 0, 1);
@@ -240,7 +238,7 @@ static ral_status mm_f32(const ral_kernel_call* c) {
 /* mm(self, mat2); float16/bfloat16 through float32 panels, rounded once (half.c) */
 ral_status ocl_mm(const ral_kernel_call* c) {
   ral_status st = one_dtype(c);
-  if (st == RAL_OK && is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 2, 0) == RAL_OK &&
+  if (st == RAL_OK && ocl_is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 2, 0) == RAL_OK &&
       ocl_inline_matmul(c, ocl_out(c, 0), ocl_in(c, 0), ocl_in(c, 1), NULL, 0, 1, &st))
     return st;
   return st != RAL_OK ? st : ocl_half_via_f32(c, mm_f32);
@@ -258,7 +256,7 @@ static ral_status addmm_f32(const ral_kernel_call* c) {
 }
 ral_status ocl_addmm(const ral_kernel_call* c) {
   ral_status st = one_dtype(c);
-  if (st == RAL_OK && is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 3, 0) == RAL_OK &&
+  if (st == RAL_OK && ocl_is_half(c->tensors[0].dtype) && ocl_check_arity(c, 1, 3, 0) == RAL_OK &&
       ocl_inline_matmul(c, ocl_out(c, 0), ocl_in(c, 1), ocl_in(c, 2), ocl_in(c, 0), ocl_scalar_f(c, 0, 1.0),
                         ocl_scalar_f(c, 1, 1.0), &st))
     return st;

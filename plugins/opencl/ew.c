@@ -150,8 +150,7 @@ static ral_status copy_same_dtype(const ral_kernel_call* c, const ral_tensor* ds
 
 /* float32 to or from float16/bfloat16 (copy_h16c's casts). */
 static int is_h16_f32_pair(int32_t a, int32_t b) {
-  int ha = a == RAL_DTYPE_BFLOAT16 || a == RAL_DTYPE_FLOAT16, hb = b == RAL_DTYPE_BFLOAT16 || b == RAL_DTYPE_FLOAT16;
-  return (ha && b == RAL_DTYPE_FLOAT32) || (hb && a == RAL_DTYPE_FLOAT32);
+  return (ocl_is_half(a) && b == RAL_DTYPE_FLOAT32) || (ocl_is_half(b) && a == RAL_DTYPE_FLOAT32);
 }
 
 /* A cast: the manifest matches copy_ on its destination's dtype only, so the source may be

@@ -11,11 +11,10 @@
 
 #define HALF_MAX_TENSORS 16
 
-static int is_half(int32_t dt) { return dt == RAL_DTYPE_FLOAT16 || dt == RAL_DTYPE_BFLOAT16; }
 
 ral_status ocl_half_via_f32(const ral_kernel_call* c, ral_status (*fn)(const ral_kernel_call*)) {
   int nt = c->n_outputs + c->n_inputs, any = 0;
-  for (int i = 0; i < nt; i++) any |= !ocl_absent(&c->tensors[i]) && is_half(c->tensors[i].dtype);
+  for (int i = 0; i < nt; i++) any |= !ocl_absent(&c->tensors[i]) && ocl_is_half(c->tensors[i].dtype);
   if (!any) return fn(c);
   if (nt > HALF_MAX_TENSORS)
     return ocl_fail(c, RAL_ERROR_UNSUPPORTED, "%d tensors: 16-bit float calls take at most %d", nt, HALF_MAX_TENSORS);
@@ -26,7 +25,7 @@ ral_status ocl_half_via_f32(const ral_kernel_call* c, ral_status (*fn)(const ral
   for (int i = 0; i < nt && st == RAL_OK; i++) {
     const ral_tensor* t = &c->tensors[i];
     ts[i] = *t;
-    if (ocl_absent(t) || !is_half(t->dtype)) continue;
+    if (ocl_absent(t) || !ocl_is_half(t->dtype)) continue;
     /* Host-unified scratch where the device has it (ocl_malloc), so inline GEMMs apply. */
     st = ocl_malloc(c->device, (uint64_t)ocl_numel(t) * 4u, &scratch[i]);
     if (st != RAL_OK) {

@@ -54,7 +54,7 @@ ral_status ocl_embedding(const ral_kernel_call* c) {
   ral_status st = ocl_check_arity(c, 1, 2, 0);
   if (st != RAL_OK) return st;
   const ral_tensor *out = ocl_out(c, 0), *w = ocl_in(c, 0), *idx = ocl_in(c, 1);
-  int wide = w->dtype == RAL_DTYPE_FLOAT32, half = w->dtype == RAL_DTYPE_FLOAT16 || w->dtype == RAL_DTYPE_BFLOAT16;
+  int wide = w->dtype == RAL_DTYPE_FLOAT32, half = ocl_is_half(w->dtype);
   if (w->ndim != 2 || !(wide || half) || out->dtype != w->dtype || !ocl_is_contiguous(w) || !ocl_is_contiguous(idx) ||
       !index_dtype_ok(idx))
     return ocl_fail(c, RAL_ERROR_UNSUPPORTED,

@@ -1,7 +1,7 @@
 /*
- * inline_matmul.c -- 16-bit matrix products on oneDNN (plugins/common/dnnl_matmul.c) on the
- * calling thread over the buffers' host memory, for CPU runtimes whose buffers are host memory
- * (PoCL; inline.c says when a device qualifies). The queued path widens float16/bfloat16
+ * inline_matmul.c -- matrix products on oneDNN (plugins/common/dnnl_matmul.c) on the calling
+ * thread over the buffers' host memory, for CPU runtimes whose buffers are host memory (PoCL;
+ * inline.c says when a device qualifies). The queued path widens float16/bfloat16
  * operands into float32 panels for the OpenCL GEMM (half.c); oneDNN's bfloat16 primitives (AMX,
  * AVX512-BF16) run GPT-2's products about 10x faster, accumulating in float32 and rounding
  * once, as that path does. float32 products above the inline size (ocl_gemm, also the float32

@@ -235,11 +235,13 @@ int ocl_inline_upsample(const ral_kernel_call* c, const ocl_upsample* g, const r
  *  ocl_inline_maxpool: big is x or grad_input [B, D, H, W], small y or grad_output; any strides. */
 int ocl_inline_pool3(const ral_kernel_call* c, const ocl_pool3* g, const ral_tensor* big, const ral_tensor* idx,
                      const ral_tensor* small, int backward, ral_status* st);
+/*! float16 or bfloat16: the 16-bit float types (stored as 16 bits, computed in float). */
+static inline int ocl_is_half(int32_t dt) { return dt == RAL_DTYPE_FLOAT16 || dt == RAL_DTYPE_BFLOAT16; }
 /*! The dtypes the CNN, pooling, upsampling and cell kernels take: float32, float16, bfloat16
  *  (computed in float; the half types are loaded and stored through ld_f/st_f, or float32
  *  shadows on the host path). */
 static inline int ocl_cnn_dtype(int32_t dt) {
-  return dt == RAL_DTYPE_FLOAT32 || dt == RAL_DTYPE_FLOAT16 || dt == RAL_DTYPE_BFLOAT16;
+  return dt == RAL_DTYPE_FLOAT32 || ocl_is_half(dt);
 }
 /*! Host address of a tensor's every element (inline_cnn.c), NULL when it has none. */
 void* ocl_tensor_host(const ral_tensor* t);
