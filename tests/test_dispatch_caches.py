@@ -11,6 +11,7 @@ import gc
 import threading
 import weakref
 
+import pytest
 import torch
 from conftest import assert_close, run_python
 
@@ -182,3 +183,21 @@ def test_strided_operands_with_the_same_shape_do_not_share_a_plan(dev):
         cd.mul_(torch.tensor(-1.5))  # in place, CPU 0-dim operand
         c.mul_(torch.tensor(-1.5))
         assert_close(cd, c, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dev", [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))])
+def test_plans_that_differ_in_shape_share_generated_code(dev):
+    # A growing KV cache makes a new plan per decoded token: the generated call function's
+    # code is compiled once for the op's structure, each plan binding its own sizes.
+    torch.manual_seed(2)
+    new = torch.randn(1, 3, 1, 8)
+    before = len(vendor._CODE)
+    made = vendor._SPECIALIZED
+    kv, kvd = torch.randn(1, 3, 1, 8), None
+    kvd = kv.to(dev)
+    for _ in range(6):
+        kv, kvd = torch.cat([kv, new], dim=-2), torch.cat([kvd, new.to(dev)], dim=-2)
+        assert kvd.shape == kv.shape
+        assert_close(kvd, kv, rtol=0, atol=0)  # each plan writes its own length
+    assert vendor._SPECIALIZED - made >= 6  # six shapes, six plans
+    assert len(vendor._CODE) - before <= 1  # one compiled code object among them

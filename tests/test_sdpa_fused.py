@@ -265,3 +265,41 @@ def test_half_types_with_masks_and_a_hidden_row(dev, dtype):
             assert err <= 2 * cpu_err + floor, f"result {i}: {err:.2e} from float32 (CPU {dtype}: {cpu_err:.2e})"
         if mask is hidden:
             assert torch.all(out[0, :, 2] == 0)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_fused_forward_inner_ops_seen_by_modes_and_profiler(dev):
+    # Without a dispatch mode or profiler the fused forward's inner kernel op skips PyTorch's
+    # dispatcher (a decoded token makes one such call per layer). A dispatch mode sees the
+    # fused op (its handler runs with the mode popped, so never the inner op), the profiler
+    # the inner kernel op, and every way gives CPU's values.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    q, k, v = _qkv(1, 2, 1, 7, 8, strided=True)
+    mask = torch.randn(1, 1, 1, 7)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3)
+
+    def call():
+        with torch.no_grad():
+            return F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev), attn_mask=mask.to(dev), scale=0.3)
+
+    torch.testing.assert_close(call().cpu(), expected, **VAL)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Seen() as seen:
+        got = call()
+    torch.testing.assert_close(got.cpu(), expected, **VAL)
+    assert "aten._scaled_dot_product_fused_attention_overrideable.default" in seen.ops, seen.ops
+    with torch.profiler.profile() as prof:
+        got = call()
+    torch.testing.assert_close(got.cpu(), expected, **VAL)
+    names = {e.name for e in prof.events()}
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in names

@@ -352,3 +352,86 @@ def test_complex_operands_match_cpu(dev):
     assert zd.conj()[1].item() == pytest.approx(z.conj()[1].item(), rel=1e-6)
     assert_close(zd.conj() * wd, z.conj() * w, **TOL)
     assert_close(torch._neg_view(zd) + wd, torch._neg_view(z) + w, **TOL)
+
+
+_SCALAR_CALLS = {
+    "a * s": lambda a, s: a * s,
+    "s * a": lambda a, s: s * a,
+    "a + s": lambda a, s: a + s,
+    "s + a": lambda a, s: s + a,
+    "a - s": lambda a, s: a - s,
+    "a / s": lambda a, s: a / s,
+    "torch.mul": torch.mul,
+    "Tensor.add": torch.Tensor.add,
+}
+_SCALAR_TENSORS = {
+    "f32": torch.randn(4, 5),
+    "f64": torch.randn(4, 5, dtype=torch.float64),
+    "f16": torch.randn(4, 5).half(),
+    "bf16": torch.randn(4, 5).bfloat16(),
+    "int64": torch.arange(-10, 10).reshape(4, 5),
+    "int32": torch.arange(-10, 10, dtype=torch.int32).reshape(4, 5),
+    "uint8": torch.arange(20, dtype=torch.uint8).reshape(4, 5),
+    "bool": torch.arange(20).reshape(4, 5) % 3 == 0,
+}
+_SCALARS = [0.5, -3, 7, 1e-3, float("inf"), 2**40, True]
+
+
+def _dispatch_entries(monkeypatch):
+    """A counter of calls that reach RalTensor.__torch_dispatch__ through PyTorch's dispatcher
+    (a shortcut calls the router without that trip)."""
+    from torch_fl.tensor.ral_tensor import RalTensor
+
+    seen = []
+    real = RalTensor.__torch_dispatch__.__func__
+
+    def counting(cls, func, types, args=(), kwargs=None):
+        seen.append(func)
+        return real(cls, func, types, args, kwargs)
+
+    monkeypatch.setattr(RalTensor, "__torch_dispatch__", classmethod(counting))
+    return seen
+
+
+@pytest.mark.parametrize("call", list(_SCALAR_CALLS))
+@pytest.mark.parametrize("kind", list(_SCALAR_TENSORS))
+def test_number_operand_shortcuts_match_cpu_in_both_styles(dev, call, kind):
+    fn, a = _SCALAR_CALLS[call], _SCALAR_TENSORS[kind]
+    for s in _SCALARS:
+        try:
+            expected = fn(a, s)
+        except RuntimeError as refused:  # e.g. bool - True: the same error on the device
+            with pytest.raises(RuntimeError, match=re.escape(str(refused))):
+                fn(a.to(dev), s)
+            continue
+        for got in (fn(a.to(dev), s), _in_mode(dev, fn, a, s)):
+            assert got.dtype == expected.dtype, (s, got.dtype, expected.dtype)  # wrapped-number promotion
+            # one rounding of the same operation: exact, but for 16-bit results within one ulp
+            tol = {"rtol": 1e-2, "atol": 1e-2} if expected.dtype in (torch.float16, torch.bfloat16) else {}
+            assert got.device.type == "ral"
+            torch.testing.assert_close(got.cpu(), expected, **(tol or {"rtol": 0, "atol": 0}), equal_nan=True)
+
+
+def test_number_operands_take_the_shortcut(dev, monkeypatch):
+    x = torch.randn(3, 4)
+    xd = x.to(dev)
+    seen = _dispatch_entries(monkeypatch)
+    with torch.no_grad():
+        got = [xd * 0.5, 0.5 * xd, xd + 1, 1.0 + xd, xd - 2, xd / 4, xd.mul(3)]  # torch.mul: in ral_mode only
+    assert seen == [], f"went through PyTorch's dispatcher: {seen}"
+    for g, e in zip(got, [x * 0.5, 0.5 * x, x + 1, 1.0 + x, x - 2, x / 4, x.mul(3)]):
+        assert_close(g, e, rtol=0, atol=0)
+    # numbers the router does not key (bool, complex, beyond int64) take PyTorch's path
+    assert_close(xd * True, x * True, rtol=0, atol=0)
+    assert_close(xd * 2j, x * 2j, rtol=1e-6, atol=1e-6)
+    with pytest.raises(OverflowError, match="too big"):  # as CPU's `x * 2**70`
+        xd * 2**70
+    assert seen, "bool/complex/huge numbers should have taken PyTorch's path"
+
+
+def test_number_operand_shortcut_steps_aside_for_autograd(dev):
+    leaf = torch.randn(3, 4).to(dev).requires_grad_(True)
+    y = 0.5 * leaf + 1.0
+    assert y.grad_fn is not None
+    y.sum().backward()
+    assert_close(leaf.grad, torch.full((3, 4), 0.5), rtol=0, atol=0)

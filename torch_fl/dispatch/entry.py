@@ -12,7 +12,7 @@ from torch_fl.dispatch import router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.dlpack_import import plain_fallback
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
-from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher
+from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher, tensor_sig
 from torch_fl.tensor.views import cached_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
@@ -99,14 +99,6 @@ def signature(sch, full):
             else:  # a wrapped Python number in a Tensor slot: its type drives promotion
                 key.append(type(t))
     return dev, tuple(key)
-
-
-def tensor_sig(t) -> tuple:
-    """A RalTensor's routing signature (device, shape, dtype, True or strides), cached on it."""
-    sig = t._sig
-    if sig is None:
-        sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
-    return sig
 
 
 def _info(func):

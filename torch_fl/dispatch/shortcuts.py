@@ -84,10 +84,21 @@ def _quiet(t) -> bool:
 _DECLINED = object()
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _operand(other) -> bool:
+    """Whether other can go to the router as a binary op's second operand: a RalTensor, or a
+    Python float or int64-range int (the router keys a number by its type, as PyTorch's
+    wrapped numbers promote; bool and complex numbers take PyTorch's path)."""
+    t = type(other)
+    return t is RalTensor or t is float or (t is int and other in _INT64)
+
+
 def _method(t, run, other=None):
     """run(t), or run(t, other), when nothing would intercept a call on RalTensor t (and
-    RalTensor other), else _DECLINED."""
-    if type(t) is not RalTensor or (other is not None and type(other) is not RalTensor):
+    other: a RalTensor or a plain number), else _DECLINED."""
+    if type(t) is not RalTensor or (other is not None and not _operand(other)):
         return _DECLINED
     if not _function_modes_on():
         return _run_quiet(t, run, other)
@@ -100,7 +111,7 @@ def _method(t, run, other=None):
 
 
 def _run_quiet(t, run, other):
-    if not _quiet(t) or (other is not None and other.requires_grad and _grad_on()):
+    if not _quiet(t) or (type(other) is RalTensor and other.requires_grad and _grad_on()):
         return _DECLINED
     return run(t) if other is None else run(t, other)
 
@@ -138,7 +149,7 @@ def _binary(func, op):
         return func(a, b, *rest, **kwargs) if out is _DECLINED else out
 
     shortcut.__name__ = shortcut.__qualname__ = func.__name__
-    shortcut.__doc__ = f"`{func.__name__}` of two RalTensors: {op} straight to the router when nothing intervenes."
+    shortcut.__doc__ = f"`{func.__name__}` of a RalTensor and a RalTensor or number: {op} straight to the router when nothing intervenes."
     return shortcut
 
 
@@ -205,8 +216,10 @@ def functional_linear(input, weight, bias=None):
 
 
 _T_ = torch.Tensor
-# Tensor methods (and operators) of two tensors that are one aten overload each. In-place
-# and reflected variants (`__iadd__`, `__radd__`) are left to PyTorch.
+# Tensor methods (and operators) of a tensor and a tensor or number that are one aten
+# overload each. `__radd__` and `__rmul__` call the same overload with self first, as
+# PyTorch's own do (`0.5 * x` is `mul(x, 0.5)`: GELU's constants); in-place variants and
+# `__rsub__`/`__rtruediv__` (other ops) are left to PyTorch.
 _BINARY_METHODS = {
     "add": aten.add.Tensor,
     "sub": aten.sub.Tensor,
@@ -216,6 +229,8 @@ _BINARY_METHODS = {
     "__sub__": aten.sub.Tensor,
     "__mul__": aten.mul.Tensor,
     "__truediv__": aten.div.Tensor,
+    "__radd__": aten.add.Tensor,
+    "__rmul__": aten.mul.Tensor,
 }
 _BINARY_FUNCTIONS = {
     torch.add: aten.add.Tensor,

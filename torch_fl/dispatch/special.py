@@ -15,13 +15,14 @@ from torch_fl.device.memory import record_stream
 from torch_fl.dispatch.overlap import check_copy
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
-from torch_fl.tensor.factories import cannot_pin, refuse_pinned
+from torch_fl.tensor.factories import cannot_pin, empty_memory_format, refuse_pinned
 from torch_fl.tensor.layout import contiguous_strides, strides_like
 from torch_fl.tensor.plain_ral import as_ral, is_plain_ral
-from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor, tensor_sig
 from torch_fl.tensor.restride import resize, restride
 from torch_fl.tensor.staged_storage import is_host_bytes, is_ral_storage, set_from_host_storage, set_from_ral_storage
 from torch_fl.tensor.views import alias, as_strided, check_as_strided, view_op
+from torch_fl.tiers.attention import call_aten as sdpa_call_aten
 from torch_fl.tiers.attention import fused_choice, sdpa_backward, sdpa_forward
 from torch_fl.tiers.vendor import meta_run
 
@@ -146,11 +147,28 @@ def _sdpa(func, args, kwargs):
     return sdpa(*args, **kwargs)
 
 
+_EMPTY = aten.empty.memory_format
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_profiling = torch._C._autograd._profiler_enabled
+
+
+def _direct(op, *args, **kwargs):
+    """op run as the dispatcher would from inside RalTensor's handler, minus its trip: this
+    handler is already below autograd and autocast, and the caller checked that no dispatch
+    mode or profiler would see the op (the op observers still do, in the router)."""
+    if op is _EMPTY:
+        return empty_memory_format(*args, **kwargs)
+    return RalTensor.__torch_dispatch__(op, (), args, kwargs)
+
+
 @special(aten._scaled_dot_product_fused_attention_overrideable.default)
 def _sdpa_overrideable(func, args, kwargs):
     # Glue around one routed kernel op (the fused forward) with no compute of its own, like
     # a view: served here so that coverage shows the kernel op's tier, not a decomposition.
-    return _strided_as_meta(func, args, kwargs, sdpa_forward(*args, **kwargs))
+    # A decoded token makes one such call per layer: its inner ops skip the dispatcher when
+    # nothing could see them there (~30 us of a ~75 us call).
+    call = _direct if not (_dispatch_modes() or _profiling()) else sdpa_call_aten
+    return _strided_as_meta(func, args, kwargs, sdpa_forward(*args, **kwargs, call=call))
 
 
 @special(aten._scaled_dot_product_fused_attention_overrideable_backward.default)
@@ -164,6 +182,8 @@ _META_STRIDES: dict = {}
 
 
 def _geometry(x):
+    if type(x) is RalTensor:
+        return x._sig or tensor_sig(x)  # cached on the tensor: (device, shape, dtype, strides or True)
     if isinstance(x, torch.Tensor):
         return (tuple(x.shape), x.stride(), x.dtype)
     return tuple(x) if isinstance(x, list) else x
@@ -172,7 +192,7 @@ def _geometry(x):
 def _strided_as_meta(func, args, kwargs, results):
     """results, each copied to the strides PyTorch's meta kernel for func promises where they
     differ: a compiled graph (whose fake tensors ran that meta kernel) views them by those."""
-    key = (func, tuple(_geometry(a) for a in args), tuple((k, _geometry(v)) for k, v in kwargs.items()))
+    key = (func, tuple(map(_geometry, args)), tuple((k, _geometry(v)) for k, v in kwargs.items()) if kwargs else ())
     strides = _META_STRIDES.get(key)
     if strides is None:
         meta = meta_run(func, args, kwargs)

@@ -444,6 +444,14 @@ def _meta_elem(fake):
         return torch.Tensor._make_subclass(torch.Tensor, fake, fake.requires_grad)
 
 
+def tensor_sig(t) -> tuple:
+    """A RalTensor's routing signature (device, shape, dtype, True or strides), cached on it."""
+    sig = t._sig
+    if sig is None:
+        sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
+    return sig
+
+
 def wrap(buf: Buffer, size, stride, offset: int, dtype: torch.dtype, sig=None) -> RalTensor:
     """Make a RalTensor over an existing buffer (a new tensor or a view).
 

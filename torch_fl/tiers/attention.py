@@ -37,21 +37,40 @@ def _float_mask(mask, dtype):
     return aten.masked_fill.Scalar(zero, aten.logical_not.default(mask), float("-inf"))
 
 
+def call_aten(op, *args, **kwargs):
+    """op(*args, **kwargs) through PyTorch's dispatcher."""
+    return op(*args, **kwargs)
+
+
 def sdpa_forward(
-    query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None
+    query,
+    key,
+    value,
+    attn_bias=None,
+    dropout_p=0.0,
+    is_causal=False,
+    return_debug_mask=False,
+    *,
+    scale=None,
+    call=call_aten,
 ):
-    """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, seed, offset, debug_mask)."""
+    """(output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, seed, offset, debug_mask).
+
+    `call(op, *args, **kwargs)` runs the inner aten ops: the dispatcher by default; the
+    router directly when the caller is below every mode and key that would see them."""
     if dropout_p != 0.0 or return_debug_mask:
         # _fused_sdp_choice never picks this backend with dropout; refuse rather than ignore it.
         raise NotImplementedError("torch_fl's fused attention has no dropout or debug mask")
     # A bool mask goes through as is (the OpenCL kernel and PyTorch's CPU kernel take both).
-    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(
-        query, key, value, 0.0, bool(is_causal), attn_mask=attn_bias, scale=scale
+    # keyword arguments only where set: a call without them takes the router's positional cache
+    optional = {k: v for k, v in (("attn_mask", attn_bias), ("scale", scale)) if v is not None}
+    out, lse = call(
+        aten._scaled_dot_product_flash_attention_for_cpu.default, query, key, value, 0.0, bool(is_causal), **optional
     )
     B, H, L = query.shape[0], query.shape[1], query.shape[2]
     if tuple(lse.shape) != (B, H, L):
-        lse = aten.reshape.default(lse, [B, H, L])
-    seed = aten.empty.memory_format([], dtype=torch.long, device=query.device)
+        lse = call(aten.reshape.default, lse, [B, H, L])
+    seed = call(aten.empty.memory_format, [], dtype=torch.long, device=query.device)
     # No cumulative sequence lengths or debug mask: undefined, as PyTorch's meta kernel for this
     # op says (DTensor and compiled graphs plan the outputs by it).
     return out, lse, None, None, L, key.shape[-2], seed, seed, None
@@ -176,8 +195,19 @@ def has_fused_kernel(query, op: str = FUSED_FORWARD) -> bool:
         dev = query.device.index
     if dev is None:
         return False
+    key = (dev, op, query.dtype)
+    hit = _HAS_FUSED.get(key)
+    if hit is not None and hit[0] is REGISTRY.plugins:  # a reload makes a new plugin list
+        return hit[1]
     code = CODE_OF_TORCH.get(query.dtype)
-    return any(code in e.dtype_codes and e.min_rank <= 4 <= e.max_rank for e in REGISTRY.entries(dev, op))
+    has = any(code in e.dtype_codes and e.min_rank <= 4 <= e.max_rank for e in REGISTRY.entries(dev, op))
+    _HAS_FUSED[key] = (REGISTRY.plugins, has)
+    return has
+
+
+# (device, op, dtype) -> (REGISTRY.plugins it was read from, has_fused_kernel's answer):
+# asked on every SDPA call, twice (the backend choice, then the call).
+_HAS_FUSED: dict = {}
 
 
 # Head sizes a fused kernel must handle (OpenCL: OCL_SDPA_MAXE, private arrays); larger heads

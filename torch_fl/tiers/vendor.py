@@ -742,16 +742,22 @@ def build(sch, args, kwargs, full, dev):
 
 
 _SPECIALIZED = 0  # how many plans got a straight-line function (tests read it)
+# generated source -> its compiled code object (_specialize); bounded like the fast cache
+_CODE: dict = {}
+_CODE_MAX = 4096
 
 
 def _specialize(run, fast):
     """A straight-line Python function doing exactly this plan's per-call work.
 
     `_run_fast` walks the plan's slot tables with loops and attribute lookups on every
-    call: ~2-3 us of a 16-float add. Here every slot index, size and constant is baked into
-    generated source (compiled once per plan), so a call is a handful of stores and one
-    rt_launch. Each thread patches its own copy of the packed arrays (autograd runs backward
-    ops on its device thread, and the forward's plans are shared with it).
+    call: ~2-3 us of a 16-float add. Here every slot index is baked into generated source,
+    so a call is a handful of stores and one rt_launch. Sizes that change with the shapes
+    (output bytes, element counts) are the function's globals, not literals: plans that differ
+    only in shapes share one compiled code object (_CODE), since compiling costs ~100 us and
+    a growing KV cache makes a new plan every decoded token. Each thread patches its own copy
+    of the packed arrays (autograd runs backward ops on its device thread, and the forward's
+    plans are shared with it).
     """
     global _SPECIALIZED
     template, floats = fast.template, fast.floats
@@ -804,11 +810,12 @@ def _specialize(run, fast):
         # its dispatcher refuses every op before routing).
         for k, (idx, shape, stride, dtype, nb, sig) in enumerate(fast.outs):
             env[f"_s{k}"], env[f"_st{k}"], env[f"_d{k}"], env[f"_g{k}"] = shape, stride, dtype, sig
+            env[f"_nb{k}"] = int(nb)
             lines += [
-                f"    status = _malloc({dev}, {int(nb)}, stream, cell)",
+                f"    status = _malloc({dev}, _nb{k}, stream, cell)",
                 "    if status:",
                 "        _check(status)",
-                f"    b{k} = _Buffer({dev}, cell[0], {int(nb)})",
+                f"    b{k} = _Buffer({dev}, cell[0], _nb{k})",
                 "    if _aobs:",
                 "        for obs in _aobs:",
                 f"            obs('alloc', b{k})",
@@ -833,7 +840,8 @@ def _specialize(run, fast):
     if fast.gen_slot >= 0:
         env["_philox"] = rng.next_philox
         g = fast.gen_slot
-        lines.append(f"    arr[{g}], arr[{g + 1}] = _philox({dev}, {int(run.numel)}, full[{int(fast.gen_pos)}])")
+        env["_numel"] = int(run.numel)
+        lines.append(f"    arr[{g}], arr[{g + 1}] = _philox({dev}, _numel, full[{int(fast.gen_pos)}])")
     for fi, pos in fast.float_slots:
         lines.append(f"    farr[{fi}] = full[{int(pos)}]")
     if run.fresh:  # wrap before the launch, as _run_fast does: a failed launch frees them
@@ -852,7 +860,13 @@ def _specialize(run, fast):
         lines.append(f"    return {outs[0]}")
     else:
         lines.append(f"    return ({', '.join(outs)}{',' if len(outs) == 1 else ''})")
-    exec(compile("\n".join(lines), f"<vendor plan {run.sch.name}>", "exec"), env)  # noqa: S102
+    source = "\n".join(lines)
+    code = _CODE.get(source)
+    if code is None:
+        if len(_CODE) >= _CODE_MAX:
+            _CODE.clear()
+        code = _CODE[source] = compile(source, f"<vendor plan {run.sch.name}>", "exec")
+    exec(code, env)  # noqa: S102
     _SPECIALIZED += 1
     return env["call"]
 
