@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import platform
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 ROUNDS = 5  # fresh-process rounds per case (run.py --rounds)
+
+
+def cpu_model() -> str:
+    """The host CPU's model name and the vector extensions eager CPU's kernels use (AVX-512,
+    AMX): VMs here move between hosts, and a ratio is only comparable on the same CPU."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
+    isa = [f for f in ("avx2", "avx512f", "amx_bf16") if f in flags]
+    return f"{name} ({os.cpu_count()} CPUs; {' '.join(isa) or 'no AVX2'})"
 
 
 def autocast(device_type: str, amp):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -58,6 +57,8 @@ def main(argv=None) -> int:
 
     common.ROUNDS = args.rounds
     torch.set_num_threads(torch.get_num_threads())
+    machine = common.cpu_model()
+    print(f"machine: {machine}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     results = []
     for name in args.only or list(cases):
         t0 = time.time()
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
         json.dumps(
             {
                 "torch": torch.__version__,
-                "machine": platform.processor() or platform.machine(),
+                "machine": machine,
                 "threads": torch.get_num_threads(),
                 "results": [dict(vars(r), ratio=r.ratio) for r in results],
             },
