@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.dispatch.value_checks import VALUE_CHECKS
 from torch_fl.tensor.layout import is_dense
 from torch_fl.tensor.op_schema import TENSOR_LIST
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -149,9 +150,21 @@ class Checked:
         return getattr(self.inner, name)
 
 
+def _both(first, second):
+    def check(sch, full) -> None:
+        first(sch, full)
+        second(sch, full)
+
+    return check
+
+
 def with_checks(run, sch):
-    """`run`, wrapped in the overlap checks its op needs (itself where it needs none)."""
+    """`run`, wrapped in the per-call checks its op needs (itself where it needs none): the
+    overlap checks here, and a Scalar value's fit in the tensor's dtype (value_checks.py)."""
     check = _OWN_CHECKS.get(sch.name)
     if check is None and sch.pointwise and (sch.is_inplace or sch.is_out):
         check = check_elementwise_write
+    value = VALUE_CHECKS.get(sch.name)
+    if value is not None:
+        check = value if check is None else _both(value, check)
     return run if check is None or run is None else Checked(run, sch, check)

@@ -1,0 +1,143 @@
+"""A Scalar that becomes an element of the tensor's dtype (`fill_`, `masked_fill`, and through
+them `full`, `full_like`, `new_full`, `t[:] = v`, `t[mask] = v`) is refused as CPU refuses it:
+"value cannot be converted to type uint8_t without overflow". ral kernels wrapped the raw
+number: `fill_(300)` on uint8 gave 44, `full_like(h, 1e6)` on float16 gave inf, `masked_fill`
+of a bool with 2**40 gave False on ral:0. Every dtype, values at and past each dtype's limits,
+both devices, both styles: CPU's exception type and message, or CPU's values.
+
+`t[index] = v` differs between PyTorch's devices: on CPU the Python binding stores a float
+into a CPU scalar unchecked (`store_scalar`: float16 `t[:2] = 1e6` gives inf), on any other
+device it calls `aten::scalar_tensor`, whose `fill_` checks (so CUDA raises, with fill_'s
+message). ral is another device: its expectation is CPU's `fill_` error where that raises,
+else CPU's values."""
+
+import pytest
+import torch
+from cpu_outcomes import check_outcomes, outcomes
+
+import torch_fl
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
+VALUES = [
+    0,
+    -1,
+    255,
+    256,
+    -255,
+    -256,
+    300,
+    -200,
+    2**15,
+    2**31,
+    2**40,
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    -0.5,
+    65504.0,
+    65520.0,
+    1e6,
+    3.39e38,
+    3.5e38,
+    1e39,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    True,
+    1 + 0j,
+    1 + 1j,
+]
+
+
+def _calls(d, dtype, v):
+    """The calls on device d (None: no device named, as a script under ral_mode writes them)."""
+    on = {} if d is None else {"device": d}
+
+    def base():
+        return torch.zeros(3, dtype=dtype, **on)
+
+    mask = torch.tensor([True, False, True], **on)
+    return [
+        lambda: base().fill_(v),
+        lambda: torch.fill(base(), v),
+        lambda: base().masked_fill_(mask, v),
+        # complex numbers: test_masked_fill_of_a_real_tensor_with_a_complex_number
+        lambda: base().masked_fill(mask, v if type(v) is not complex else 0),
+        lambda: torch.full((3,), v, dtype=dtype, **on),
+        lambda: torch.full_like(base(), v),
+        lambda: base().new_full((2,), v),
+    ]
+
+
+def _setitems(d, dtype, v):
+    on = {} if d is None else {"device": d}
+    mask = torch.tensor([True, False, True], **on)
+    return [
+        lambda: _setitem(torch.zeros(3, dtype=dtype, **on), slice(0, 2), v),
+        lambda: _setitem(torch.zeros(3, dtype=dtype, **on), mask, v),
+    ]
+
+
+def _expected(dtype, v):
+    """CPU's outcomes; for the item assignments, a device's (CPU's fill_ check, then values)."""
+    got = outcomes(_calls("cpu", dtype, v))
+    fill = outcomes([lambda: torch.zeros(3, dtype=dtype).fill_(v)])[0]
+    for value in outcomes(_setitems("cpu", dtype, v)):
+        got.append(fill if fill[0] != "value" else value)
+    return got
+
+
+def _on(d, dtype, v):
+    return outcomes(_calls(d, dtype, v) + _setitems(d, dtype, v))
+
+
+def _setitem(t, index, v):
+    t[index] = v
+    return t
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_scalar_value_fits_as_on_cpu(device, dtype):
+    for v in VALUES:
+        expected = _expected(dtype, v)
+        check_outcomes(_on(device, dtype, v), expected)
+        with torch_fl.ral_mode(device):
+            check_outcomes(_on(None, dtype, v), expected)
+
+
+def test_the_refusals_are_cpus():
+    # the comparison above is only as strong as CPU's refusals: they are there
+    refused = [k for dt in DTYPES for v in VALUES for k, _ in _expected(dt, v) if k != "value"]
+    assert len(refused) > 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PyTorch's own meta kernel for masked_fill (torch._refs) refuses any complex value for a real "
+    "tensor ('could not convert to type <class 'float'> without overflow'), where CPU's kernel takes 1+0j "
+    "and refuses 1+1j with 'value cannot be converted...'; ral plans the call with that meta kernel",
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_fill_of_a_real_tensor_with_a_complex_number(device):
+    mask = torch.tensor([True, False, True])
+    calls = [
+        lambda d=d, v=v: torch.zeros(3, device=d).masked_fill(mask.to(d), v) for v in (1 + 0j, 1 + 1j) for d in ("cpu",)
+    ]
+    expected = outcomes(calls)
+    got = outcomes(
+        [lambda v=v: torch.zeros(3, device=device).masked_fill(mask.to(device), v) for v in (1 + 0j, 1 + 1j)]
+    )
+    check_outcomes(got, expected)

@@ -1,0 +1,82 @@
+"""The per-call check PyTorch makes when a Scalar argument becomes an element of the tensor's
+dtype (`fill_`, `masked_fill`, and through them `full`, `full_like`, `new_full`, `t[:] = v`,
+`t[mask] = v`).
+
+ATen converts such a value with `c10::checked_convert`, which refuses one the dtype cannot
+hold ("value cannot be converted to type uint8_t without overflow"); ral kernels received the
+raw number and wrapped it, so `torch.zeros(3, dtype=torch.uint8, device="ral:0").fill_(300)`
+gave 44 where CPU raises. The value is not part of a cached decision, so the check runs on
+every call (a few comparisons, only for these ops). The rule is c10's `overflows<To, From>`
+(c10/util/TypeCast.h): bool targets take anything; floats to floating dtypes may be inf or
+NaN but no larger than the dtype's max; an integer to an unsigned dtype may be negative down
+to -max (two's complement wrap); a complex value needs a zero imaginary part unless the dtype
+is complex.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torch_fl.device.dtypes import CPP_TYPE_NAME
+
+# op -> position of the Scalar that becomes an element of argument 0's dtype
+_VALUE_AT = {
+    "aten::fill_.Scalar": 1,
+    "aten::fill.Scalar": 1,
+    "aten::masked_fill_.Scalar": 2,
+    "aten::masked_fill.Scalar": 2,
+}
+_LIMITS: dict = {}  # dtype -> (lowest, max, is_floating, is_unsigned)
+
+
+def _limits(dtype):
+    lim = _LIMITS.get(dtype)
+    if lim is None:
+        info = torch.finfo(dtype) if dtype.is_floating_point or dtype.is_complex else torch.iinfo(dtype)
+        floating = dtype.is_floating_point or dtype.is_complex
+        lim = _LIMITS[dtype] = (info.min, info.max, floating, not floating and info.min == 0)
+    return lim
+
+
+def _real_overflows(v, dtype) -> bool:
+    """c10::overflows<dtype, type(v)> for a real (int or float) Python value."""
+    lowest, top, floating, unsigned = _limits(dtype)
+    if type(v) is float:
+        if math.isinf(v) or math.isnan(v):
+            return not floating
+        return v < lowest or v > top
+    if unsigned:
+        return v > top or (v < 0 and -v > top)
+    return v < lowest or v > top
+
+
+def overflows(v, dtype) -> bool:
+    """Whether ATen refuses Python number v as an element of dtype."""
+    if dtype is torch.bool or type(v) is bool:
+        return False
+    if type(v) is complex:
+        if dtype.is_complex:
+            return _real_overflows(v.real, dtype) or _real_overflows(v.imag, dtype)
+        return v.imag != 0 or _real_overflows(v.real, dtype)
+    return _real_overflows(v, dtype)
+
+
+def _check_value(pos: int):
+    def check(sch, full) -> None:
+        v, t = full[pos], full[0]
+        if type(v) not in (int, float, complex):
+            return
+        if t.dtype is torch.bool:
+            # c10 makes a bool of any number as `v != 0` (NaN, -0.5 and 2**40 are True); a
+            # kernel handed the raw number truncated it (masked_fill gave False). `full` is
+            # this call's own argument list: the kernel reads the canonical value from it.
+            full[pos] = v != 0
+        elif overflows(v, t.dtype):
+            raise RuntimeError(f"value cannot be converted to type {CPP_TYPE_NAME[t.dtype]} without overflow")
+
+    return check
+
+
+VALUE_CHECKS = {op: _check_value(pos) for op, pos in _VALUE_AT.items()}
