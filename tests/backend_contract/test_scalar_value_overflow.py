@@ -29,6 +29,8 @@ DTYPES = [
     torch.bfloat16,
     torch.float32,
     torch.float64,
+    torch.complex64,
+    torch.complex128,
 ]
 VALUES = [
     0,
