@@ -143,3 +143,55 @@ def test_masked_fill_of_a_real_tensor_with_a_complex_number(device):
         [lambda v=v: torch.zeros(3, device=device).masked_fill(mask.to(device), v) for v in (1 + 0j, 1 + 1j)]
     )
     check_outcomes(got, expected)
+
+
+_BOUNDS = [
+    {"max": 1e6},
+    {"min": -1e6},
+    {"max": 300},
+    {"min": -300},
+    {"min": -200, "max": 5},
+    {"max": 1e39},
+    {"max": 2},
+    {"max": float("nan")},
+    {"max": 2**40},
+    {"min": 0.5},
+    {"min": -1},
+]
+
+
+def _clamps(d, dtype):
+    on = {} if d is None else {"device": d}
+    calls = []
+    for kw in _BOUNDS:
+        calls.append(lambda kw=kw: torch.tensor([0, 3, 9], **on).to(dtype).clamp(**kw))
+        calls.append(lambda kw=kw: torch.tensor([0, 3, 9], **on).to(dtype).clamp_(**kw))
+        if len(kw) == 1:
+            ((name, v),) = kw.items()
+            fn = "clamp_min" if name == "min" else "clamp_max"
+            calls.append(lambda fn=fn, v=v: getattr(torch.tensor([0, 3, 9], **on).to(dtype), fn)(v))
+            calls.append(lambda fn=fn, v=v: getattr(torch.tensor([0, 3, 9], **on).to(dtype), fn + "_")(v))
+    return calls
+
+
+def _same_kind(got, expected):
+    """CPU's exception type and message, except that an in-place call refused for its result
+    type may name the dtype as ATen's ScalarType does ("Byte") rather than C++ ("unsigned char")."""
+    for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
+        if ek == "value" or "can't be cast to the desired output type" not in ev:
+            check_outcomes([(gk, gv)], [(ek, ev)])
+        else:
+            assert gk is ek and "can't be cast to the desired output type" in gv, (gv, ev)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float32, torch.uint8, torch.int8, torch.int32, torch.int64], ids=str
+)
+def test_clamp_bounds_fit_as_on_cpu(device, dtype):
+    # clamp's bounds become elements of the result dtype: uint8 clamp(max=300) and float16
+    # clamp(max=1e6) are refused with CPU's message (the kernels raised their own error, or ran)
+    expected = outcomes(_clamps("cpu", dtype))
+    _same_kind(outcomes(_clamps(device, dtype)), expected)
+    with torch_fl.ral_mode(device):
+        _same_kind(outcomes(_clamps(None, dtype)), expected)

@@ -1,6 +1,6 @@
 """The per-call check PyTorch makes when a Scalar argument becomes an element of the tensor's
 dtype (`fill_`, `masked_fill`, and through them `full`, `full_like`, `new_full`, `t[:] = v`,
-`t[mask] = v`).
+`t[mask] = v`) or of the result dtype (clamp's bounds).
 
 ATen converts such a value with `c10::checked_convert`, which refuses one the dtype cannot
 hold ("value cannot be converted to type uint8_t without overflow"); ral kernels received the
@@ -79,4 +79,35 @@ def _check_value(pos: int):
     return check
 
 
+def _bound_dtype(t, v):
+    """The dtype clamp converts bound v to: the result type of t and v."""
+    if type(v) is complex:
+        return torch.result_type(t, v)
+    if t.dtype.is_floating_point or t.dtype.is_complex or type(v) is bool:
+        return t.dtype
+    if type(v) is float:
+        return torch.get_default_dtype()
+    return torch.int64 if t.dtype is torch.bool else t.dtype
+
+
+def _check_bounds(*positions: int):
+    # clamp's bounds become elements of the result dtype (an integer tensor with a float
+    # bound computes in float): uint8 `clamp(max=300)` is refused with CPU's message, where
+    # the kernels raised their own error, and float16 `clamp(max=1e6)` ran.
+    def check(sch, full) -> None:
+        t = full[0]
+        for pos in positions:
+            v = full[pos]
+            if type(v) in (int, float, complex):
+                dtype = _bound_dtype(t, v)
+                if sch.is_inplace and dtype != t.dtype:
+                    return  # CPU refuses the cast first ("result type Float can't be cast ..."): the router's tiers do
+                if overflows(v, dtype):
+                    raise RuntimeError(f"value cannot be converted to type {CPP_TYPE_NAME[dtype]} without overflow")
+
+    return check
+
+
 VALUE_CHECKS = {op: _check_value(pos) for op, pos in _VALUE_AT.items()}
+VALUE_CHECKS.update({op: _check_bounds(1, 2) for op in ("aten::clamp", "aten::clamp_")})
+VALUE_CHECKS.update({f"aten::{op}{sfx}": _check_bounds(1) for op in ("clamp_min", "clamp_max") for sfx in ("", "_")})

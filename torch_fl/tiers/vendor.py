@@ -443,12 +443,13 @@ _UNPROMOTED_NUMBERS = frozenset({"alpha", "value"})
 
 
 def _number_positions(sch) -> tuple:
-    """Positions of an op's `Scalar` (number) operands: those that join type promotion."""
+    """Positions of an op's `Scalar` (number) operands: those that join type promotion
+    (optional ones too: clamp's bounds, so `int_tensor.clamp_(max=1.5)` is refused as on CPU)."""
     return tuple(
         p
         for p, (kind, type_str) in enumerate(zip(sch.kinds, sch.type_strs))
         if kind == NON_TENSOR
-        and type_str == "number"
+        and type_str in ("number", "Optional[number]")
         and sch.names[p] not in NO_PROMOTE_ARGS
         and sch.names[p] not in _UNPROMOTED_NUMBERS
     )
