@@ -11,7 +11,6 @@
 
 #define HALF_MAX_TENSORS 16
 
-
 ral_status ocl_half_via_f32(const ral_kernel_call* c, ral_status (*fn)(const ral_kernel_call*)) {
   int nt = c->n_outputs + c->n_inputs, any = 0;
   for (int i = 0; i < nt; i++) any |= !ocl_absent(&c->tensors[i]) && ocl_is_half(c->tensors[i].dtype);

@@ -157,6 +157,8 @@ _BOUNDS = [
     {"max": 2**40},
     {"min": 0.5},
     {"min": -1},
+    {"min": 300, "max": 1.5},  # the result type comes from both bounds: float, where 300 fits
+    {"min": -1, "max": 2.5},
 ]
 
 

@@ -63,6 +63,12 @@ def overflows(v, dtype) -> bool:
     return _real_overflows(v, dtype)
 
 
+def _refuse_overflow(v, dtype) -> None:
+    """Raise CPU's RuntimeError when ATen cannot take Python number v as an element of dtype."""
+    if overflows(v, dtype):
+        raise RuntimeError(f"value cannot be converted to type {CPP_TYPE_NAME[dtype]} without overflow")
+
+
 def _check_value(pos: int):
     def check(sch, full) -> None:
         v, t = full[pos], full[0]
@@ -73,21 +79,24 @@ def _check_value(pos: int):
             # kernel handed the raw number truncated it (masked_fill gave False). `full` is
             # this call's own argument list: the kernel reads the canonical value from it.
             full[pos] = v != 0
-        elif overflows(v, t.dtype):
-            raise RuntimeError(f"value cannot be converted to type {CPP_TYPE_NAME[t.dtype]} without overflow")
+        else:
+            _refuse_overflow(v, t.dtype)
 
     return check
 
 
-def _bound_dtype(t, v):
-    """The dtype clamp converts bound v to: the result type of t and v."""
-    if type(v) is complex:
-        return torch.result_type(t, v)
-    if t.dtype.is_floating_point or t.dtype.is_complex or type(v) is bool:
+def _bounds_dtype(t, bounds):
+    """The dtype clamp converts its bounds to: the result type of t and every bound together
+    (uint8 with min=300 and max=1.5 computes in float, where 300 fits)."""
+    if any(type(v) is complex for v in bounds):
+        return torch.result_type(t, next(v for v in bounds if type(v) is complex))
+    if t.dtype.is_floating_point or t.dtype.is_complex:
         return t.dtype
-    if type(v) is float:
+    if any(type(v) is float for v in bounds):
         return torch.get_default_dtype()
-    return torch.int64 if t.dtype is torch.bool else t.dtype
+    if t.dtype is torch.bool and any(type(v) is int for v in bounds):
+        return torch.int64
+    return t.dtype
 
 
 def _check_bounds(*positions: int):
@@ -96,14 +105,14 @@ def _check_bounds(*positions: int):
     # the kernels raised their own error, and float16 `clamp(max=1e6)` ran.
     def check(sch, full) -> None:
         t = full[0]
-        for pos in positions:
-            v = full[pos]
-            if type(v) in (int, float, complex):
-                dtype = _bound_dtype(t, v)
-                if sch.is_inplace and dtype != t.dtype:
-                    return  # CPU refuses the cast first ("result type Float can't be cast ..."): the router's tiers do
-                if overflows(v, dtype):
-                    raise RuntimeError(f"value cannot be converted to type {CPP_TYPE_NAME[dtype]} without overflow")
+        bounds = [full[p] for p in positions if type(full[p]) in (int, float, complex, bool)]
+        if not bounds:
+            return
+        dtype = _bounds_dtype(t, bounds)
+        if sch.is_inplace and dtype != t.dtype:
+            return  # CPU refuses the cast first ("result type Float can't be cast ..."): the router's tiers do
+        for v in bounds:
+            _refuse_overflow(v, dtype)
 
     return check
 
