@@ -195,6 +195,26 @@ def _zero_size_reduction_check(fn: str, wrap: bool):
     return check
 
 
+def _bool_clamp_check(kernel: str, tensor_bounds: bool, n_bounds: int = 2):
+    # ATen's CPU (and CUDA) clamp kernels dispatch over every dtype but bool; the meta
+    # function accepts bool, so ral clamped where CPU raises NotImplementedError. The
+    # one-tensor-bound forms are maximum/minimum, which take bool (as on CPU).
+    def check(full) -> None:
+        t, bounds = full[0], [v for v in full[1 : 1 + n_bounds] if v is not None]
+        if t.dtype is not torch.bool or not bounds or any(_dtype(v) is not torch.bool for v in bounds):
+            return  # a non-bool bound promotes (in place, the cast check refuses it first)
+        if tensor_bounds:
+            if len(bounds) == 2:
+                raise NotImplementedError(f"\"{kernel}_cpu\" not implemented for 'Bool'")
+            return
+        name = kernel
+        if n_bounds == 2 and len(bounds) == 1:  # clamp with one bound runs clamp_min/clamp_max
+            name = "clamp_min" if full[1] is not None else "clamp_max"
+        raise NotImplementedError(f"\"{name}_scalar_cpu\" not implemented for 'Bool'")
+
+    return check
+
+
 _SUBTRACTIONS = ("sub.Tensor", "sub_.Tensor", "sub.out", "sub.Scalar", "sub_.Scalar", "rsub.Tensor", "rsub.Scalar")
 _ADDITIONS = ("add.Tensor", "add_.Tensor", "add.out", "add.Scalar", "add_.Scalar")
 # op name (as the router's schemas name it) -> check of the normalized arguments
@@ -219,6 +239,12 @@ for _name in ("sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out", "var
     CHECKS[f"aten::{_name}"] = _repeated_dims_check
 for _name in ("amax", "amax.out", "amin", "amin.out"):
     CHECKS[f"aten::{_name}"] = _chain(CHECKS[f"aten::{_name}"], _repeated_dims_check)  # CPU checks sizes first
+for _sfx in ("", "_", ".out"):
+    CHECKS[f"aten::clamp{_sfx}"] = _bool_clamp_check("clamp", False)
+    CHECKS[f"aten::clamp_min{_sfx}"] = _bool_clamp_check("clamp_min", False, 1)
+    CHECKS[f"aten::clamp_max{_sfx}"] = _bool_clamp_check("clamp_max", False, 1)
+for _name in ("clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"):
+    CHECKS[f"aten::{_name}"] = _bool_clamp_check("clamp", True)
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
