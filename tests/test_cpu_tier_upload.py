@@ -76,3 +76,80 @@ def test_large_results_are_written_by_the_out_overload(monkeypatch, layout):
     want = _aa(img, 4)
     assert up.stride() == want.stride()
     torch.testing.assert_close(up.cpu(), want, rtol=0, atol=0)
+
+
+@pytest.fixture
+def flip_on_cpu():
+    """flip and roll forced to the cpu tier (their vendor kernels otherwise serve them)."""
+    for op in ("aten::flip", "aten::roll"):
+        torch_fl.set_op_override(op, "cpu")
+    yield
+    for op in ("aten::flip", "aten::roll"):
+        torch_fl.set_op_override(op, None)
+
+
+_SMALL_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int8,
+    torch.bool,
+    torch.complex64,
+]
+
+
+@pytest.mark.parametrize("dtype", _SMALL_DTYPES, ids=str)
+def test_small_results_are_copied_byte_for_byte(flip_on_cpu, dtype):
+    """Small results of cpu-tier ops land in their fresh device buffer as CPU laid them out
+    (`_fill_on_host` copies the bytes straight into the mapping when the layouts agree, and
+    through a host view when they do not): values, dtypes and strides exactly CPU's."""
+    torch.manual_seed(0)
+    x = (torch.randn(2, 3, 4, 5) * 4).to(dtype)
+    progs = [
+        lambda t: torch.flip(t, [1]),
+        lambda t: torch.flip(t.contiguous(memory_format=torch.channels_last), [2]),
+        lambda t: torch.roll(t[:, :1], 1, 3),  # size-1 dims: their strides are free
+        lambda t: torch.flip(t[0, 0, 0, :1], [0]),  # one element
+        lambda t: torch.flip(t.conj() if t.is_complex() else t, [0]),  # a lazy conjugate input
+    ]
+    for src in (x, x.contiguous(memory_format=torch.channels_last)):
+        d = src.to("ral:0")
+        with torch_fl.coverage() as cov:
+            got = [p(d) for p in progs]
+        assert cov.counts[("aten::flip", "cpu")] >= 4 and cov.counts[("aten::roll", "cpu")] == 1, cov.counts
+        for g, p in zip(got, progs, strict=True):
+            want = p(src)
+            assert g.dtype == want.dtype and g.stride() == want.stride()
+            assert torch.equal(g.cpu(), want)
+
+
+def test_host_views_follow_a_resized_storage(flip_on_cpu):
+    """A zero-copy host view is cached per device buffer; `untyped_storage().resize_()` moves
+    the buffer to another block, and the next cpu-tier op must read the new one."""
+    d = torch.arange(6, dtype=torch.float32).to("ral:0")
+    assert torch.equal(torch.flip(d, [0]).cpu(), torch.arange(6.0).flip(0))
+    keep = torch.zeros(4096, device="ral:0")  # holds the old block's neighbours: the new one lies elsewhere
+    d.untyped_storage().resize_(1 << 16)
+    d.copy_(torch.arange(10.0, 16.0))
+    del keep
+    assert torch.equal(torch.flip(d, [0]).cpu(), torch.arange(10.0, 16.0).flip(0))
+
+
+def test_row_major_results_of_channels_last_inputs():
+    """A convolution's result is row-major on ral (tiers/cpu.py ROW_MAJOR_RESULTS) where CPU
+    keeps channels_last: the small result is converted on its way in, not copied as it lies."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 3, 3, 3)
+    torch_fl.set_op_override("aten::convolution", "cpu")
+    try:
+        with torch_fl.coverage() as cov:
+            got = torch.nn.functional.conv2d(x.to("ral:0"), w.to("ral:0"))
+    finally:
+        torch_fl.set_op_override("aten::convolution", None)
+    assert cov.counts[("aten::convolution", "cpu")] == 1, cov.counts
+    want = torch.nn.functional.conv2d(x, w)
+    assert got.is_contiguous() and not want.is_contiguous()
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)

@@ -22,13 +22,16 @@ class Buffer:
     and frees it when its last reference (this Buffer's, or a user's) goes.
     """
 
-    __slots__ = ("device", "ptr", "nbytes", "storage", "__weakref__")
+    # host: (address, {dtype: CPU tensor over the host mapping}) once a zero-copy view was
+    # asked for (tensor/host_copy.py); kept here because a weak-keyed cache cost ~2 us a lookup
+    __slots__ = ("device", "ptr", "nbytes", "storage", "host", "__weakref__")
 
     def __init__(self, device: int, ptr: int, nbytes: int, storage=None):
         self.device = device
         self.ptr = ptr
         self.nbytes = nbytes
         self.storage = storage
+        self.host = None
 
     def __del__(self):
         # Interpreter shutdown may have torn `lib` down already; nothing to free then.
@@ -53,6 +56,7 @@ class Buffer:
         """
         if nbytes == self.nbytes:
             return
+        self.host = None  # a cached host view maps the old block
         if self.storage is not None:  # the storage owns the block: it frees the old one
             fresh = allocate(self.device, nbytes, stream) if nbytes else Buffer(self.device, 0, 0)
             guard.reset_storage_block(self.storage, fresh.ptr, nbytes, self.device)

@@ -16,7 +16,7 @@ import torch
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check
 from torch_fl.device.stream_state import current
-from torch_fl.tensor.host_copy import forget_host_view, host_mappable, host_view
+from torch_fl.tensor.host_copy import host_mappable, host_view
 from torch_fl.tensor.ral_tensor import RalTensor
 
 
@@ -143,4 +143,3 @@ def resize_buffer(t: RalTensor, nbytes: int) -> None:
     if buf.nbytes == nbytes:
         return
     buf.reallocate(nbytes, current(buf.device))
-    forget_host_view(buf)  # a cached zero-copy view of the old memory is stale

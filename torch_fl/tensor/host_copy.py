@@ -7,7 +7,6 @@ the RalTensor class itself can use it without importing the upload side (transfe
 from __future__ import annotations
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from torch_fl._native import ffi, lib
 from torch_fl.core.runtime import check, device_records
@@ -15,10 +14,6 @@ from torch_fl.device.stream_state import current
 from torch_fl.device.sync import copy_to_host_and_wait, synchronize_stream
 from torch_fl.tensor.layout import byte_range, is_dense
 
-# Buffer (held weakly, by identity) -> (device address, uint8 CPU tensor over its host mapping).
-# The address is checked on use: `untyped_storage().resize_` moves a storage-owned buffer to a
-# new block behind Python's back (ral_allocator.cpp).
-_HOST_BASES = WeakIdKeyDictionary()
 _MAPPABLE: dict[int, bool] = {}
 
 
@@ -35,34 +30,62 @@ def host_view(t) -> torch.Tensor | None:
 
     The caller must have synchronized the device first.
     """
-    base = _host_base(t._buf)
+    base = _host_base(t._buf, t.dtype)
     if base is None:
         return None
-    if t.dtype != torch.uint8:
-        usable = (base.numel() // t.dtype.itemsize) * t.dtype.itemsize
-        base = base[:usable].view(t.dtype)
     return base.as_strided(t.shape, t.stride(), t.storage_offset())
 
 
-def _host_base(buf) -> torch.Tensor | None:
-    hit = _HOST_BASES.get(buf)
-    if hit is not None and (buf.storage is None or (hit[0] == buf.ptr and hit[1].numel() == buf.nbytes)):
-        return hit[1]
-    if not host_mappable(buf.device):
-        return None
-    if buf.nbytes == 0:
-        base = torch.empty(0, dtype=torch.uint8)
+def _host_base(buf, dtype) -> torch.Tensor | None:
+    """A flat CPU tensor of dtype over buf's whole host mapping (cached on the Buffer), or None."""
+    hit = buf.host
+    # A storage-owned buffer's block is checked on use: `untyped_storage().resize_` moves it
+    # to a new block behind Python's back (ral_allocator.cpp).
+    if hit is not None and (buf.storage is None or (hit[0] == buf.ptr and hit[1] == buf.nbytes)):
+        base = hit[2].get(dtype)
+        if base is not None:
+            return base
+        views = hit[2]
     else:
-        out = ffi.new("uint64_t*")
-        check(lib.rt_host_address(buf.device, buf.ptr, 0, buf.nbytes, out))
-        base = torch.frombuffer(ffi.buffer(ffi.cast("char*", out[0]), buf.nbytes), dtype=torch.uint8)
-    _HOST_BASES[buf] = (buf.ptr, base)
+        if not host_mappable(buf.device):
+            return None
+        views = {}
+        buf.host = (buf.ptr, buf.nbytes, views)
+    raw = views.get(torch.uint8)
+    if raw is None:
+        raw = views[torch.uint8] = _raw_host_tensor(buf.device, buf.ptr, buf.nbytes)
+    if dtype is torch.uint8:
+        return raw
+    usable = (raw.numel() // dtype.itemsize) * dtype.itemsize
+    base = views[dtype] = raw[:usable].view(dtype)
     return base
 
 
-def forget_host_view(buf) -> None:
-    """Drop the cached host view of a buffer whose memory was replaced (resized in place)."""
-    _HOST_BASES.pop(buf, None)
+# (host address, bytes) -> uint8 CPU tensor over that memory. The pool hands the same blocks
+# out again (a fresh index tensor per call gets last call's block), and torch.frombuffer costs
+# more than a small op. A tensor over an address is valid whenever that memory is mapped,
+# which rt_host_address has just checked for a live allocation.
+_RAW: dict = {}
+_RAW_MAX = 1024
+
+
+def _raw_host_tensor(dev: int, ptr: int, nbytes: int) -> torch.Tensor:
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    addr = host_address(dev, ptr, nbytes)
+    raw = _RAW.get((addr, nbytes))
+    if raw is None:
+        if len(_RAW) >= _RAW_MAX:
+            _RAW.clear()
+        raw = _RAW[(addr, nbytes)] = torch.frombuffer(ffi.buffer(ffi.cast("char*", addr), nbytes), dtype=torch.uint8)
+    return raw
+
+
+def host_address(dev: int, ptr: int, nbytes: int) -> int:
+    """The host address of nbytes of device memory at ptr (a host-mappable device)."""
+    out = ffi.new("uint64_t*")
+    check(lib.rt_host_address(dev, ptr, 0, nbytes, out))
+    return out[0]
 
 
 def to_cpu(t, dtype: torch.dtype | None = None) -> torch.Tensor:

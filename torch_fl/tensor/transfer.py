@@ -55,6 +55,17 @@ def copy_into(dst, src):
     if dst_ral and src_ral and dst._dev == src._dev:
         return None  # same device: the router runs the plugin's copy_ kernel
     if dst_ral and not src_ral:
+        if _same_dense_bytes(dst, src):
+            # the bytes as they lie, straight into dst on its stream (no staging tensor and
+            # second copy: `torch.tensor(data, device=...)` and a list index take this path)
+            start, nbytes = byte_range(dst)
+            if nbytes:
+                check(
+                    lib.rt_copy_h2d(
+                        dst._dev, current(dst._dev), dst._buf.ptr, start, ffi.cast("void*", src.data_ptr()), nbytes
+                    )
+                )
+            return dst
         staged = to_device(src.expand(dst.shape), dst._dev, dst.dtype, keep_layout=False)
         return _device_copy(dst, staged)
     if src_ral and not dst_ral:
@@ -68,6 +79,23 @@ def copy_into(dst, src):
     if nbytes:
         check(lib.rt_copy_d2d(dst._dev, moved._buf.ptr, 0, src._dev, src._buf.ptr, start, nbytes, current(dst._dev)))
     return _device_copy(dst, moved)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _same_dense_bytes(dst, src: torch.Tensor) -> bool:
+    """Whether CPU tensor src holds dst's elements byte for byte: same dtype, shape and
+    dense strides, no lazy conjugate or negation. Subclasses (an UninitializedParameter, whose
+    shape raises) take the general path, where their own torch-function handling applies."""
+    return (
+        type(src) in _PLAIN
+        and src.dtype == dst.dtype
+        and src.shape == dst.shape
+        and src.stride() == dst.stride()
+        and is_dense(dst.shape, dst.stride())
+        and not (src.is_conj() or src.is_neg())
+    )
 
 
 def _device_copy(dst: RalTensor, src: RalTensor) -> RalTensor:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl._native import ffi
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
-from torch_fl.tensor.host_copy import cpu_copy_for_fallback, host_copy_of, host_mappable, host_view, write_back
+from torch_fl.tensor.host_copy import (
+    cpu_copy_for_fallback,
+    host_address,
+    host_copy_of,
+    host_mappable,
+    host_view,
+    write_back,
+)
 from torch_fl.tensor.layout import extent_elems, is_dense
 from torch_fl.tensor.op_schema import SECRETLY_MUTATED
 from torch_fl.tensor.ral_tensor import RalTensor
@@ -269,7 +277,14 @@ def _fill_on_host(v: torch.Tensor, dev: int, keep_layout: bool) -> RalTensor:
     fresh, so PyTorch's own copy_ writes it directly, converting the layout on the way."""
     strides = tuple(v.stride()) if keep_layout and is_dense(v.shape, v.stride()) else None
     out = empty_on(dev, v.shape, v.dtype, strides)
-    if v.numel():
+    nbytes = out._buf.nbytes
+    if not nbytes:
+        return out
+    if tuple(out.stride()) == tuple(v.stride()) and not (v.is_conj() or v.is_neg()):
+        # the same dense layout: the bytes as they lie (a host view of a fresh buffer costs
+        # more than a small op: a mapping and a tensor over it)
+        ffi.memmove(ffi.cast("void*", host_address(dev, out._buf.ptr, nbytes)), ffi.cast("void*", v.data_ptr()), nbytes)
+    else:
         host_view(out).copy_(v)
     return out
 
