@@ -324,3 +324,34 @@ def test_inline_linear_shapes_match_cpu(k, n):
     got, d = delta(lambda: torch.nn.functional.linear(x.to(DEV), w.to(DEV), b.to(DEV)).cpu())
     assert d["inline_ops"] >= 1 and d["kernels"] == 0, d
     torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [4, 5, 13])
+@pytest.mark.parametrize("n", [16, 31, 48])
+@pytest.mark.parametrize("k", [1, 16, 64])
+def test_inline_blocked_products_match_cpu(m, n, k):
+    """Products of four rows or more run inline as register blocks of 4 x 16 over a packed B:
+    row and column tails, a transposed and a row-major B, alpha/beta, beta = 0 over a NaN
+    addend (ignored, as on CPU), a strided output, a batch; against CPU, inline only."""
+    g = torch.Generator().manual_seed(m * 1000 + n * 10 + k)
+    x, w, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    x3, y3 = torch.randn(3, m, k, generator=g), torch.randn(3, k, n, generator=g)
+    nan_bias = torch.full((n,), float("nan"))
+
+    def run(dev):
+        xd, wd, bd, x3d, y3d, nd = (t.to(dev) for t in (x, w, b, x3, y3, nan_bias))
+        out = torch.zeros(m, 2 * n, device=dev)
+        torch.mm(xd, wd.t(), out=out[:, ::2])
+        return [
+            torch.nn.functional.linear(xd, wd, bd),
+            xd @ wd.t().contiguous(),
+            torch.addmm(bd, xd, wd.t(), beta=0.5, alpha=-2.0),
+            torch.addmm(nd, xd, wd.t(), beta=0.0),
+            out,
+            torch.bmm(x3d, y3d),
+        ]
+
+    got, d = delta(lambda: [t.cpu() for t in run(DEV)])
+    assert d["inline_ops"] >= 5 and d["kernels"] == 0, d  # K = 1: matmul may take an outer product
+    for g_, w_ in zip(got, run("cpu"), strict=True):
+        torch.testing.assert_close(g_, w_, rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@
  * descriptors: ocl_mmgeom, ocl_rgeom, ocl_geom); sums accumulate in double. Anything else
  * (other dtypes, ops, or work above OCL_INLINE_WORK) is queued as before.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ocl.h"
@@ -82,9 +83,139 @@ __attribute__((always_inline)) static inline void dot_rows(const float* a, const
   }
 }
 
+/* Register-blocked product for products of at least BLK_ROWS rows: B (any strides) packed
+ * into [K, N rounded up to BLK_COLS] row-major, then each block of BLK_ROWS rows x BLK_COLS
+ * columns of C accumulates over K in eight vectors (broadcast a[m, k] times a row of packed
+ * B), summing each element in k order. nn.Linear's 32x64x64 took 16 us as dot products of
+ * rows, bound by their loads and horizontal sums (the latency loop's largest share on ral:1);
+ * here BLK_ROWS rows share each load of B. Eight-lane vectors: every target clone keeps the
+ * accumulators in registers (sixteen-lane ones run 40x slower in the AVX2 and default clones). */
+#define BLK_ROWS 4
+#define BLK_COLS 16
+typedef float ocl_v8f_u __attribute__((vector_size(32), aligned(4))); /* rows carry no alignment promise */
+
+/* Writes one row of a block: alpha * acc (+ beta * the addend) into C's columns [n0, n0 + BLK_COLS) clipped to N. */
+__attribute__((always_inline)) static inline void block_store(const ocl_mmgeom* g, float* C, const float* I, int64_t b,
+                                                              int64_t m, int64_t n0, ocl_v8f lo, ocl_v8f hi) {
+  int64_t nn = g->N - n0 < BLK_COLS ? g->N - n0 : BLK_COLS;
+  float* c = C + g->off_c + b * g->sc_b + m * g->sc_m;
+  const float* in = g->has_in ? I + g->off_i + b * g->si_b + m * g->si_m : NULL;
+  lo *= g->alpha;
+  hi *= g->alpha;
+  if (nn == BLK_COLS && g->sc_n == 1 && (!in || g->si_n == 1)) { /* a whole row of the block, dense */
+    if (in) {
+      lo += g->beta * *(const ocl_v8f_u*)(in + n0);
+      hi += g->beta * *(const ocl_v8f_u*)(in + n0 + 8);
+    }
+    *(ocl_v8f_u*)(c + n0) = lo;
+    *(ocl_v8f_u*)(c + n0 + 8) = hi;
+    return;
+  }
+  float out[BLK_COLS];
+  *(ocl_v8f_u*)out = lo;
+  *(ocl_v8f_u*)(out + 8) = hi;
+  for (int64_t j = 0; j < nn; j++) {
+    float v = out[j];
+    /* beta == 0 ignores self entirely (has_in is 0 then), NaNs included */
+    if (in) v += g->beta * in[(n0 + j) * g->si_n];
+    c[(n0 + j) * g->sc_n] = v;
+  }
+}
+
+/* BLK_ROWS rows of C from m0 (all present), columns from n0, batch b: eight accumulators. */
+__attribute__((always_inline)) static inline void gemm_block4(const ocl_mmgeom* g, float* C, const float* A,
+                                                              const float* Bp, int64_t np, const float* I, int64_t b,
+                                                              int64_t m0, int64_t n0) {
+  ocl_v8f c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0}, c31 = {0};
+  const int64_t sm = g->sa_m, sk = g->sa_k, K = g->K;
+  const float* a = A + g->off_a + b * g->sa_b + m0 * sm;
+  const float* bk = Bp + n0;
+  for (int64_t k = 0; k < K; k++, bk += np, a += sk) {
+    ocl_v8f b0 = *(const ocl_v8f_u*)bk, b1 = *(const ocl_v8f_u*)(bk + 8);
+    float a0 = a[0], a1 = a[sm], a2 = a[2 * sm], a3 = a[3 * sm];
+    c00 += a0 * b0;
+    c01 += a0 * b1;
+    c10 += a1 * b0;
+    c11 += a1 * b1;
+    c20 += a2 * b0;
+    c21 += a2 * b1;
+    c30 += a3 * b0;
+    c31 += a3 * b1;
+  }
+  block_store(g, C, I, b, m0, n0, c00, c01);
+  block_store(g, C, I, b, m0 + 1, n0, c10, c11);
+  block_store(g, C, I, b, m0 + 2, n0, c20, c21);
+  block_store(g, C, I, b, m0 + 3, n0, c30, c31);
+}
+
+/* One row of C (the rows left below a block), columns from n0. */
+__attribute__((always_inline)) static inline void gemm_block1(const ocl_mmgeom* g, float* C, const float* A,
+                                                              const float* Bp, int64_t np, const float* I, int64_t b,
+                                                              int64_t m, int64_t n0) {
+  ocl_v8f c0 = {0}, c1 = {0};
+  const float* a = A + g->off_a + b * g->sa_b + m * g->sa_m;
+  const float* bk = Bp + n0;
+  for (int64_t k = 0; k < g->K; k++, bk += np) {
+    float av = a[k * g->sa_k];
+    c0 += av * *(const ocl_v8f_u*)bk;
+    c1 += av * *(const ocl_v8f_u*)(bk + 8);
+  }
+  block_store(g, C, I, b, m, n0, c0, c1);
+}
+
+/* B's [K, N] block of batch b into bp, row-major with np >= N columns (the rest zero). */
+__attribute__((always_inline)) static inline void pack_b(const ocl_mmgeom* g, const float* bb, float* bp, int64_t np) {
+  for (int64_t k = 0; k < g->K; k++) memset(bp + k * np + g->N, 0, (size_t)(np - g->N) * sizeof(float));
+  if (g->sb_n == 1) { /* rows of B contiguous: copied as they are */
+    for (int64_t k = 0; k < g->K; k++) memcpy(bp + k * np, bb + k * g->sb_k, (size_t)g->N * sizeof(float));
+    return;
+  }
+  int64_t j0 = 0;
+  for (; j0 + 8 <= g->N; j0 += 8) /* x @ W.t(): 8 rows of W at a time, one vector store per k */
+    for (int64_t k = 0; k < g->K; k++) {
+      const float* src = bb + j0 * g->sb_n + k * g->sb_k;
+      ocl_v8f v = {src[0], src[g->sb_n], src[2 * g->sb_n], src[3 * g->sb_n],
+                   src[4 * g->sb_n], src[5 * g->sb_n], src[6 * g->sb_n], src[7 * g->sb_n]};
+      *(ocl_v8f_u*)(bp + k * np + j0) = v;
+    }
+  for (int64_t j = j0; j < g->N; j++)
+    for (int64_t k = 0; k < g->K; k++) bp[k * np + j] = bb[j * g->sb_n + k * g->sb_k];
+}
+
+/* 0 when the packed copy of B cannot be allocated (the caller takes the row loops). The
+ * multiply-adds are fused (this file is built with -std=c11, which leaves them separate). */
+OCL_VECTOR_CLONES __attribute__((optimize("fp-contract=fast")))
+static int gemm_f32_blocked(const ocl_mmgeom* g, float* C, const float* A, const float* B, const float* I) {
+  int64_t np = (g->N + BLK_COLS - 1) / BLK_COLS * BLK_COLS;
+  float* bp = malloc((size_t)(g->K * np) * sizeof(float));
+  if (!bp) return 0;
+  for (int64_t b = 0; b < g->batch; b++) {
+    pack_b(g, B + g->off_b + b * g->sb_b, bp, np);
+    int64_t m0 = 0;
+    for (; m0 + BLK_ROWS <= g->M; m0 += BLK_ROWS)
+      for (int64_t n0 = 0; n0 < g->N; n0 += BLK_COLS) gemm_block4(g, C, A, bp, np, I, b, m0, n0);
+    for (; m0 < g->M; m0++)
+      for (int64_t n0 = 0; n0 < g->N; n0 += BLK_COLS) gemm_block1(g, C, A, bp, np, I, b, m0, n0);
+  }
+  free(bp);
+  return 1;
+}
+
+/* The blocked kernel needs 256-bit vector registers: built for SSE2 alone (the default
+ * clone, or another architecture) its eight-lane accumulators run 8x slower than the row loops. */
+static int blocked_gemm_pays(void) {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+  return __builtin_cpu_supports("avx2");
+#else
+  return 0;
+#endif
+}
+
 OCL_VECTOR_CLONES
 static void gemm_f32(const ocl_mmgeom* g, float* C, const float* A, const float* B, const float* I) {
   float row[256];
+  /* fewer rows than a block: packing B would cost as much as the product */
+  if (g->M >= BLK_ROWS && blocked_gemm_pays() && gemm_f32_blocked(g, C, A, B, I)) return;
   for (int64_t b = 0; b < g->batch; b++)
     for (int64_t m = 0; m < g->M; m++) {
       const float* a = A + g->off_a + b * g->sa_b + m * g->sa_m;
