@@ -89,7 +89,7 @@ __attribute__((always_inline)) static inline void dot_rows(const float* a, const
  * B), summing each element in k order. nn.Linear's 32x64x64 took 16 us as dot products of
  * rows, bound by their loads and horizontal sums (the latency loop's largest share on ral:1);
  * here BLK_ROWS rows share each load of B. Eight-lane vectors: every target clone keeps the
- * accumulators in registers (sixteen-lane ones run 40x slower in the AVX2 and default clones). */
+ * accumulators in registers (sixteen-lane ones ran 30x slower in the AVX2 and default clones). */
 #define BLK_ROWS 4
 #define BLK_COLS 16
 typedef float ocl_v8f_u __attribute__((vector_size(32), aligned(4))); /* rows carry no alignment promise */

@@ -22,7 +22,7 @@ class Buffer:
     and frees it when its last reference (this Buffer's, or a user's) goes.
     """
 
-    # host: (address, {dtype: CPU tensor over the host mapping}) once a zero-copy view was
+    # host: (ptr, nbytes, {dtype: CPU tensor over the host mapping}) once a zero-copy view was
     # asked for (tensor/host_copy.py); kept here because a weak-keyed cache cost ~2 us a lookup
     __slots__ = ("device", "ptr", "nbytes", "storage", "host", "__weakref__")
 
