@@ -31,7 +31,7 @@
 #define HOST_KERNELS_REDUCE(X)                                                  \
   X(host_sum_dim) X(host_sum) X(host_mean_dim) X(host_mean) X(host_amax)       \
   X(host_amin) X(host_max_dim) X(host_min_dim) X(host_argmax) X(host_argmin)   \
-  X(host_var_correction) X(host_prod) X(host_all)
+  X(host_var_correction) X(host_prod) X(host_all) X(host_any) X(host_any_dim) X(host_any_dims)
 
 #define HOST_KERNELS_BLAS(X) X(host_mm) X(host_bmm) X(host_addmm) X(host_baddbmm) X(host_dot)
 

@@ -601,6 +601,43 @@ ral_status host_all(const ral_kernel_call* c) {
   return reduce_kernel(c, R_MIN, -1, -1, 0, 0);
 }
 
+/* any() over a bool tensor is its maximum; over no elements it is false (the identity),
+ * which the generic reducer refuses as "reducing an empty dimension". `dim_at`: the scalar
+ * holding the dims (-1: all), `single`: it is one int (any.dim) rather than a list (any.dims). */
+static ral_status any_kernel(const ral_kernel_call* c, int dim_at, int single, int keep_at) {
+  ral_status st = check_input(c, 1, 0);
+  if (st != RAL_OK) return st;
+  const ral_tensor* x = host_in(c, 0);
+  uint8_t reduced[RAL_MAX_RANK];
+  memset(reduced, 1, sizeof reduced);
+  if (single) {
+    memset(reduced, 0, sizeof reduced);
+    int d = host_wrap_dim(host_scalar_int(c, dim_at, 0), x->ndim);
+    if (d < 0) return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "dim out of range for rank %d", x->ndim);
+    if (x->ndim) reduced[d] = 1;
+  } else if (dim_at >= 0 && !host_scalar_is_none(c, dim_at)) {
+    int n;
+    host_scalar_list(c, dim_at, &n);
+    /* unlike sum's, any's empty dim list reduces nothing: the result is x as bool */
+    if (n == 0) memset(reduced, 0, sizeof reduced);
+    else if ((st = parse_dims(c, x, dim_at, reduced)) != RAL_OK) return st;
+  }
+  if (host_numel(x) == 0) { /* every output reduces nothing (or there is no output) */
+    host_fill(host_out(c, 0), 0.0, 0);
+    return RAL_OK;
+  }
+  rplan P;
+  st = make_plan(c, &P, x, reduced, keep_at >= 0 && host_scalar_int(c, keep_at, 0), 1);
+  if (st != RAL_OK) return st;
+  fin_ctx fc = {1.0, 0, NULL};
+  run_plan(&P, R_MAX, fin_value, &fc, NULL);
+  return RAL_OK;
+}
+
+ral_status host_any(const ral_kernel_call* c) { return any_kernel(c, -1, 0, -1); }
+ral_status host_any_dim(const ral_kernel_call* c) { return any_kernel(c, 0, 1, 1); }
+ral_status host_any_dims(const ral_kernel_call* c) { return any_kernel(c, 0, 0, 1); }
+
 /* max.dim / min.dim (values, indices) and argmax / argmin (dim? => flattened). */
 static ral_status arg_kernel(const ral_kernel_call* c, rop op, int n_out) {
   ral_status st = check_input(c, n_out, 0);

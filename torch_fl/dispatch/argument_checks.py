@@ -235,7 +235,16 @@ def _chain(*checks):
     return check
 
 
-for _name in ("sum.dim_IntList", "sum.IntList_out", "mean.dim", "mean.out", "var.correction", "var.correction_out"):
+for _name in (
+    "sum.dim_IntList",
+    "sum.IntList_out",
+    "mean.dim",
+    "mean.out",
+    "var.correction",
+    "var.correction_out",
+    "any.dims",
+    "all.dims",
+):
     CHECKS[f"aten::{_name}"] = _repeated_dims_check
 for _name in ("amax", "amax.out", "amin", "amin.out"):
     CHECKS[f"aten::{_name}"] = _chain(CHECKS[f"aten::{_name}"], _repeated_dims_check)  # CPU checks sizes first
@@ -245,6 +254,21 @@ for _sfx in ("", "_", ".out"):
     CHECKS[f"aten::clamp_max{_sfx}"] = _bool_clamp_check("clamp_max", False, 1)
 for _name in ("clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"):
     CHECKS[f"aten::{_name}"] = _bool_clamp_check("clamp", True)
+
+
+def _full_reduction_check(fn: str):
+    # max()/min() of every element (tiers/decomp.py runs them as amax/amin): an empty input
+    # is refused with their own name, as _zero_size_reduction_check words it for no dims
+    dims_check = _zero_size_reduction_check(fn, True)
+
+    def check(full) -> None:
+        dims_check([full[0], None])
+
+    return check
+
+
+for _op in ("max", "min"):
+    CHECKS[f"aten::{_op}"] = _full_reduction_check(f"{_op}()")
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check

@@ -390,6 +390,19 @@ def _clamp_nan_bound(func, args, kwargs):
     return _CLAMP_TENSOR_OVERLOAD[func](args[0], *map(as_tensor, bounds), **new_kwargs)
 
 
+@special(aten.any.dims, aten.all.dims)
+def _reduce_over_no_dims(func, args, kwargs):
+    # any/all with an empty dim list reduce nothing (x != 0, uint8 kept as uint8), where an
+    # empty list means every dim to sum and to the kernels' shared dim parsing: the OpenCL
+    # plugin wrote any(x) into the first element of an otherwise unwritten result.
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dim is None or len(dim) != 0:
+        return ROUTE
+    x = args[0]
+    out = aten.ne.Scalar(x, 0)
+    return out if x.dtype is not torch.uint8 else aten._to_copy.default(out, dtype=torch.uint8)
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)

@@ -32,6 +32,17 @@ def _decompositions() -> dict:
     return decomposition_table
 
 
+_aten = torch.ops.aten
+# Ops torch._decomp leaves alone that are another op with a vendor kernel more often than not:
+# a full max/min is amax/amin over every dim (same NaN rule; an empty input is refused first,
+# with max()'s own message, by dispatch/argument_checks.py). HF's generate takes a full max of
+# its int64 flags every token, which went to the cpu tier (a sync each).
+OWN_DECOMPOSITIONS = {
+    _aten.max.default: lambda x: _aten.amax.default(x),
+    _aten.min.default: lambda x: _aten.amin.default(x),
+}
+
+
 class DecompRun:
     """Run a decomposition; a guard stops an op from decomposing into itself."""
 
@@ -77,7 +88,7 @@ def build(sch, args, kwargs, full, dev, kernel_free=frozenset()):
     relayout = suggested_format(sch.name, full)
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return DecompRun(sch, dev, func.decompose, relayout)
-    fn = _decompositions().get(func)
+    fn = _decompositions().get(func) or OWN_DECOMPOSITIONS.get(func)
     if fn is None:
         raise Declined("no decomposition")
     if not _stays_on_vendor(fn, sch, args, kwargs, dev, kernel_free):
