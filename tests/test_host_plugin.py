@@ -416,6 +416,22 @@ def test_all_over_bool_masks():
         check(lambda t: [t.all(), t.t().all()], x)
 
 
+def test_any_over_bool_masks():
+    # any(), any.dim and any.dims (keepdim, strided, empty, an empty dim list that reduces nothing)
+    for x in (torch.rand(7, 9) > 0.97, torch.zeros(4, 5, dtype=torch.bool), torch.zeros(0, 3, dtype=torch.bool)):
+        check(
+            lambda t: [
+                t.any(),
+                t.t().any(),
+                t.any(dim=1),
+                t.t().any(dim=0, keepdim=True),
+                torch.any(t, dim=(0, 1)),
+                torch.any(t, dim=(1,), keepdim=True),
+            ],
+            x,
+        )
+
+
 def _flatten(out):
     return [t for o in out for t in (o if isinstance(o, tuple) else (o,))]
 
