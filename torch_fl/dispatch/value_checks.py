@@ -20,6 +20,7 @@ import math
 import torch
 
 from torch_fl.device.dtypes import CPP_TYPE_NAME
+from torch_fl.tiers.vendor import common_dtype
 
 # op -> position of the Scalar that becomes an element of argument 0's dtype
 _VALUE_AT = {
@@ -85,18 +86,19 @@ def _check_value(pos: int):
     return check
 
 
+# (tensor dtype, bound types..., default dtype) -> the dtype clamp converts its bounds to
+_BOUNDS_DTYPE: dict = {}
+
+
 def _bounds_dtype(t, bounds):
-    """The dtype clamp converts its bounds to: the result type of t and every bound together
-    (uint8 with min=300 and max=1.5 computes in float, where 300 fits)."""
-    if any(type(v) is complex for v in bounds):
-        return torch.result_type(t, next(v for v in bounds if type(v) is complex))
-    if t.dtype.is_floating_point or t.dtype.is_complex:
-        return t.dtype
-    if any(type(v) is float for v in bounds):
-        return torch.get_default_dtype()
-    if t.dtype is torch.bool and any(type(v) is int for v in bounds):
-        return torch.int64
-    return t.dtype
+    """The dtype clamp converts its bounds to: ATen's result type of t and every bound together
+    (uint8 with min=300 and max=1.5 computes in float, where 300 fits). It depends on the
+    bounds' types only, so each combination is promoted once."""
+    key = (t.dtype, *map(type, bounds), torch.get_default_dtype())
+    dtype = _BOUNDS_DTYPE.get(key)
+    if dtype is None:
+        dtype = _BOUNDS_DTYPE[key] = common_dtype([t, *bounds])
+    return dtype
 
 
 def _check_bounds(*positions: int):

@@ -463,7 +463,7 @@ def _operands(sch, full, numbers: bool) -> list:
     return out
 
 
-def _common_dtype(operands):
+def common_dtype(operands):
     """ATen's result type of pointwise operands (DEFAULT promotion)."""
     from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
@@ -485,7 +485,7 @@ def _promotion_target(sch, full, out_dtype):
         return None if (dtypes <= {out_dtype} and not numbers) else out_dtype
     if len(dtypes) <= 1 and not numbers:
         return None
-    return _common_dtype(operands)
+    return common_dtype(operands)
 
 
 def _check_written_dtype(sch, full, out_dtype) -> None:
@@ -496,7 +496,7 @@ def _check_written_dtype(sch, full, out_dtype) -> None:
     operands = _operands(sch, full, numbers=True)
     if not any(isinstance(v, torch.Tensor) for v in operands):
         return
-    common = _common_dtype(operands)
+    common = common_dtype(operands)
     if common != out_dtype:
         raise Declined(f"computes in {common} and writes {out_dtype}")
 
