@@ -162,6 +162,43 @@ print('ok')
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 
+def test_specials_that_route_by_signature_are_fast_cached_and_stay_right():
+    """A handler marked `routes_by_signature` is skipped once its key routed (any.dims with
+    [] reduces nothing, with [0] it reduces; a uint8 `where` condition is widened, a bool one
+    routed); an unmarked handler is asked on every call."""
+    code = """
+import torch, torch_fl
+from torch_fl.dispatch import entry
+from torch_fl.dispatch.special import special, ROUTE
+a = torch.tensor([[1, 0, 0], [0, 0, 0]], dtype=torch.uint8)
+x, y = torch.arange(3.0), -torch.arange(3.0)
+for dev in ("ral:0", "ral:1")[: torch.ral.device_count()]:
+    ra = a.to(dev)
+    for dims in ([0], [], [1], [], [0, 1], [0]):
+        for _ in range(2):
+            got = torch.ops.aten.any.dims(ra, dims)
+            assert torch.equal(got.cpu(), torch.ops.aten.any.dims(a, dims)), (dev, dims)
+    for dtype in (torch.bool, torch.uint8, torch.bool, torch.uint8):
+        c = torch.tensor([1, 0, 1], dtype=dtype)
+        for _ in range(2):
+            assert torch.equal(torch.where(c.to(dev), x.to(dev), y.to(dev)).cpu(), torch.where(c, x, y))
+cached = {k[0] for k in entry._FAST}
+assert id(torch.ops.aten.where.self) in cached and id(torch.ops.aten.any.dims) in cached
+seen = []
+@special(torch.ops.aten.neg.default)
+def spy(func, args, kwargs):
+    seen.append(func)
+    return ROUTE
+r = torch.arange(3.0).to("ral:0")
+for _ in range(3):
+    assert torch.equal(torch.neg(r).cpu(), -torch.arange(3.0))
+assert len(seen) == 3, seen
+print('ok')
+"""
+    r = run_python(code)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
+
+
 def test_strided_operands_with_the_same_shape_do_not_share_a_plan(dev):
     # Same shapes and dtype, different strides and offsets: each call must read its own layout.
     torch.manual_seed(1)

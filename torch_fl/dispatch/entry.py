@@ -186,16 +186,18 @@ def _dispatch_slow(func, args, kwargs, fkey):
         out = special(func, args, kwargs)
         if out is not ROUTE:
             return out
-        return route(func, args, kwargs)
+        # A handler that routes by what the fast key holds (dtypes, shapes, int lists) would
+        # route every later call with this key too: the fast cache may skip it.
+        return route(func, args, kwargs, fkey if getattr(special, "routes_by_signature", False) else None)
     return _route(func, info[2], args, kwargs, fkey)
 
 
-def route(func, args, kwargs):
+def route(func, args, kwargs, fkey=None):
     """Send a (non-special) op through the router: vendor, decomp, jit or cpu."""
     sch = _SCHEMAS.get(func)
     if sch is None:
         sch = _SCHEMAS[func] = schema_of(func)
-    return _route(func, sch, args, kwargs)
+    return _route(func, sch, args, kwargs, fkey)
 
 
 def _fast_put(fkey, entry) -> None:

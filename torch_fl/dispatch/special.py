@@ -403,6 +403,9 @@ def _reduce_over_no_dims(func, args, kwargs):
     return out if x.dtype is not torch.uint8 else aten._to_copy.default(out, dtype=torch.uint8)
 
 
+_reduce_over_no_dims.routes_by_signature = True  # the dim list is in the fast key
+
+
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)
