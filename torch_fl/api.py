@@ -37,6 +37,7 @@ from torch_fl.device.sync import device_timeout, set_device_timeout
 from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
 from torch_fl.dispatch import sdpa_entry as _sdpa_entry
 from torch_fl.dispatch import shortcuts as _shortcuts
+from torch_fl.dispatch import uint8_operands as _uint8_operands  # noqa: F401 (uint8 masks and targets as on CPU)
 from torch_fl.dispatch.router import clear_op_overrides, set_op_override
 from torch_fl.dispatch.router import invalidate as _invalidate
 from torch_fl.mode import ral_mode

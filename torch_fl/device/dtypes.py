@@ -29,3 +29,36 @@ CPP_TYPE_NAME = {
     torch.complex128: "c10::complex<double>",
     torch.bool: "bool",
 }
+# c10::ScalarType's names, as ATen's messages print a scalar_type() ("but got Float and Double",
+# "not implemented for 'Long'").
+SCALAR_TYPE_NAME = {
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+    torch.bool: "Bool",
+}
+# caffe2::TypeMeta's names (the compiler's spelling of the C++ type), as ATen's messages print
+# a dtype() ("expected m1 and m2 to have the same dtype, but got: float != double").
+TYPE_META_NAME = {
+    **CPP_TYPE_NAME,
+    torch.uint8: "unsigned char",
+    torch.int8: "signed char",
+    torch.int16: "short int",
+    torch.int64: "long int",
+    torch.uint16: "short unsigned int",
+    torch.uint32: "unsigned int",
+    torch.uint64: "long unsigned int",
+    torch.complex32: "c10::complex<c10::Half>",
+}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.dispatch.dtype_checks import DTYPE_CHECKS
 from torch_fl.tiers.vendor import to_meta
 
 
@@ -269,6 +270,7 @@ def _full_reduction_check(fn: str):
 
 for _op in ("max", "min"):
     CHECKS[f"aten::{_op}"] = _full_reduction_check(f"{_op}()")
+CHECKS.update(DTYPE_CHECKS)
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _convolution_check
 CHECKS["aten::native_batch_norm"] = _batch_norm_check

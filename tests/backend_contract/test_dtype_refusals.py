@@ -1,0 +1,183 @@
+"""Dtypes CPU's kernels refuse, or accept, where PyTorch's meta functions (which the router
+plans from) decide otherwise: each call raises CPU's exception with CPU's message, or returns
+CPU's values. Found by running every pairing of 9 dtypes through 60 ops on CPU and on ral:
+float32 @ float64 products ran on ral:1 or failed inside a plugin with its own words, integer
+lerp and prelu, complex mse_loss, bool dot/mv and heaviside of two dtypes ran where CPU
+raises; a uint8 `where` condition and uint8 nll_loss targets (which CPU accepts) raised.
+Both devices, both styles (dispatch/dtype_checks.py, dispatch/uint8_operands.py)."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from cpu_outcomes import check_outcomes, outcomes
+
+import torch_fl
+
+DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
+F = torch.nn.functional
+MIXES = [
+    (torch.float32, torch.float64),
+    (torch.float64, torch.float32),
+    (torch.float32, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.float32, torch.complex64),
+    (torch.complex64, torch.float32),
+    (torch.int64, torch.float32),
+    (torch.int32, torch.int64),
+    (torch.uint8, torch.float32),
+    (torch.bool, torch.float32),
+    (torch.float32, torch.bool),
+]
+
+
+def _mk(dev, dtype, *shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(*shape, generator=g) * 3).to(dtype).to(dev)
+
+
+def _product_calls(dev, d1, d2):
+    """Matrix products with operands of dtypes d1 and d2 (and each alone)."""
+
+    def mk(dtype, *shape):
+        return _mk(dev, dtype, *shape)
+
+    return [
+        lambda: torch.mm(mk(d1, 2, 3), mk(d2, 3, 2)),
+        lambda: torch.matmul(mk(d1, 2, 3), mk(d2, 3, 2)),
+        lambda: F.linear(mk(d1, 2, 3), mk(d2, 4, 3)),
+        lambda: F.linear(mk(d1, 2, 3), mk(d1, 4, 3), mk(d2, 4)),
+        lambda: torch.addmm(mk(d1, 2, 2), mk(d1, 2, 3), mk(d2, 3, 2)),
+        lambda: torch.addmm(mk(d2, 2, 2), mk(d1, 2, 3), mk(d1, 3, 2)),
+        lambda: torch.addmm(mk(d1, 2, 2), mk(d2, 2, 3), mk(d1, 3, 2)),
+        lambda: mk(d1, 2, 2).addmm_(mk(d1, 2, 3), mk(d2, 3, 2)),
+        lambda: torch.bmm(mk(d1, 1, 2, 3), mk(d2, 1, 3, 2)),
+        lambda: torch.baddbmm(mk(d1, 1, 2, 2), mk(d1, 1, 2, 3), mk(d2, 1, 3, 2)),
+        lambda: torch.baddbmm(mk(d2, 1, 2, 2), mk(d1, 1, 2, 3), mk(d1, 1, 3, 2)),
+        lambda: torch.mv(mk(d1, 2, 3), mk(d2, 3)),
+        lambda: torch.addmv(mk(d1, 2), mk(d1, 2, 3), mk(d2, 3)),
+        lambda: torch.dot(mk(d1, 3), mk(d2, 3)),
+        lambda: torch.vdot(mk(d1, 3), mk(d2, 3)),
+        lambda: torch.mm(mk(d1, 2, 3), mk(d1, 3, 2)),
+        lambda: torch.mv(mk(d1, 2, 3), mk(d1, 3)),
+        lambda: torch.dot(mk(d1, 3), mk(d1, 3)),
+        lambda: torch.bmm(mk(d1, 1, 2, 3), mk(d1, 1, 3, 2)),
+    ]
+
+
+def _pointwise_calls(dev, d1, d2):
+    """heaviside, lerp, prelu and mse_loss over dtypes d1 and d2."""
+
+    def mk(dtype, *shape, seed=0):
+        return _mk(dev, dtype, *shape, seed=seed)
+
+    return [
+        lambda: torch.heaviside(mk(d1, 4) - 1, mk(d2, 4)),
+        lambda: (mk(d1, 4) - 1).heaviside_(mk(d2, 4)),
+        lambda: torch.heaviside(mk(d1, 4), mk(d1, 4, seed=1)),
+        lambda: torch.lerp(mk(d1, 4), mk(d2, 4, seed=1), 0.25),
+        lambda: torch.lerp(mk(d1, 4), mk(d1, 4, seed=1), mk(d2, 4)),
+        lambda: torch.lerp(mk(d1, 4), mk(d1, 4, seed=1), mk(d1, 4)),
+        lambda: mk(d1, 4).lerp_(mk(d1, 4, seed=1), 0.5),
+        lambda: F.prelu(mk(d1, 2, 3), mk(d1, 1)),
+        lambda: F.prelu(mk(d1, 2, 3), mk(d2, 1)),
+        lambda: F.mse_loss(mk(d1, 3), mk(d2, 3, seed=1)),
+        lambda: F.mse_loss(mk(d1, 3), mk(d1, 3, seed=1), reduction="sum"),
+    ]
+
+
+def _calls(dev):
+    return [c for d1, d2 in MIXES for c in (*_product_calls(dev, d1, d2), *_pointwise_calls(dev, d1, d2))]
+
+
+def _mode_outcomes(dev):
+    with torch_fl.ral_mode(dev):
+        return outcomes(_calls("cpu"))
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_dtype_refusals_match_cpu(device, style):
+    expected = outcomes(_calls("cpu"))
+    raised = {k for k, _ in expected if k != "value"}
+    assert raised == {RuntimeError, NotImplementedError}  # both kinds of refusal are covered
+    assert sum(k == "value" for k, _ in expected) > 50  # and many calls that run
+    got = outcomes(_calls(device)) if style == "to" else _mode_outcomes(device)
+    check_outcomes(got, expected, rtol=1e-2, atol=1e-2)  # float16/bfloat16 products included
+
+
+def _where_calls(dev):
+    x = torch.arange(-2.0, 4.0, device=dev)
+    calls = []
+    for dtype in (torch.uint8, torch.bool, torch.int8, torch.int64, torch.float32):
+        c = (torch.tensor([1, 0, 2, 0, 1, 3]) % 2).to(dtype).to(dev)
+        calls += [
+            lambda c=c: torch.where(c, x, -x),
+            lambda c=c: torch.where(c, x, 0.5),
+            lambda c=c: torch.where(c, 2.0, x),
+            lambda c=c: torch.where(c, 1.0, 0.0),
+            lambda c=c: x.where(c, x * 3),
+            lambda c=c: torch.where(c, x, -x, out=torch.empty(6, device=dev)),
+        ]
+    return calls
+
+
+def _nll_calls(dev):
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, 4, generator=g).to(dev)
+    logits4 = torch.randn(2, 4, 3, 3, generator=g).to(dev)
+    calls = []
+    for dtype in (torch.uint8, torch.int64, torch.int32, torch.int16, torch.bool):
+        t = torch.tensor([0, 3, 1, 2, 3]).to(dtype).to(dev)
+        t4 = torch.randint(0, 4, (2, 3, 3), generator=g).to(dtype).to(dev)
+
+        def grad(loss_fn, x=logits, t=t):
+            xg = x.detach().requires_grad_()
+            loss = loss_fn(xg, t)
+            return torch.cat([loss.detach().reshape(1), torch.autograd.grad(loss, xg)[0].flatten()])
+
+        calls += [
+            lambda grad=grad: grad(lambda x, tgt: F.nll_loss(x.log_softmax(1), tgt)),
+            lambda grad=grad: grad(lambda x, tgt: F.cross_entropy(x, tgt, reduction="sum")),
+            lambda grad=grad: grad(lambda x, tgt: F.cross_entropy(x, tgt, label_smoothing=0.1)),
+            lambda grad=grad: grad(
+                lambda x, tgt: F.cross_entropy(x, tgt, weight=torch.arange(1.0, 5.0, device=x.device))
+            ),
+            lambda grad=grad, t4=t4: grad(lambda x, tgt: F.cross_entropy(x, tgt), logits4, t4),
+        ]
+    return calls
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_uint8_conditions_and_targets_run_as_on_cpu(device, style):
+    for make in (_where_calls, _nll_calls):
+        expected = outcomes(make("cpu"))
+        values = sum(k == "value" for k, _ in expected)
+        assert 0 < values < len(expected)  # uint8 and bool run, the other dtypes are refused
+        if style == "to":
+            got = outcomes(make(device))
+        else:
+            with torch_fl.ral_mode(device):
+                got = outcomes(make("cpu"))
+        check_outcomes(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_uint8_where_warns_once_as_cpu(device):
+    # ATen warns once per process: a fresh one, CPU's call first would use up CPU's warning
+    code = f"""
+import warnings, torch, torch_fl
+c = torch.tensor([1, 0], dtype=torch.uint8, device="{device}")
+x = torch.ones(2, device="{device}")
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    torch.where(c, x, -x)
+    torch.where(c, x, -x)
+print([str(m.message) for m in w if "uint8 condition" in str(m.message)])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = eval(out.stdout.strip().splitlines()[-1])
+    assert len(got) == 1 and got[0].startswith("where received a uint8 condition tensor. This behavior is deprecated")

@@ -1,0 +1,215 @@
+"""Dtype checks CPU kernels make and PyTorch's meta functions skip or word otherwise.
+
+The router plans a call from its meta result, so a dtype a CPU kernel refuses (integer lerp,
+complex mse_loss, a float32 @ float64 product) ran on ral, or failed inside a plugin with the
+plugin's own words. Each check here repeats CPU's, with its exception type and message; the
+names ATen prints come from device/dtypes.py. argument_checks.py merges these into CHECKS.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_fl.device.dtypes import SCALAR_TYPE_NAME, TYPE_META_NAME
+
+
+def _t(v):
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _not_implemented(kernel: str, dtype: torch.dtype) -> NotImplementedError:
+    # AT_DISPATCH's refusal of a dtype the kernel was not built for
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{SCALAR_TYPE_NAME[dtype]}'")
+
+
+def _integral(dtype: torch.dtype) -> bool:
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _mm_check(full) -> None:
+    # ATen Blas.cpp mm meta: the two operands' dtypes, printed as TypeMeta names
+    a, b = _t(full[0]), _t(full[1])
+    if a is not None and b is not None and a.dtype != b.dtype:
+        raise RuntimeError(
+            "expected m1 and m2 to have the same dtype, but got: "
+            f"{TYPE_META_NAME[a.dtype]} != {TYPE_META_NAME[b.dtype]}"
+        )
+    if a is not None and a.dtype is torch.bool:
+        raise _not_implemented("addmm_impl_cpu_", a.dtype)
+
+
+def _addmm_check(full) -> None:
+    # ATen Blas.cpp addmm meta: self against mat2 first, then mat1 against mat2
+    self, m1, m2 = _t(full[0]), _t(full[1]), _t(full[2])
+    if self is None or m1 is None or m2 is None:
+        return
+    for name, x in (("self", self), ("mat1", m1)):
+        if x.dtype != m2.dtype:
+            raise RuntimeError(
+                f"{name} and mat2 must have the same dtype, but got "
+                f"{SCALAR_TYPE_NAME[x.dtype]} and {SCALAR_TYPE_NAME[m2.dtype]}"
+            )
+    if m2.dtype is torch.bool:
+        raise _not_implemented("addmm_impl_cpu_", m2.dtype)
+
+
+def _bmm_check(full, kernel: str = "bmm") -> None:
+    # ATen's CPU bmm (and baddbmm's batches) dispatches on the first operand's dtype (no
+    # bool), then reads the second as that type ("expected scalar type")
+    a, b = _t(full[0]), _t(full[1])
+    if a is None or b is None:
+        return
+    if a.dtype is torch.bool:
+        raise _not_implemented(kernel, a.dtype)
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"expected scalar type {SCALAR_TYPE_NAME[a.dtype]} but found {SCALAR_TYPE_NAME[b.dtype]}")
+
+
+def _baddbmm_check(full) -> None:
+    # ATen baddbmm: batches that differ fail as bmm's; then the input against them (the
+    # meta function, TypeMeta names); then the kernel's dispatch
+    self, b1, b2 = _t(full[0]), _t(full[1]), _t(full[2])
+    if self is None or b1 is None or b2 is None:
+        return
+    if b1.dtype != b2.dtype:
+        _bmm_check([b1, b2], "baddbmm")
+    if self.dtype != b1.dtype:
+        raise RuntimeError(
+            f"Input dtypes must be the same, got: input {TYPE_META_NAME[self.dtype]}, "
+            f"batch1: {TYPE_META_NAME[b1.dtype]}, batch2: {TYPE_META_NAME[b2.dtype]}"
+        )
+    _bmm_check([b1, b2], "baddbmm")
+
+
+def _addmv_dtypes(result, mat, vec) -> None:
+    # ATen Blas.cpp addmv_out: result, mat and vec share one dtype; bool is refused
+    dtypes = (result.dtype, mat.dtype, vec.dtype)
+    if len(set(dtypes)) > 1:
+        a, b, c = (SCALAR_TYPE_NAME[d] for d in dtypes)
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {a}, {b}, and {c}")
+    if mat.dtype is torch.bool:
+        raise _not_implemented("addmv_impl_cpu", mat.dtype)
+
+
+def _mv_check(full) -> None:
+    # mv runs addmv into a result made with vec's options
+    mat, vec = _t(full[0]), _t(full[1])
+    if mat is not None and vec is not None:
+        _addmv_dtypes(vec, mat, vec)
+
+
+def _addmv_check(full) -> None:
+    self, mat, vec = _t(full[0]), _t(full[1]), _t(full[2])
+    if self is not None and mat is not None and vec is not None:
+        _addmv_dtypes(self, mat, vec)
+
+
+def _dot_check(kernel: str):
+    def check(full) -> None:
+        # ATen Blas.cpp dot_check, then the kernel's dispatch (no bool)
+        a, b = _t(full[0]), _t(full[1])
+        if a is None or b is None:
+            return
+        if a.dtype != b.dtype:
+            raise RuntimeError(
+                "dot : expected both vectors to have same dtype, but found "
+                f"{SCALAR_TYPE_NAME[a.dtype]} and {SCALAR_TYPE_NAME[b.dtype]}"
+            )
+        if a.dtype is torch.bool:
+            raise _not_implemented(kernel, a.dtype)
+
+    return check
+
+
+def _heaviside_check(full) -> None:
+    # ATen BinaryOps.cpp heaviside meta
+    a, b = _t(full[0]), _t(full[1])
+    if a is None or b is None:
+        return
+    if a.dtype.is_complex or b.dtype.is_complex:
+        raise RuntimeError("heaviside is not yet implemented for complex tensors.")
+    if a.dtype != b.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
+def _lerp_check(tensor_weight: bool):
+    # ATen Lerp.cpp lerp meta (end, then weight, printed as TypeMeta names), then the CPU
+    # kernel's dispatch over floating and complex types only
+    def check(full) -> None:
+        self, end, weight = _t(full[0]), _t(full[1]), full[2]
+        if self is None or end is None:
+            return
+        if end.dtype != self.dtype:
+            raise RuntimeError(
+                f"expected dtype {TYPE_META_NAME[self.dtype]} for `end` but got dtype {TYPE_META_NAME[end.dtype]}"
+            )
+        if tensor_weight and isinstance(weight, torch.Tensor) and weight.dtype != self.dtype:
+            raise RuntimeError(
+                f"expected dtype {TYPE_META_NAME[self.dtype]} for `weight` but got dtype {TYPE_META_NAME[weight.dtype]}"
+            )
+        if _integral(self.dtype):
+            raise _not_implemented("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", self.dtype)
+
+    return check
+
+
+def _prelu_check(full) -> None:
+    # ATen Activation.cpp _prelu_kernel: floating types only
+    x = _t(full[0])
+    if x is not None and not x.dtype.is_floating_point:
+        raise _not_implemented("prelu_cpu", x.dtype)
+
+
+def _mse_check(full) -> None:
+    # ATen Loss.cpp mse_loss: its CPU kernel takes floating types only (of the promoted dtype)
+    a, b = _t(full[0]), _t(full[1])
+    if a is not None and b is not None:
+        dtype = torch.promote_types(a.dtype, b.dtype)
+        if not dtype.is_floating_point:
+            raise _not_implemented("mse_cpu", dtype)
+
+
+def _nll_target_check(target_pos: int):
+    # ATen LossNLL.cpp nll_loss_forward/backward meta: class indices as int64 or uint8 (a
+    # uint8 target is widened before the kernels, dispatch/special.py)
+    def check(full) -> None:
+        target = _t(full[target_pos])
+        if target is not None and target.dtype not in (torch.int64, torch.uint8):
+            raise RuntimeError(f"expected target dtype to be Long or Byte, but got {SCALAR_TYPE_NAME[target.dtype]}")
+
+    return check
+
+
+def _where_check(full) -> None:
+    # ATen TensorCompare.cpp where: a bool condition (uint8 is widened first, with ATen's
+    # deprecation warning: dispatch/uint8_operands.py)
+    cond = _t(full[0])
+    if cond is not None and cond.dtype is not torch.bool:
+        raise RuntimeError(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            f"{SCALAR_TYPE_NAME[cond.dtype]}"
+        )
+
+
+# op name (as the router's schemas name it) -> check of the normalized arguments
+DTYPE_CHECKS = {}
+for _sfx in ("", ".out"):
+    DTYPE_CHECKS[f"aten::mm{_sfx}"] = _mm_check
+    DTYPE_CHECKS[f"aten::bmm{_sfx}"] = _bmm_check
+    DTYPE_CHECKS[f"aten::mv{_sfx}"] = _mv_check
+    DTYPE_CHECKS[f"aten::dot{_sfx}"] = _dot_check("dot")
+    DTYPE_CHECKS[f"aten::vdot{_sfx}"] = _dot_check("vdot")
+    DTYPE_CHECKS[f"aten::mse_loss{_sfx}"] = _mse_check
+    DTYPE_CHECKS[f"aten::nll_loss_forward{_sfx}"] = _nll_target_check(1)
+for _sfx in ("", "_", ".out"):
+    DTYPE_CHECKS[f"aten::addmm{_sfx}"] = _addmm_check
+    DTYPE_CHECKS[f"aten::baddbmm{_sfx}"] = _baddbmm_check
+    DTYPE_CHECKS[f"aten::addmv{_sfx}"] = _addmv_check
+    DTYPE_CHECKS[f"aten::heaviside{_sfx}"] = _heaviside_check
+    DTYPE_CHECKS[f"aten::lerp{_sfx}.Scalar" if _sfx != ".out" else "aten::lerp.Scalar_out"] = _lerp_check(False)
+    DTYPE_CHECKS[f"aten::lerp{_sfx}.Tensor" if _sfx != ".out" else "aten::lerp.Tensor_out"] = _lerp_check(True)
+DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
+DTYPE_CHECKS["aten::where.self"] = _where_check
+DTYPE_CHECKS["aten::where.self_out"] = _where_check
+DTYPE_CHECKS["aten::nll_loss_backward"] = _nll_target_check(2)
+DTYPE_CHECKS["aten::nll_loss_backward.grad_input"] = _nll_target_check(2)
