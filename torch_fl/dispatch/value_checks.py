@@ -119,6 +119,17 @@ def _check_bounds(*positions: int):
     return check
 
 
+def _check_integer_divisor(sch, full) -> None:
+    # ATen's integer remainder raises on a zero divisor; the OpenCL kernel returned 0 (a silent
+    # wrong value). A Scalar divisor is in no cached decision, so it is checked per call; the
+    # Tensor overload's integer dtypes run where CPU's check runs (manifests/opencl.json).
+    v, t = full[1], full[0]
+    if type(v) in (int, bool) and v == 0 and not (t.dtype.is_floating_point or t.dtype.is_complex):
+        raise RuntimeError("ZeroDivisionError")
+
+
 VALUE_CHECKS = {op: _check_value(pos) for op, pos in _VALUE_AT.items()}
+VALUE_CHECKS.update({op: _check_integer_divisor for op in ("aten::remainder.Scalar", "aten::remainder_.Scalar")})
+VALUE_CHECKS["aten::remainder.Scalar_out"] = _check_integer_divisor
 VALUE_CHECKS.update({op: _check_bounds(1, 2) for op in ("aten::clamp", "aten::clamp_")})
 VALUE_CHECKS.update({f"aten::{op}{sfx}": _check_bounds(1) for op in ("clamp_min", "clamp_max") for sfx in ("", "_")})
