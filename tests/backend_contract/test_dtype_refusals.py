@@ -3,7 +3,7 @@ plans from) decide otherwise: each call raises CPU's exception with CPU's messag
 CPU's values. Found by running every pairing of 9 dtypes through 60 ops on CPU and on ral:
 float32 @ float64 products ran on ral:1 or failed inside a plugin with its own words, integer
 lerp and prelu, complex mse_loss, bool dot/mv and heaviside of two dtypes ran where CPU
-raises; a uint8 `where` condition and uint8 nll_loss targets (which CPU accepts) raised.
+raises, as did bool abs/rounding/relu and integer softmax; a uint8 `where` condition and uint8 nll_loss targets (which CPU accepts) raised.
 Both devices, both styles (dispatch/dtype_checks.py, dispatch/uint8_operands.py)."""
 
 import subprocess
@@ -91,9 +91,12 @@ def _calls(dev):
     return [c for d1, d2 in MIXES for c in (*_product_calls(dev, d1, d2), *_pointwise_calls(dev, d1, d2))]
 
 
-def _mode_outcomes(dev):
-    with torch_fl.ral_mode(dev):
-        return outcomes(_calls("cpu"))
+def _styled_outcomes(make, device, style):
+    """outcomes of make(device) (`.to` style), or of make("cpu") inside ral_mode(device)."""
+    if style == "to":
+        return outcomes(make(device))
+    with torch_fl.ral_mode(device):
+        return outcomes(make("cpu"))
 
 
 @pytest.mark.parametrize("style", ["to", "mode"])
@@ -103,8 +106,44 @@ def test_dtype_refusals_match_cpu(device, style):
     raised = {k for k, _ in expected if k != "value"}
     assert raised == {RuntimeError, NotImplementedError}  # both kinds of refusal are covered
     assert sum(k == "value" for k, _ in expected) > 50  # and many calls that run
-    got = outcomes(_calls(device)) if style == "to" else _mode_outcomes(device)
+    got = _styled_outcomes(_calls, device, style)
     check_outcomes(got, expected, rtol=1e-2, atol=1e-2)  # float16/bfloat16 products included
+
+
+def _unary_calls(dev):
+    """Rounding, abs, relu and softmax over bool, integer and float inputs."""
+    calls = []
+    for dtype in (torch.bool, torch.int64, torch.uint8, torch.int8, torch.float32):
+        x = (torch.tensor([[1, 0, 3], [-2, 1, 2]]) * 1.5).to(dtype).to(dev)
+        calls += [
+            lambda x=x: x.abs(),
+            lambda x=x: x.clone().abs_(),
+            lambda x=x: torch.abs(x, out=torch.empty_like(x)),
+            lambda x=x: x.ceil(),
+            lambda x=x: x.floor(),
+            lambda x=x: x.round(),
+            lambda x=x: x.round(decimals=1),
+            lambda x=x: x.trunc(),
+            lambda x=x: x.clone().trunc_(),
+            lambda x=x: x.fix(),
+            lambda x=x: x.relu(),
+            lambda x=x: F.relu(x.clone(), inplace=True),
+            lambda x=x: x.softmax(1),
+            lambda x=x: x.softmax(0),
+            lambda x=x: x.log_softmax(-1),
+            lambda x=x: x.log_softmax(0),
+            lambda x=x: x[0].softmax(0),
+            lambda x=x: x.softmax(1, dtype=torch.float32),
+        ]
+    return calls
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_unary_dtype_refusals_match_cpu(device, style):
+    expected = outcomes(_unary_calls("cpu"))
+    assert sum(k is NotImplementedError for k, _ in expected) > 20
+    check_outcomes(_styled_outcomes(_unary_calls, device, style), expected, rtol=1e-5, atol=1e-6)
 
 
 def _where_calls(dev):
@@ -156,12 +195,7 @@ def test_uint8_conditions_and_targets_run_as_on_cpu(device, style):
         expected = outcomes(make("cpu"))
         values = sum(k == "value" for k, _ in expected)
         assert 0 < values < len(expected)  # uint8 and bool run, the other dtypes are refused
-        if style == "to":
-            got = outcomes(make(device))
-        else:
-            with torch_fl.ral_mode(device):
-                got = outcomes(make("cpu"))
-        check_outcomes(got, expected, rtol=1e-5, atol=1e-6)
+        check_outcomes(_styled_outcomes(make, device, style), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)

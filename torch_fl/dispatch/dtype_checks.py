@@ -191,6 +191,39 @@ def _where_check(full) -> None:
         )
 
 
+def _no_bool(kernel: str):
+    # unary kernels CPU dispatches over numbers only (abs, rounding): bool is refused
+    def check(full) -> None:
+        x = _t(full[0])
+        if x is not None and x.dtype is torch.bool:
+            raise _not_implemented(kernel, x.dtype)
+
+    return check
+
+
+def _relu_check(full) -> None:
+    # ATen Activation.cpp relu: a device-generic check, before any kernel
+    x = _t(full[0])
+    if x is not None and x.dtype is torch.bool:
+        raise RuntimeError("Boolean inputs not supported for relu")
+
+
+def _softmax_check(name: str):
+    # ATen SoftMax.cpp: the CPU kernels dispatch over floating types only, named after
+    # whether the softmax runs over the last dim
+    def check(full) -> None:
+        x, dim = _t(full[0]), full[1]
+        if x is None or x.dtype.is_floating_point or type(dim) is not int:
+            return
+        n = max(x.dim(), 1)
+        if not -n <= dim < n:
+            return  # the meta function raises the out-of-range error
+        last = dim % n == n - 1
+        raise _not_implemented(f"{name}_lastdim_kernel_impl" if last else f"{name}_kernel_impl", x.dtype)
+
+    return check
+
+
 # op name (as the router's schemas name it) -> check of the normalized arguments
 DTYPE_CHECKS = {}
 for _sfx in ("", ".out"):
@@ -208,6 +241,19 @@ for _sfx in ("", "_", ".out"):
     DTYPE_CHECKS[f"aten::heaviside{_sfx}"] = _heaviside_check
     DTYPE_CHECKS[f"aten::lerp{_sfx}.Scalar" if _sfx != ".out" else "aten::lerp.Scalar_out"] = _lerp_check(False)
     DTYPE_CHECKS[f"aten::lerp{_sfx}.Tensor" if _sfx != ".out" else "aten::lerp.Tensor_out"] = _lerp_check(True)
+for _op, _kernel in (("abs", "abs_cpu"), ("ceil", "ceil_vml_cpu"), ("floor", "floor_vml_cpu")):
+    for _sfx in ("", "_", ".out"):
+        DTYPE_CHECKS[f"aten::{_op}{_sfx}"] = _no_bool(_kernel)
+for _op, _kernel in (("round", "round_vml_cpu"), ("trunc", "trunc_vml_cpu")):
+    for _sfx in ("", "_", ".out"):
+        DTYPE_CHECKS[f"aten::{_op}{_sfx}"] = _no_bool(_kernel)
+for _name in ("round.decimals", "round_.decimals", "round.decimals_out"):
+    DTYPE_CHECKS[f"aten::{_name}"] = _no_bool("round_cpu")
+DTYPE_CHECKS["aten::relu"] = _relu_check
+DTYPE_CHECKS["aten::relu_"] = _relu_check
+for _op, _name in (("_softmax", "softmax"), ("_log_softmax", "log_softmax")):
+    DTYPE_CHECKS[f"aten::{_op}"] = _softmax_check(_name)
+    DTYPE_CHECKS[f"aten::{_op}.out"] = _softmax_check(_name)
 DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
 DTYPE_CHECKS["aten::where.self"] = _where_check
 DTYPE_CHECKS["aten::where.self_out"] = _where_check
