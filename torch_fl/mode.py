@@ -1087,7 +1087,8 @@ class ral_mode(TorchFunctionMode):
             if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
                 kind = _FACTORY
         if kind == _FACTORY:
-            if kwargs.get("device") is None:
+            # out= decides the device, as without the mode (`torch.arange(n, out=cpu_buffer)`)
+            if kwargs.get("device") is None and kwargs.get("out") is None:
                 kwargs = _placed(kwargs, self.device)
             return func(*args, **kwargs)
         on_device = _has_device_tensor(args, kwargs)
@@ -1197,7 +1198,8 @@ class ral_mode(TorchFunctionMode):
             if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
                 kind = _FACTORY  # rand/randn/... with sizes only: create on the device
         if kind == _FACTORY:
-            if kwargs.get("device") is None:
+            # out= decides the device, as without the mode (`torch.arange(n, out=cpu_buffer)`)
+            if kwargs.get("device") is None and kwargs.get("out") is None:
                 kwargs = _placed(kwargs, self.device)
             return func(*args, **kwargs)
         if kind == _VIEW and args and _is_cpu_tensor(args[0]) and not _has_ral_tensor(args, kwargs):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl.dispatch.dtype_checks import DTYPE_CHECKS
+from torch_fl.dispatch.shape_checks import SHAPE_CHECKS, convolution_params_check
 from torch_fl.tiers.vendor import to_meta
 
 
@@ -270,9 +271,11 @@ def _full_reduction_check(fn: str):
 
 for _op in ("max", "min"):
     CHECKS[f"aten::{_op}"] = _full_reduction_check(f"{_op}()")
-CHECKS.update(DTYPE_CHECKS)
+for _name, _check in (*DTYPE_CHECKS.items(), *SHAPE_CHECKS.items()):
+    # an op with a check above too runs both: its dtype first, as ATen checks it first
+    CHECKS[_name] = _chain(_check, CHECKS[_name]) if _name in CHECKS else _check
 CHECKS["aten::index_select"] = _index_select_check
-CHECKS["aten::convolution"] = _convolution_check
+CHECKS["aten::convolution"] = _chain(_convolution_check, convolution_params_check)
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
 CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
 for _name, _nd in _UPSAMPLES.items():

@@ -224,6 +224,23 @@ def _softmax_check(name: str):
     return check
 
 
+def _mean_check(dtype_pos: int):
+    # ATen ReduceOps.cpp mean: the result dtype must be floating or complex (the meta function
+    # prints torch's dtype names, "Got: torch.int64" where ATen says "Got: Long")
+    def check(full) -> None:
+        x, dtype = _t(full[0]), full[dtype_pos] if len(full) > dtype_pos else None
+        if x is None:
+            return
+        which, dt = ("Optional", dtype) if isinstance(dtype, torch.dtype) else ("Input", x.dtype)
+        if not (dt.is_floating_point or dt.is_complex):
+            raise RuntimeError(
+                f"mean(): could not infer output dtype. {which} dtype must be either a floating point or "
+                f"complex dtype. Got: {SCALAR_TYPE_NAME[dt]}"
+            )
+
+    return check
+
+
 # op name (as the router's schemas name it) -> check of the normalized arguments
 DTYPE_CHECKS = {}
 for _sfx in ("", ".out"):
@@ -254,6 +271,9 @@ DTYPE_CHECKS["aten::relu_"] = _relu_check
 for _op, _name in (("_softmax", "softmax"), ("_log_softmax", "log_softmax")):
     DTYPE_CHECKS[f"aten::{_op}"] = _softmax_check(_name)
     DTYPE_CHECKS[f"aten::{_op}.out"] = _softmax_check(_name)
+DTYPE_CHECKS["aten::mean"] = _mean_check(1)
+DTYPE_CHECKS["aten::mean.dim"] = _mean_check(3)
+DTYPE_CHECKS["aten::mean.out"] = _mean_check(3)
 DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
 DTYPE_CHECKS["aten::where.self"] = _where_check
 DTYPE_CHECKS["aten::where.self_out"] = _where_check

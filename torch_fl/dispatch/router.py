@@ -17,6 +17,7 @@ from functools import partial
 from torch_fl.core.registry import canonical_op
 from torch_fl.dispatch.argument_checks import check_arguments
 from torch_fl.dispatch.overlap import with_checks
+from torch_fl.dispatch.shape_checks import cpu_broadcast_error
 from torch_fl.dispatch.special import SPECIAL
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tiers import cpu, decomp, vendor
@@ -169,6 +170,16 @@ def _warn_forced_declined(op: str, tier: str, dev: int, why: str) -> None:
 def decide(sch, args, kwargs, full, dev, key):
     """Choose and cache the run object for this call."""
     check_arguments(sch.name, full)
+    try:
+        return _decide(sch, args, kwargs, full, dev, key)
+    except RuntimeError as exc:
+        err = cpu_broadcast_error(exc, sch, full)
+        if err is exc:
+            raise
+        raise err from None
+
+
+def _decide(sch, args, kwargs, full, dev, key):
     forced = override_for(sch.name)
     order = TIERS
     run = None

@@ -128,7 +128,41 @@ def _check_integer_divisor(sch, full) -> None:
         raise RuntimeError("ZeroDivisionError")
 
 
+def _check_normal_std(pos: int):
+    # ATen's normal: std >= 0 (the meta functions and the vendor kernels take any value)
+    def check(sch, full) -> None:
+        std = full[pos]
+        if type(std) in (int, float) and std < 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+
+    return check
+
+
+def _check_uniform_range(sch, full) -> None:
+    # ATen's uniform_impl_: each bound within the dtype's range, then from <= to
+    t, lo, hi = full[0], full[1], full[2]
+    if not t.dtype.is_floating_point or type(lo) not in (int, float) or type(hi) not in (int, float):
+        return
+    info = torch.finfo(t.dtype)
+    for name, v in (("from", lo), ("to", hi)):
+        if not info.min <= v <= info.max:
+            raise RuntimeError(f"{name} is out of bounds for {CPP_TYPE_NAME[t.dtype]}")
+    if lo > hi:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={lo:g} > to={hi:g}")
+
+
+def _check_bernoulli_p(sch, full) -> None:
+    p = full[1]
+    if type(p) in (int, float) and not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p:g}")
+
+
 VALUE_CHECKS = {op: _check_value(pos) for op, pos in _VALUE_AT.items()}
+VALUE_CHECKS["aten::normal_"] = _check_normal_std(2)
+VALUE_CHECKS["aten::normal.float_float"] = _check_normal_std(1)
+VALUE_CHECKS["aten::normal.float_float_out"] = _check_normal_std(1)
+VALUE_CHECKS["aten::uniform_"] = _check_uniform_range
+VALUE_CHECKS["aten::bernoulli_.float"] = _check_bernoulli_p
 VALUE_CHECKS.update({op: _check_integer_divisor for op in ("aten::remainder.Scalar", "aten::remainder_.Scalar")})
 VALUE_CHECKS["aten::remainder.Scalar_out"] = _check_integer_divisor
 VALUE_CHECKS.update({op: _check_bounds(1, 2) for op in ("aten::clamp", "aten::clamp_")})
