@@ -180,8 +180,9 @@ static ral_status gather_scatter(const ral_kernel_call* c, gather_kind kind) {
   for (int64_t l = 0; l < n; l++) {
     int64_t i = index_at(ix, offset_of(l, nd, ix->sizes, ix->strides, -1));
     if (i < 0 || i >= limit)
-      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "index %lld is out of bounds for size %lld",
-                       (long long)i, (long long)limit);
+      /* CPU's words (ATen scatter_gather_checks), so the message names the dimension too */
+      return host_fail(c, RAL_ERROR_INVALID_ARGUMENT, "index %lld is out of bounds for dimension %d with size %lld",
+                       (long long)i, dim, (long long)limit);
   }
   const ral_tensor* data = src ? src : out; /* the tensor indexed by position */
   int64_t eo = host_dtype_size(out->dtype);

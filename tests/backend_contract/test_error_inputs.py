@@ -28,9 +28,6 @@ KNOWN = {
     ("*", "to", "narrow_copy", 6): _NARROW_COPY,
     ("ral:1", "to", "gather", 6): "an out= resized over its own index: the overlap is not seen on ral:1",
     ("ral:1", "to", "take", 2): "an out= resized over its own index: the overlap is not seen on ral:1",
-    ("ral:0", "mode", "gather", 4): "the host kernel's bounds message names no dimension",
-    ("ral:0", "mode", "scatter", 3): "the host kernel's bounds message names no dimension",
-    ("ral:0", "mode", "scatter_add", 3): "the host kernel's bounds message names no dimension",
 }
 
 
