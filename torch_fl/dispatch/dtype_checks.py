@@ -170,12 +170,18 @@ def _mse_check(full) -> None:
 
 
 def _nll_target_check(target_pos: int):
-    # ATen LossNLL.cpp nll_loss_forward/backward meta: class indices as int64 or uint8 (a
-    # uint8 target is widened before the kernels, dispatch/special.py)
+    # ATen LossNLL.cpp nll_loss_forward/backward: class indices as int64 or uint8 (a uint8
+    # target is widened before the kernels, dispatch/uint8_operands.py); then the CPU kernel
+    # reads the weight as the input's type
     def check(full) -> None:
         target = _t(full[target_pos])
         if target is not None and target.dtype not in (torch.int64, torch.uint8):
             raise RuntimeError(f"expected target dtype to be Long or Byte, but got {SCALAR_TYPE_NAME[target.dtype]}")
+        x, weight = _t(full[target_pos - 1]), _t(full[target_pos + 1])
+        if x is not None and weight is not None and weight.dtype != x.dtype:
+            raise RuntimeError(
+                f"expected scalar type {SCALAR_TYPE_NAME[x.dtype]} but found {SCALAR_TYPE_NAME[weight.dtype]}"
+            )
 
     return check
 
@@ -250,7 +256,7 @@ for _sfx in ("", ".out"):
     DTYPE_CHECKS[f"aten::dot{_sfx}"] = _dot_check("dot")
     DTYPE_CHECKS[f"aten::vdot{_sfx}"] = _dot_check("vdot")
     DTYPE_CHECKS[f"aten::mse_loss{_sfx}"] = _mse_check
-    DTYPE_CHECKS[f"aten::nll_loss_forward{_sfx}"] = _nll_target_check(1)
+    DTYPE_CHECKS["aten::nll_loss_forward" + (".output" if _sfx else "")] = _nll_target_check(1)
 for _sfx in ("", "_", ".out"):
     DTYPE_CHECKS[f"aten::addmm{_sfx}"] = _addmm_check
     DTYPE_CHECKS[f"aten::baddbmm{_sfx}"] = _baddbmm_check

@@ -89,6 +89,26 @@ def _cat_check(full) -> None:
             raise RuntimeError(f"Tensors must have same number of dimensions: got {kept[0].dim()} and {t.dim()}")
 
 
+def _max_pool2d_check(full) -> None:
+    # ATen max_pool2d_with_indices meta checks the rank first (the meta function raised
+    # IndexError for a 2-d input); its later checks are the meta function's
+    x = full[0]
+    if isinstance(x, torch.Tensor) and x.dim() not in (3, 4):
+        raise RuntimeError("non-empty 3D or 4D (batch mode) tensor expected for input")
+
+
+def _nll_loss_weight_check(full) -> None:
+    # ATen nll_loss_forward meta: one weight per class (the decomposition asserted)
+    x, weight = full[0], full[2]
+    if isinstance(x, torch.Tensor) and isinstance(weight, torch.Tensor) and 0 < x.dim() <= 2:
+        n_classes = x.shape[-1]
+        if weight.dim() != 1 or weight.numel() != n_classes:
+            raise RuntimeError(
+                f"weight tensor should be defined either for all {n_classes} classes or no classes "
+                f"but got weight tensor of shape: {_sizes(weight)}"
+            )
+
+
 _REFS_BROADCAST = "Attempting to broadcast a dimension of length"
 
 
@@ -123,3 +143,7 @@ SHAPE_CHECKS = {f"aten::index_add{sfx}": _index_add_check for sfx in ("", "_", "
 SHAPE_CHECKS["aten::embedding"] = _embedding_check
 SHAPE_CHECKS["aten::cat"] = _cat_check
 SHAPE_CHECKS["aten::cat.out"] = _cat_check
+SHAPE_CHECKS["aten::max_pool2d_with_indices"] = _max_pool2d_check
+SHAPE_CHECKS["aten::max_pool2d"] = _max_pool2d_check
+SHAPE_CHECKS["aten::nll_loss_forward"] = _nll_loss_weight_check
+SHAPE_CHECKS["aten::nll_loss_forward.output"] = _nll_loss_weight_check
