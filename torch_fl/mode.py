@@ -363,6 +363,14 @@ def _placed(kwargs: dict, device) -> dict:
     return out
 
 
+def _factory_call(func, args, kwargs: dict, device):
+    """A factory called inside the mode: made on the mode's device unless the call names a
+    device or an out= tensor, which decides it as without the mode (`arange(n, out=cpu_buf)`)."""
+    if kwargs.get("device") is None and kwargs.get("out") is None:
+        kwargs = _placed(kwargs, device)
+    return func(*args, **kwargs)
+
+
 def _kind(func) -> int:
     k = _KINDS.get(func)
     if k is None:
@@ -1087,10 +1095,7 @@ class ral_mode(TorchFunctionMode):
             if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
                 kind = _FACTORY
         if kind == _FACTORY:
-            # out= decides the device, as without the mode (`torch.arange(n, out=cpu_buffer)`)
-            if kwargs.get("device") is None and kwargs.get("out") is None:
-                kwargs = _placed(kwargs, self.device)
-            return func(*args, **kwargs)
+            return _factory_call(func, args, kwargs, self.device)
         on_device = _has_device_tensor(args, kwargs)
         if kind == _VIEW and args and _is_cpu_traced(args[0]) and not on_device:
             return func(*args, **kwargs)  # a CPU view of CPU data: stays CPU state
@@ -1198,10 +1203,7 @@ class ral_mode(TorchFunctionMode):
             if kind == _RNG and not any(isinstance(a, torch.Tensor) for a in args):
                 kind = _FACTORY  # rand/randn/... with sizes only: create on the device
         if kind == _FACTORY:
-            # out= decides the device, as without the mode (`torch.arange(n, out=cpu_buffer)`)
-            if kwargs.get("device") is None and kwargs.get("out") is None:
-                kwargs = _placed(kwargs, self.device)
-            return func(*args, **kwargs)
+            return _factory_call(func, args, kwargs, self.device)
         if kind == _VIEW and args and _is_cpu_tensor(args[0]) and not _has_ral_tensor(args, kwargs):
             return func(*args, **kwargs)  # a CPU view of CPU data: stays CPU state
         if kind == _INPLACE and args and _owns_cpu(args[0]) or _owns_cpu(kwargs.get("out")):

@@ -256,18 +256,22 @@ for _sfx in ("", ".out"):
     DTYPE_CHECKS[f"aten::dot{_sfx}"] = _dot_check("dot")
     DTYPE_CHECKS[f"aten::vdot{_sfx}"] = _dot_check("vdot")
     DTYPE_CHECKS[f"aten::mse_loss{_sfx}"] = _mse_check
-    DTYPE_CHECKS["aten::nll_loss_forward" + (".output" if _sfx else "")] = _nll_target_check(1)
 for _sfx in ("", "_", ".out"):
     DTYPE_CHECKS[f"aten::addmm{_sfx}"] = _addmm_check
     DTYPE_CHECKS[f"aten::baddbmm{_sfx}"] = _baddbmm_check
     DTYPE_CHECKS[f"aten::addmv{_sfx}"] = _addmv_check
     DTYPE_CHECKS[f"aten::heaviside{_sfx}"] = _heaviside_check
-    DTYPE_CHECKS[f"aten::lerp{_sfx}.Scalar" if _sfx != ".out" else "aten::lerp.Scalar_out"] = _lerp_check(False)
-    DTYPE_CHECKS[f"aten::lerp{_sfx}.Tensor" if _sfx != ".out" else "aten::lerp.Tensor_out"] = _lerp_check(True)
-for _op, _kernel in (("abs", "abs_cpu"), ("ceil", "ceil_vml_cpu"), ("floor", "floor_vml_cpu")):
-    for _sfx in ("", "_", ".out"):
-        DTYPE_CHECKS[f"aten::{_op}{_sfx}"] = _no_bool(_kernel)
-for _op, _kernel in (("round", "round_vml_cpu"), ("trunc", "trunc_vml_cpu")):
+for _overload, _tensor_weight in (("Scalar", False), ("Tensor", True)):
+    for _name in (f"lerp.{_overload}", f"lerp_.{_overload}", f"lerp.{_overload}_out"):
+        DTYPE_CHECKS[f"aten::{_name}"] = _lerp_check(_tensor_weight)
+_UNARY_KERNELS = {
+    "abs": "abs_cpu",
+    "ceil": "ceil_vml_cpu",
+    "floor": "floor_vml_cpu",
+    "round": "round_vml_cpu",
+    "trunc": "trunc_vml_cpu",
+}
+for _op, _kernel in _UNARY_KERNELS.items():
     for _sfx in ("", "_", ".out"):
         DTYPE_CHECKS[f"aten::{_op}{_sfx}"] = _no_bool(_kernel)
 for _name in ("round.decimals", "round_.decimals", "round.decimals_out"):
@@ -283,5 +287,10 @@ DTYPE_CHECKS["aten::mean.out"] = _mean_check(3)
 DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
 DTYPE_CHECKS["aten::where.self"] = _where_check
 DTYPE_CHECKS["aten::where.self_out"] = _where_check
-DTYPE_CHECKS["aten::nll_loss_backward"] = _nll_target_check(2)
-DTYPE_CHECKS["aten::nll_loss_backward.grad_input"] = _nll_target_check(2)
+for _name, _target_at in (
+    ("nll_loss_forward", 1),
+    ("nll_loss_forward.output", 1),
+    ("nll_loss_backward", 2),
+    ("nll_loss_backward.grad_input", 2),
+):
+    DTYPE_CHECKS[f"aten::{_name}"] = _nll_target_check(_target_at)

@@ -163,7 +163,7 @@ VALUE_CHECKS["aten::normal.float_float"] = _check_normal_std(1)
 VALUE_CHECKS["aten::normal.float_float_out"] = _check_normal_std(1)
 VALUE_CHECKS["aten::uniform_"] = _check_uniform_range
 VALUE_CHECKS["aten::bernoulli_.float"] = _check_bernoulli_p
-VALUE_CHECKS.update({op: _check_integer_divisor for op in ("aten::remainder.Scalar", "aten::remainder_.Scalar")})
-VALUE_CHECKS["aten::remainder.Scalar_out"] = _check_integer_divisor
+for _name in ("remainder.Scalar", "remainder_.Scalar", "remainder.Scalar_out"):
+    VALUE_CHECKS[f"aten::{_name}"] = _check_integer_divisor
 VALUE_CHECKS.update({op: _check_bounds(1, 2) for op in ("aten::clamp", "aten::clamp_")})
 VALUE_CHECKS.update({f"aten::{op}{sfx}": _check_bounds(1) for op in ("clamp_min", "clamp_max") for sfx in ("", "_")})
