@@ -4,6 +4,8 @@ CPU's values. Found by running every pairing of 9 dtypes through 60 ops on CPU a
 float32 @ float64 products ran on ral:1 or failed inside a plugin with its own words, integer
 lerp and prelu, complex mse_loss, bool dot/mv and heaviside of two dtypes ran where CPU
 raises, as did bool abs/rounding/relu and integer softmax; a uint8 `where` condition and uint8 nll_loss targets (which CPU accepts) raised.
+Integer gelu/silu/hardswish/glu/huber/upsampling/adaptive pooling and bool threshold/padding/addcmul
+ran where CPU's kernels refuse the dtype, and integer layer/batch norm raised other errors.
 Both devices, both styles (dispatch/dtype_checks.py, dispatch/uint8_operands.py)."""
 
 import subprocess
@@ -215,3 +217,69 @@ print([str(m.message) for m in w if "uint8 condition" in str(m.message)])
     assert out.returncode == 0, out.stderr[-2000:]
     got = eval(out.stdout.strip().splitlines()[-1])
     assert len(got) == 1 and got[0].startswith("where received a uint8 condition tensor. This behavior is deprecated")
+
+
+def _kernel_dtype_calls(dev):
+    """Activations, losses, padding, upsampling, pooling and norms whose CPU kernels take
+    fewer dtypes than PyTorch's meta functions, over integer, bool, complex and float inputs."""
+    calls = []
+    for dtype in (torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64, torch.float16, torch.float32):
+        x = (torch.tensor([[1, 0, 3, 2], [2, 1, 0, 3]]) * 0.75).to(dtype).to(dev)
+        calls += [
+            lambda x=x: F.gelu(x),
+            lambda x=x: F.gelu(x, approximate="tanh"),
+            lambda x=x: F.silu(x),
+            lambda x=x: F.hardswish(x),
+            lambda x=x: F.hardsigmoid(x),
+            lambda x=x: F.leaky_relu(x),
+            lambda x=x: F.celu(x),
+            lambda x=x: F.glu(x, -1),
+            lambda x=x: F.huber_loss(x, x.flip(0)),
+            lambda x=x: F.smooth_l1_loss(x, x.flip(0)),
+            lambda x=x: F.threshold(x, 1, 2),
+            lambda x=x: torch.addcmul(x, x, x),
+            lambda x=x: torch.aminmax(x),
+            lambda x=x: F.pad(x[None], (1, 1), mode="reflect"),
+            lambda x=x: F.pad(x[None, None], (1, 1, 1, 1), mode="reflect"),
+            lambda x=x: F.interpolate(x[None], scale_factor=2),
+            lambda x=x: F.interpolate(x[None], scale_factor=2, mode="nearest-exact"),
+            lambda x=x: F.interpolate(x[None, None], scale_factor=2),
+            lambda x=x: F.interpolate(x[None, None, None], scale_factor=2),
+            lambda x=x: F.interpolate(x[None, None], scale_factor=2, mode="bicubic"),
+            lambda x=x: F.adaptive_avg_pool1d(x[None], 2),
+            lambda x=x: F.adaptive_max_pool2d(x[None], 2),
+            lambda x=x: F.avg_pool2d(x[None], (1, 2)),
+            lambda x=x: F.avg_pool3d(x[None, None], (1, 1, 2)),
+            lambda x=x: F.max_unpool2d(x[None, None], torch.tensor([[[[0, 2, 5, 7], [8, 10, 13, 15]]]], device=dev), 2),
+            lambda x=x: F.layer_norm(x, (4,)),
+            lambda x=x: F.batch_norm(x, None, None, training=True),
+        ]
+    return calls
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_dtype_refusals_match_cpu(device, style):
+    expected = outcomes(_kernel_dtype_calls("cpu"))
+    assert sum(k is NotImplementedError for k, _ in expected) > 80
+    assert sum(k == "value" for k, _ in expected) > 40
+    # Run as on CUDA where CPU's kernel refuses: avg_pool3d in float16, max_unpool2d over integers
+    cuda_like = (
+        "avg_pool3d_out_frame\" not implemented for 'Half'",
+        *(f"max_unpool2d\" not implemented for '{n}'" for n in ("Long", "Int", "Byte")),
+    )
+    cpu_only = {i for i, (k, v) in enumerate(expected) if k is NotImplementedError and v.endswith(cuda_like)}
+    assert len(cpu_only) == len(cuda_like)
+    got = _styled_outcomes(_kernel_dtype_calls, device, style)
+    assert all(got[i][0] == "value" for i in cpu_only)
+    keep = [i for i in range(len(expected)) if i not in cpu_only]
+    check_outcomes([got[i] for i in keep], [expected[i] for i in keep], rtol=1e-2, atol=1e-2)
+
+
+def test_kernel_dtype_table_names_real_overloads():
+    """Every op the kernel-dtype table keys names an aten overload (a typo would never match)."""
+    from torch_fl.dispatch.dtype_checks import KERNEL_DTYPE_CHECKS
+
+    for name in KERNEL_DTYPE_CHECKS:
+        base, _, overload = name.removeprefix("aten::").partition(".")
+        assert hasattr(getattr(torch.ops.aten, base), overload or "default"), name

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_fl.dispatch.dtype_checks import DTYPE_CHECKS
+from torch_fl.dispatch.dtype_checks import DTYPE_CHECKS, KERNEL_DTYPE_CHECKS
 from torch_fl.dispatch.shape_checks import SHAPE_CHECKS, convolution_params_check
 from torch_fl.tiers.vendor import to_meta
 
@@ -281,6 +281,9 @@ CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
 for _name, _nd in _UPSAMPLES.items():
     CHECKS[f"aten::{_name}"] = _upsample_check(_nd, False)
     CHECKS[f"aten::{_name}_backward"] = _upsample_check(_nd, True)
+for _name, _check in KERNEL_DTYPE_CHECKS.items():
+    # a kernel's own dtype dispatch comes after every argument check
+    CHECKS[_name] = _chain(CHECKS[_name], _check) if _name in CHECKS else _check
 
 
 def check_arguments(op: str, full) -> None:

@@ -294,3 +294,92 @@ for _name, _target_at in (
     ("nll_loss_backward.grad_input", 2),
 ):
     DTYPE_CHECKS[f"aten::{_name}"] = _nll_target_check(_target_at)
+
+
+def _kernel_dtypes(kernel: str, takes):
+    # AT_DISPATCH inside CPU's kernel: runs after every argument check, so argument_checks
+    # chains these last
+    def check(full) -> None:
+        x = _t(full[0])
+        if x is not None and not takes(x.dtype):
+            raise _not_implemented(kernel, x.dtype)
+
+    return check
+
+
+def _floating(d: torch.dtype) -> bool:
+    return d.is_floating_point
+
+
+def _floating_or_complex(d: torch.dtype) -> bool:
+    return d.is_floating_point or d.is_complex
+
+
+def _floating_or_uint8(d: torch.dtype) -> bool:
+    return d.is_floating_point or d is torch.uint8
+
+
+def _floating_or_int64(d: torch.dtype) -> bool:
+    return d.is_floating_point or d is torch.int64
+
+
+def _not_bool(d: torch.dtype) -> bool:
+    return d is not torch.bool
+
+
+def _not_complex(d: torch.dtype) -> bool:
+    return not d.is_complex
+
+
+def _number(d: torch.dtype) -> bool:
+    return d is not torch.bool and not d.is_complex
+
+
+_OUT = ("", ".out")
+_INPLACE_OUT = ("", "_", ".out")
+_VEC_OUT = ("", ".out", ".vec")
+# Kernels whose CPU dispatch list is narrower than what the router's meta planning lets
+# through (found by calling each aten op with 9 dtypes on CPU and on ral): op, its overload
+# suffixes, the kernel name CPU prints, the dtypes it takes. Each list is also CUDA's but
+# where a comment says otherwise. Left running as on CUDA: histc over integers, avg_pool3d in
+# float16/bfloat16.
+_KERNEL_DTYPES = (
+    ("gelu", _INPLACE_OUT, "GeluKernelImpl", _floating),
+    ("silu", _INPLACE_OUT, "silu_cpu", _floating_or_complex),
+    ("hardswish", _INPLACE_OUT, "hardswish_cpu", _floating),
+    ("hardsigmoid", _INPLACE_OUT, "hardsigmoid_cpu", _floating),
+    ("leaky_relu", _INPLACE_OUT, "leaky_relu_cpu", _floating),
+    ("celu", _INPLACE_OUT, "elu_cpu", _floating),
+    ("glu", _OUT, "glu_cpu", _floating),
+    ("huber_loss", _OUT, "huber_cpu", _floating),
+    ("smooth_l1_loss", _OUT, "smooth_l1_cpu", _floating),
+    ("threshold", _INPLACE_OUT, "threshold_cpu", _not_bool),
+    ("addcmul", _INPLACE_OUT, "addcmul_cpu_out", _not_bool),
+    ("aminmax", _OUT, "aminmax_cpu", _not_complex),
+    ("reflection_pad1d", _OUT, "reflection_pad1d", _not_bool),
+    ("reflection_pad2d", _OUT, "reflection_pad2d", _not_bool),
+    ("reflection_pad3d", _OUT, "reflection_pad3d", _not_bool),
+    # CUDA takes uint8 too; CPU's 2-d kernel names its channels-last path for every layout
+    ("upsample_nearest1d", _VEC_OUT, "compute_indices_weights_nearest", _floating_or_uint8),
+    ("_upsample_nearest_exact1d", _VEC_OUT, "compute_indices_weights_nearest", _floating_or_uint8),
+    ("upsample_nearest2d", _VEC_OUT, "upsample_nearest2d_channels_last", _floating_or_uint8),
+    ("_upsample_nearest_exact2d", _VEC_OUT, "upsample_nearest2d_channels_last", _floating_or_uint8),
+    ("upsample_nearest3d", _VEC_OUT, "compute_indices_weights_nearest", _floating_or_uint8),
+    ("_upsample_nearest_exact3d", _VEC_OUT, "compute_indices_weights_nearest", _floating_or_uint8),
+    ("upsample_bicubic2d", _VEC_OUT, "compute_indices_weights_cubic", _floating_or_uint8),
+    ("_adaptive_avg_pool2d", _OUT, "adaptive_avg_pool2d", _floating),
+    ("adaptive_max_pool2d", _OUT, "adaptive_max_pool2d", _floating),
+    # CPU also takes int64 here (CUDA does not)
+    ("avg_pool2d", _OUT, "avg_pool2d", _floating_or_int64),
+    # CPU refuses float16/bfloat16 here, CUDA runs them (so does ral)
+    ("avg_pool3d", _OUT, "avg_pool3d_out_frame", _floating_or_int64),
+    # CPU takes floating types only; CUDA (and ral) integers too
+    ("max_unpool2d", _OUT, "max_unpool2d", _number),
+    ("max_unpool3d", _OUT, "max_unpool3d", _number),
+    ("native_layer_norm", _OUT, "LayerNormKernelImpl", _floating),
+    ("native_batch_norm", _OUT, "batch_norm", _floating),
+)
+# op name (as the router's schemas name it) -> check, run after the op's other checks
+KERNEL_DTYPE_CHECKS = {
+    f"aten::{op}{sfx}": _kernel_dtypes(kernel, takes) for op, sfxs, kernel, takes in _KERNEL_DTYPES for sfx in sfxs
+}
