@@ -251,6 +251,19 @@ def _kernel_dtype_calls(dev):
             lambda x=x: F.avg_pool2d(x[None], (1, 2)),
             lambda x=x: F.avg_pool3d(x[None, None], (1, 1, 2)),
             lambda x=x: F.max_unpool2d(x[None, None], torch.tensor([[[[0, 2, 5, 7], [8, 10, 13, 15]]]], device=dev), 2),
+            lambda x=x: F.adaptive_max_pool3d(x[None, None], 2),
+            lambda x=x: F.nll_loss(x[:, :3], torch.tensor([0, 2], device=dev)),
+            lambda x=x: F.nll_loss(x.reshape(1, 2, 2, 2), torch.tensor([[[0, 1], [1, 0]]], device=dev)),
+            lambda x=x: torch.ops.aten.max_pool2d_with_indices_backward(
+                x[None, :, :2],
+                x[None],
+                [1, 2],
+                [1, 2],
+                [0, 0],
+                [1, 1],
+                False,
+                torch.tensor([[[0, 2], [5, 7]]], device=dev),
+            ),
             lambda x=x: F.layer_norm(x, (4,)),
             lambda x=x: F.batch_norm(x, None, None, training=True),
         ]
@@ -261,8 +274,8 @@ def _kernel_dtype_calls(dev):
 @pytest.mark.parametrize("device", DEVICES)
 def test_kernel_dtype_refusals_match_cpu(device, style):
     expected = outcomes(_kernel_dtype_calls("cpu"))
-    assert sum(k is NotImplementedError for k, _ in expected) > 80
-    assert sum(k == "value" for k, _ in expected) > 40
+    assert sum(k is NotImplementedError for k, _ in expected) > 90
+    assert sum(k == "value" for k, _ in expected) > 50
     # Run as on CUDA where CPU's kernel refuses: avg_pool3d in float16, max_unpool2d over integers
     cuda_like = (
         "avg_pool3d_out_frame\" not implemented for 'Half'",
@@ -276,10 +289,45 @@ def test_kernel_dtype_refusals_match_cpu(device, style):
     check_outcomes([got[i] for i in keep], [expected[i] for i in keep], rtol=1e-2, atol=1e-2)
 
 
-def test_kernel_dtype_table_names_real_overloads():
-    """Every op the kernel-dtype table keys names an aten overload (a typo would never match)."""
+def test_check_tables_name_real_overloads():
+    """Every op the argument, dtype, shape and value check tables key names an aten overload
+    (a misspelled key never matches a call, and its check never runs)."""
+    from torch_fl.dispatch.argument_checks import CHECKS
     from torch_fl.dispatch.dtype_checks import KERNEL_DTYPE_CHECKS
+    from torch_fl.dispatch.value_checks import VALUE_CHECKS
 
-    for name in KERNEL_DTYPE_CHECKS:
+    assert len(CHECKS) > 200 and len(VALUE_CHECKS) > 15 and len(KERNEL_DTYPE_CHECKS) > 80
+    for name in (*CHECKS, *VALUE_CHECKS, *KERNEL_DTYPE_CHECKS):
         base, _, overload = name.removeprefix("aten::").partition(".")
         assert hasattr(getattr(torch.ops.aten, base), overload or "default"), name
+
+
+def _random_dtype_calls(dev):
+    """bernoulli with an integer, bool or complex probability tensor and normal with a complex
+    std (CPU refuses; ral drew numbers), and the same calls with float operands, which run."""
+    calls = []
+    for dtype in (torch.int64, torch.bool, torch.complex64, torch.float32):
+        p = torch.tensor([0.0, 1.0, 1.0]).to(dtype).to(dev)
+        ones = torch.ones(3, device=dev)
+        calls += [
+            lambda p=p: torch.bernoulli(p),
+            lambda p=p, ones=ones: ones.clone().bernoulli_(p),
+            lambda p=p: torch.normal(torch.zeros(3, device=dev), p),
+            lambda p=p: torch.normal(0.0, p),
+            lambda p=p: torch.normal(p, 1.0),
+        ]
+    return calls
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_op_dtype_refusals_match_cpu(device, style):
+    expected = outcomes(_random_dtype_calls("cpu"))
+    got = _styled_outcomes(_random_dtype_calls, device, style)
+    assert sum(k != "value" for k, _ in expected) == 12
+    for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
+        assert gk == ek, (gv, ev)
+        if ek == "value":  # random draws: the dtype and shape, not the values
+            assert (gv.dtype, gv.shape) == (ev.dtype, ev.shape)
+        else:
+            assert gv == ev

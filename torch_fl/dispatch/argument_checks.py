@@ -282,7 +282,10 @@ for _name, _nd in _UPSAMPLES.items():
     CHECKS[f"aten::{_name}"] = _upsample_check(_nd, False)
     CHECKS[f"aten::{_name}_backward"] = _upsample_check(_nd, True)
 for _name, _check in KERNEL_DTYPE_CHECKS.items():
-    # a kernel's own dtype dispatch comes after every argument check
+    # a kernel's dtype dispatch comes after the op's argument checks (its shape checks in the
+    # meta function still come later here: a call with a refused dtype and a malformed shape
+    # reports the dtype, where CPU reports the shape; the meta functions' own dtype rules
+    # differ from CPU's too often to run them first)
     CHECKS[_name] = _chain(CHECKS[_name], _check) if _name in CHECKS else _check
 
 

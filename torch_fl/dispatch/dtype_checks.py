@@ -247,6 +247,35 @@ def _mean_check(dtype_pos: int):
     return check
 
 
+def _normal_std_check(std_pos: int, result_of_std: bool):
+    # ATen normal: a complex std tensor is refused first (the meta functions take it); with a
+    # Python mean the result takes std's dtype, which the CPU kernel must fill (ral drew float32)
+    def check(full) -> None:
+        std = _t(full[std_pos])
+        if std is None:
+            return
+        if std.dtype.is_complex:
+            raise RuntimeError("normal expects standard deviation to be non-complex")
+        if result_of_std and not std.dtype.is_floating_point:
+            raise _not_implemented("normal_kernel_cpu", std.dtype)
+
+    return check
+
+
+def _bernoulli_check(p_pos: int | None):
+    # ATen bernoulli_(Tensor p): the CPU kernel dispatches on self's dtype (no complex), then
+    # on p's (floating only); bernoulli(self) draws with p = self
+    def check(full) -> None:
+        x = _t(full[0])
+        p = x if p_pos is None else _t(full[p_pos])
+        if x is not None and x.dtype.is_complex:
+            raise _not_implemented("bernoulli_tensor_cpu_self_", x.dtype)
+        if p is not None and not p.dtype.is_floating_point:
+            raise _not_implemented("bernoulli_tensor_cpu_p_", p.dtype)
+
+    return check
+
+
 # op name (as the router's schemas name it) -> check of the normalized arguments
 DTYPE_CHECKS = {}
 for _sfx in ("", ".out"):
@@ -287,6 +316,16 @@ DTYPE_CHECKS["aten::mean.out"] = _mean_check(3)
 DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
 DTYPE_CHECKS["aten::where.self"] = _where_check
 DTYPE_CHECKS["aten::where.self_out"] = _where_check
+for _name in ("Tensor_Tensor", "Tensor_Tensor_out", "float_Tensor", "float_Tensor_out"):
+    DTYPE_CHECKS[f"aten::normal.{_name}"] = _normal_std_check(1, _name == "float_Tensor")
+for _name, _p_at in (
+    ("bernoulli", None),
+    ("bernoulli.out", None),
+    ("bernoulli.Tensor", 1),
+    ("bernoulli.Tensor_out", 1),
+):
+    DTYPE_CHECKS[f"aten::{_name}"] = _bernoulli_check(_p_at)
+DTYPE_CHECKS["aten::bernoulli_.Tensor"] = _bernoulli_check(1)
 for _name, _target_at in (
     ("nll_loss_forward", 1),
     ("nll_loss_forward.output", 1),
@@ -297,8 +336,7 @@ for _name, _target_at in (
 
 
 def _kernel_dtypes(kernel: str, takes):
-    # AT_DISPATCH inside CPU's kernel: runs after every argument check, so argument_checks
-    # chains these last
+    # AT_DISPATCH inside CPU's kernel: argument_checks chains these after the op's other checks
     def check(full) -> None:
         x = _t(full[0])
         if x is not None and not takes(x.dtype):
@@ -376,6 +414,10 @@ _KERNEL_DTYPES = (
     # CPU takes floating types only; CUDA (and ral) integers too
     ("max_unpool2d", _OUT, "max_unpool2d", _number),
     ("max_unpool3d", _OUT, "max_unpool3d", _number),
+    ("max_pool2d_with_indices_backward", ("", ".grad_input"), "max_pool2d_backward", _floating),
+    ("adaptive_max_pool3d", _OUT, "adaptive_max_pool3d_cpu", _floating),
+    ("nll_loss_forward", ("", ".output"), "nll_loss_out_frame", _floating),
+    ("nll_loss2d_forward", ("", ".output"), "nll_loss2d_forward_out_frame", _floating),
     ("native_layer_norm", _OUT, "LayerNormKernelImpl", _floating),
     ("native_batch_norm", _OUT, "batch_norm", _floating),
 )
