@@ -35,6 +35,7 @@ from torch_fl.device import guard as _guard
 from torch_fl.device.errors import OutOfMemoryError
 from torch_fl.device.sync import device_timeout, set_device_timeout
 from torch_fl.dispatch import amp_ops as _amp_ops  # noqa: F401 (GradScaler's ops on the device)
+from torch_fl.dispatch import out_composites as _out_composites
 from torch_fl.dispatch import sdpa_entry as _sdpa_entry
 from torch_fl.dispatch import shortcuts as _shortcuts
 from torch_fl.dispatch import uint8_operands as _uint8_operands  # noqa: F401 (uint8 masks and targets as on CPU)
@@ -58,6 +59,7 @@ _amp.register()
 _factories.register()
 _dlpack.BEFORE_FIRST_EXPORT.append(_dlpack_import.register)
 _sdpa_entry.register()
+_out_composites.register()
 _shortcuts.register()
 _lazy_params.register()
 _serialization.register()

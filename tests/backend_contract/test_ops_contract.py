@@ -1,6 +1,7 @@
 """Ops on ral tensors as OpenReg's test_ops.py exercises them, held to CPU's results: an out=
 view the op must resize keeps aliasing its base, as CPU's resize_ keeps the storage where the
-new size fits. On ral:0 and ral:1, with `.to()` and under `ral_mode`."""
+new size fits; `torch.linalg.matrix_rank(..., out=)` writes its out (PyTorch's composite left it
+unwritten for tensors with Python dispatch). On ral:0 and ral:1, with `.to()` and under `ral_mode`."""
 
 import warnings
 
@@ -90,3 +91,65 @@ def test_quantize_under_ral_mode_stays_cpu_state_as_without_the_mode(device):
     torch.testing.assert_close(got_c.dequantize(), want_c.dequantize(), rtol=0, atol=0)
     assert y.device == torch.device(device)
     torch.testing.assert_close(y.cpu(), (x * 2).sum())
+
+
+def _matrix_rank_outs(dev):
+    """matrix_rank into out tensors of several shapes and dtypes, with its tolerance forms."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 5, generator=g)
+    x[:, 4] = x[:, 3]  # rank 4
+    x = x.to(dev)
+    sym = x @ x.mT
+    calls = [
+        (lambda o: torch.linalg.matrix_rank(x, out=o), (0,), torch.int64),
+        (lambda o: torch.linalg.matrix_rank(x[0], out=o), (), torch.int64),
+        (lambda o: torch.linalg.matrix_rank(x, out=o), (2,), torch.int64),  # resized, with a warning
+        (lambda o: torch.linalg.matrix_rank(x, out=o), (3,), torch.float64),
+        (lambda o: torch.linalg.matrix_rank(x, out=o), (3,), torch.int32),
+        (lambda o: torch.linalg.matrix_rank(x, atol=0.5, rtol=0.01, out=o), (0,), torch.int64),
+        (lambda o: torch.linalg.matrix_rank(x, atol=torch.tensor(0.5, device=dev), out=o), (0,), torch.int64),
+        (lambda o: torch.linalg.matrix_rank(sym, hermitian=True, out=o), (0,), torch.int64),
+        (lambda o: torch.linalg.matrix_rank(x, 0.5, out=o), (0,), torch.int64),
+    ]
+    return calls
+
+
+def _fill_outs(calls, dev):
+    got = []
+    for call, shape, dtype in calls:
+        o = torch.full(shape, 7, dtype=dtype, device=dev)  # a stale value a skipped write would leave
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = call(o)
+        assert r is o
+        got.append((o.cpu(), [str(x.message)[:60] for x in w if "resized" in str(x.message)]))
+    return got
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_matrix_rank_writes_its_out(device, style):
+    expected = _fill_outs(_matrix_rank_outs("cpu"), "cpu")
+    assert expected[2][1] and not expected[0][1]  # CPU warns when it resizes a non-empty out
+    if style == "to":
+        got = _fill_outs(_matrix_rank_outs(device), device)
+    else:
+        with torch_fl.ral_mode(device):
+            got = _fill_outs(_matrix_rank_outs("cpu"), "cpu")
+    for (g, gw), (e, ew) in zip(got, expected, strict=True):
+        assert g.dtype == e.dtype and g.shape == e.shape and torch.equal(g, e)
+        assert gw == ew
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matrix_rank_out_refusals_match_cpu(device):
+    x = torch.randn(4, 4)
+    with pytest.raises(RuntimeError, match="safely castable from Long dtype, but got result with dtype Bool"):
+        torch.linalg.matrix_rank(x, out=torch.empty(0, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="safely castable from Long dtype, but got result with dtype Bool"):
+        torch.linalg.matrix_rank(x.to(device), out=torch.empty(0, dtype=torch.bool, device=device))
+    with pytest.raises(RuntimeError, match=f"same device, but got result on cpu and input on {device}"):
+        torch.linalg.matrix_rank(x.to(device), out=torch.empty(0, dtype=torch.int64))
+    o = torch.empty(0, dtype=torch.int64, device=device)
+    torch.linalg.matrix_rank(x.to(device), out=o)  # the device keeps working after the refusals
+    assert o.item() == torch.linalg.matrix_rank(x).item()
