@@ -236,6 +236,12 @@ def _kernel_dtype_calls(dev):
             lambda x=x: F.glu(x, -1),
             lambda x=x: F.huber_loss(x, x.flip(0)),
             lambda x=x: F.smooth_l1_loss(x, x.flip(0)),
+            # the kernel's dtype is the operands' common one; huber writes into x's dtype
+            lambda x=x: F.huber_loss(x, x.flip(0).float()),
+            lambda x=x: F.huber_loss(x.float(), x.flip(0)),
+            lambda x=x: F.smooth_l1_loss(x, x.flip(0).to(torch.float64), reduction="none"),
+            lambda x=x: torch.addcmul(x, x.float(), x.float()),
+            lambda x=x: torch.addcmul(x.float(), x, x),
             lambda x=x: F.threshold(x, 1, 2),
             lambda x=x: torch.addcmul(x, x, x),
             lambda x=x: torch.aminmax(x),

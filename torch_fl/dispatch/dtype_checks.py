@@ -276,6 +276,20 @@ def _bernoulli_check(p_pos: int | None):
     return check
 
 
+def _huber_result_check(full) -> None:
+    # ATen huber_loss writes into a tensor of the input's dtype, checked before its kernel
+    # dispatches: a common dtype that cannot be cast back (an integer input with a floating
+    # target, a complex target) is refused (smooth_l1_loss takes the common dtype instead)
+    x, target = _t(full[0]), _t(full[1])
+    if x is None or target is None:
+        return
+    common = torch.promote_types(x.dtype, target.dtype)
+    if not torch.can_cast(common, x.dtype):
+        raise RuntimeError(
+            f"result type {SCALAR_TYPE_NAME[common]} can't be cast to the desired output type {SCALAR_TYPE_NAME[x.dtype]}"
+        )
+
+
 # op name (as the router's schemas name it) -> check of the normalized arguments
 DTYPE_CHECKS = {}
 for _sfx in ("", ".out"):
@@ -314,6 +328,7 @@ DTYPE_CHECKS["aten::mean"] = _mean_check(1)
 DTYPE_CHECKS["aten::mean.dim"] = _mean_check(3)
 DTYPE_CHECKS["aten::mean.out"] = _mean_check(3)
 DTYPE_CHECKS["aten::_prelu_kernel"] = _prelu_check
+DTYPE_CHECKS["aten::huber_loss"] = _huber_result_check
 DTYPE_CHECKS["aten::where.self"] = _where_check
 DTYPE_CHECKS["aten::where.self_out"] = _where_check
 for _name in ("Tensor_Tensor", "Tensor_Tensor_out", "float_Tensor", "float_Tensor_out"):
@@ -335,12 +350,19 @@ for _name, _target_at in (
     DTYPE_CHECKS[f"aten::{_name}"] = _nll_target_check(_target_at)
 
 
-def _kernel_dtypes(kernel: str, takes):
-    # AT_DISPATCH inside CPU's kernel: argument_checks chains these after the op's other checks
+def _kernel_dtypes(kernel: str, takes, operands: int = 1):
+    # AT_DISPATCH inside CPU's kernel, over the common dtype of its first `operands` tensor
+    # arguments (addcmul(bool, float, float) runs in float32); argument_checks chains these
+    # after the op's other checks
     def check(full) -> None:
-        x = _t(full[0])
-        if x is not None and not takes(x.dtype):
-            raise _not_implemented(kernel, x.dtype)
+        tensors = [t for t in full[:operands] if isinstance(t, torch.Tensor)]
+        if not tensors:
+            return
+        dtype = tensors[0].dtype
+        for t in tensors[1:]:
+            dtype = torch.promote_types(dtype, t.dtype)
+        if not takes(dtype):
+            raise _not_implemented(kernel, dtype)
 
     return check
 
@@ -378,7 +400,8 @@ _INPLACE_OUT = ("", "_", ".out")
 _VEC_OUT = ("", ".out", ".vec")
 # Kernels whose CPU dispatch list is narrower than what the router's meta planning lets
 # through (found by calling each aten op with 9 dtypes on CPU and on ral): op, its overload
-# suffixes, the kernel name CPU prints, the dtypes it takes. Each list is also CUDA's but
+# suffixes, the kernel name CPU prints, the dtypes it takes, and for kernels over several
+# tensors how many leading ones share the dispatched dtype. Each list is also CUDA's but
 # where a comment says otherwise. Left running as on CUDA: histc over integers, avg_pool3d in
 # float16/bfloat16.
 _KERNEL_DTYPES = (
@@ -389,10 +412,10 @@ _KERNEL_DTYPES = (
     ("leaky_relu", _INPLACE_OUT, "leaky_relu_cpu", _floating),
     ("celu", _INPLACE_OUT, "elu_cpu", _floating),
     ("glu", _OUT, "glu_cpu", _floating),
-    ("huber_loss", _OUT, "huber_cpu", _floating),
-    ("smooth_l1_loss", _OUT, "smooth_l1_cpu", _floating),
+    ("huber_loss", _OUT, "huber_cpu", _floating, 2),
+    ("smooth_l1_loss", _OUT, "smooth_l1_cpu", _floating, 2),
     ("threshold", _INPLACE_OUT, "threshold_cpu", _not_bool),
-    ("addcmul", _INPLACE_OUT, "addcmul_cpu_out", _not_bool),
+    ("addcmul", _INPLACE_OUT, "addcmul_cpu_out", _not_bool, 3),
     ("aminmax", _OUT, "aminmax_cpu", _not_complex),
     ("reflection_pad1d", _OUT, "reflection_pad1d", _not_bool),
     ("reflection_pad2d", _OUT, "reflection_pad2d", _not_bool),
@@ -423,5 +446,7 @@ _KERNEL_DTYPES = (
 )
 # op name (as the router's schemas name it) -> check, run after the op's other checks
 KERNEL_DTYPE_CHECKS = {
-    f"aten::{op}{sfx}": _kernel_dtypes(kernel, takes) for op, sfxs, kernel, takes in _KERNEL_DTYPES for sfx in sfxs
+    f"aten::{op}{sfx}": _kernel_dtypes(kernel, takes, *operands)
+    for op, sfxs, kernel, takes, *operands in _KERNEL_DTYPES
+    for sfx in sfxs
 }

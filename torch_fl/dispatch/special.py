@@ -406,6 +406,26 @@ def _reduce_over_no_dims(func, args, kwargs):
 _reduce_over_no_dims.routes_by_signature = True  # the dim list is in the fast key
 
 
+def _huber_into_input_dtype(func, args, kwargs):
+    # ATen huber_loss computes in the operands' common dtype into a tensor of the input's dtype,
+    # then reduces that: huber(float16, float32) is float16 on CPU and CUDA, where the meta
+    # function (which the router plans from) answers float32. Other calls route as usual.
+    x, target = args[0], args[1]
+    if not isinstance(target, torch.Tensor) or target.dtype == x.dtype:
+        return ROUTE
+    reduction = args[2] if len(args) > 2 else kwargs.get("reduction", 1)
+    delta = args[3] if len(args) > 3 else kwargs.get("delta", 1.0)
+    common = torch.promote_types(x.dtype, target.dtype)
+    if common == x.dtype or not torch.can_cast(common, x.dtype):
+        return ROUTE  # the common dtype is x's, or the call is refused (dtype_checks.py)
+    loss = aten.huber_loss.default(aten._to_copy.default(x, dtype=common), target, 0, delta)
+    loss = aten._to_copy.default(loss, dtype=x.dtype)
+    if reduction == 1:  # Reduction::Mean
+        return aten.mean.default(loss)
+    return aten.sum.default(loss) if reduction == 2 else loss
+
+
+special(aten.huber_loss.default)(_huber_into_input_dtype)
 special(aten.as_strided.default)(as_strided)
 # Not alias-annotated in its schema, but a view by contract (input is never used again).
 special(aten._unsafe_view.default)(view_op)
