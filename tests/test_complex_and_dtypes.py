@@ -42,8 +42,22 @@ CASES = {
     "fft_ifft": lambda r, z, zd: torch.fft.ifft(torch.fft.fft(z, dim=0), dim=0),
     "polar": lambda r, z, zd: torch.polar(r.abs(), r),
     "complex_from_parts": lambda r, z, zd: torch.complex(r, r * 2) * r,
+    # CPU kernels (the cpu tier) that make lazy conjugate views inside: they read them right
+    # only with the conjugate key active, which PyTorch's Python fallback had left excluded
+    "pinv": lambda r, z, zd: torch.linalg.pinv(z),
+    "pinv_complex128": lambda r, z, zd: torch.linalg.pinv(zd.T),
+    "pinverse": lambda r, z, zd: torch.pinverse(z),
+    "lstsq": lambda r, z, zd: torch.cat([t.flatten() for t in torch.linalg.lstsq(z.T, z.T[:, :2] * 3)[:2]]),
 }
-TOL = {"matmul": 1e-4, "real_matmul_complex_cast": 1e-4, "rfft": 1e-4, "fft_ifft": 1e-4}
+TOL = {
+    "matmul": 1e-4,
+    "real_matmul_complex_cast": 1e-4,
+    "rfft": 1e-4,
+    "fft_ifft": 1e-4,
+    "pinv": 1e-4,
+    "pinverse": 1e-4,
+    "lstsq": 1e-4,
+}
 
 
 def _run(fn, dev, style, inputs):

@@ -116,7 +116,7 @@ class CpuRun:
             if direct is not None:
                 return direct
         shapes = [(c.shape, c.stride()) for _, c in copies]
-        result = self.fn(*cpu_args, **cpu_kwargs)
+        result = _as_on_cpu(self.fn, *cpu_args, **cpu_kwargs)
         _refuse_quantized(result, self.sch.name)
         resized = set()
         for (orig, cpu), before in zip(copies, shapes):
@@ -131,6 +131,24 @@ class CpuRun:
                 write_back(orig, cpu)
         by_cpu = {id(c): o for o, c in copies}
         return _up(result, by_cpu, dev, self.keep_layout)
+
+
+_K = torch._C.DispatchKey
+# Keys PyTorch's Python fallback leaves excluded while __torch_dispatch__ runs. A CPU kernel
+# that makes lazy conjugate or negative views inside (linalg_pinv's Vh.mH() * S, lstsq) then
+# read them without their bits: complex pinv came out wrong on both devices, silently.
+_VIEW_BIT_KEYS = torch._C.DispatchKeySet(_K.Conjugate) | torch._C.DispatchKeySet(_K.Negative)
+_VIEW_BIT_KEYS = _VIEW_BIT_KEYS | torch._C.DispatchKeySet(_K.ZeroTensor)
+
+
+def _as_on_cpu(fn, *args, **kwargs):
+    """fn(*args, **kwargs) with the conjugate, negative and zero-tensor keys active, as a CPU
+    call from user code has them."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    if not (exclude & _VIEW_BIT_KEYS):
+        return fn(*args, **kwargs)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude - _VIEW_BIT_KEYS):
+        return fn(*args, **kwargs)
 
 
 # Results at least this large are written by the CPU kernel's out= overload straight into
@@ -214,7 +232,7 @@ def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
         return None
     out = empty_on(dev, geo[0], geo[2], geo[1])
     view = host_view(out)
-    out_fn(*cpu_args, **cpu_kwargs, out=view)
+    _as_on_cpu(out_fn, *cpu_args, **cpu_kwargs, out=view)
     if (tuple(view.shape), view.stride()) != geo[:2]:
         raise RuntimeError(f"{func}: the out= kernel resized a result whose size the meta kernel gave")
     return out
