@@ -1,6 +1,7 @@
 """Conformance against PyTorch's OpInfo database (torch.testing._internal op_db) on ral:0
-and ral:1, in float32, float16 (where the device declares it), bfloat16, int64 and bool, in
-both styles (tensors moved to the device, and CPU samples under ral_mode), against CPU.
+and ral:1, in float32, float16 (where the device declares it), bfloat16, int64, bool, float64 and
+complex64, in both styles (tensors moved to the device, and CPU samples under ral_mode),
+against CPU.
 
 CI runs every float32 entry on ral:0 plus a stable hash-based sample of the rest (1/RAL0_ONE_IN
 of the other dtypes on ral:0, 1/RAL1_ONE_IN of every dtype on ral:1; supersets of the earlier
@@ -21,7 +22,7 @@ from sweep_support import DEVICES, check, need_device, sampled
 from torch_fl.observe import conformance as C
 
 OP_DB = C.load_op_db()
-DTYPES = ("float32", "float16", "bfloat16", "int64", "bool")
+DTYPES = ("float32", "float16", "bfloat16", "int64", "bool", "float64", "complex64")
 # ral:1 (OpenCL on PoCL) costs several times ral:0 per case: CI samples 1 in this many.
 RAL1_ONE_IN = 8
 RAL0_ONE_IN = 4  # ral:0, dtypes other than float32

@@ -243,6 +243,7 @@ ral_status ocl_constant_pad_nd(const ral_kernel_call* c) {
   ocl_scalar_num(c, 1, &f, &v);
   g.lf[1] = (float)f;
   g.li[3] = v;
+  if (out->dtype == RAL_DTYPE_FLOAT64) memcpy(&g.li[3], &f, sizeof f); /* pad_k reads the double's bits */
   return launch_geom(c, OCL_K_pad_k, ts, 2, &g);
 }
 

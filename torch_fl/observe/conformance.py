@@ -34,6 +34,7 @@ DTYPES = {
     "int32": torch.int32,
     "bool": torch.bool,
     "uint8": torch.uint8,
+    "complex64": torch.complex64,
 }
 
 

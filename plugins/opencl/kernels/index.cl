@@ -1,14 +1,29 @@
 /* index.cl -- embedding, gather/scatter/index_select and layout kernels (tril/triu,
- * constant padding, slice_backward). Values move as float or long per g.cfl. */
+ * constant padding, slice_backward). Values move as float or long per g.cfl, and as double
+ * when either side is float64 (through float, tril and padding rounded float64 data). */
 
 inline void move_elem(gbuf dst, long ed, int dtd, gcbuf src, long es, int dts, int cfl) {
+#ifdef OCL_HAS_FP64
+  if (dtd == DT_F64 || dts == DT_F64) {
+    st_d(dst, ed, dtd, ld_d(src, es, dts));
+    return;
+  }
+#endif
   if (cfl)
     st_f(dst, ed, dtd, ld_f(src, es, dts));
   else
     st_i(dst, ed, dtd, ld_i(src, es, dts));
 }
 
+/* The fill value of positions outside the input: for a float64 output li[3] holds the
+ * double's bits (the host side stores them so), else lf[1] (float) or li[3] (integer). */
 inline void put_value(gbuf dst, long ed, const ocl_geom* g) {
+#ifdef OCL_HAS_FP64
+  if (g->dt[0] == DT_F64) {
+    st_d(dst, ed, DT_F64, as_double(g->li[3]));
+    return;
+  }
+#endif
   if (g->cfl)
     st_f(dst, ed, g->dt[0], g->lf[1]);
   else
