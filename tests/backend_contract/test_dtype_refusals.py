@@ -331,9 +331,4 @@ def test_random_op_dtype_refusals_match_cpu(device, style):
     expected = outcomes(_random_dtype_calls("cpu"))
     got = _styled_outcomes(_random_dtype_calls, device, style)
     assert sum(k != "value" for k, _ in expected) == 12
-    for (gk, gv), (ek, ev) in zip(got, expected, strict=True):
-        assert gk == ek, (gv, ev)
-        if ek == "value":  # random draws: the dtype and shape, not the values
-            assert (gv.dtype, gv.shape) == (ev.dtype, ev.shape)
-        else:
-            assert gv == ev
+    check_outcomes(got, expected, values=False)  # random draws: the dtype and shape, not the values

@@ -271,9 +271,6 @@ def _full_reduction_check(fn: str):
 
 for _op in ("max", "min"):
     CHECKS[f"aten::{_op}"] = _full_reduction_check(f"{_op}()")
-for _name, _check in (*DTYPE_CHECKS.items(), *SHAPE_CHECKS.items()):
-    # an op with a check above too runs both: its dtype first, as ATen checks it first
-    CHECKS[_name] = _chain(_check, CHECKS[_name]) if _name in CHECKS else _check
 CHECKS["aten::index_select"] = _index_select_check
 CHECKS["aten::convolution"] = _chain(_convolution_check, convolution_params_check)
 CHECKS["aten::native_batch_norm"] = _batch_norm_check
@@ -281,6 +278,11 @@ CHECKS["aten::native_batch_norm_backward"] = _batch_norm_backward_check
 for _name, _nd in _UPSAMPLES.items():
     CHECKS[f"aten::{_name}"] = _upsample_check(_nd, False)
     CHECKS[f"aten::{_name}_backward"] = _upsample_check(_nd, True)
+# Every check of this module is in CHECKS by now, so the merges below chain onto it rather
+# than being overwritten by a later assignment.
+for _name, _check in (*DTYPE_CHECKS.items(), *SHAPE_CHECKS.items()):
+    # an op with a check above too runs both: its dtype first, as ATen checks it first
+    CHECKS[_name] = _chain(_check, CHECKS[_name]) if _name in CHECKS else _check
 for _name, _check in KERNEL_DTYPE_CHECKS.items():
     # a kernel's dtype dispatch comes after the op's argument checks (its shape checks in the
     # meta function still come later here: a call with a refused dtype and a malformed shape

@@ -137,8 +137,11 @@ _K = torch._C.DispatchKey
 # Keys PyTorch's Python fallback leaves excluded while __torch_dispatch__ runs. A CPU kernel
 # that makes lazy conjugate or negative views inside (linalg_pinv's Vh.mH() * S, lstsq) then
 # read them without their bits: complex pinv came out wrong on both devices, silently.
-_VIEW_BIT_KEYS = torch._C.DispatchKeySet(_K.Conjugate) | torch._C.DispatchKeySet(_K.Negative)
-_VIEW_BIT_KEYS = _VIEW_BIT_KEYS | torch._C.DispatchKeySet(_K.ZeroTensor)
+_VIEW_BIT_KEYS = (
+    torch._C.DispatchKeySet(_K.Conjugate)
+    | torch._C.DispatchKeySet(_K.Negative)
+    | torch._C.DispatchKeySet(_K.ZeroTensor)
+)
 
 
 def _as_on_cpu(fn, *args, **kwargs):
