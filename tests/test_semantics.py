@@ -4,7 +4,7 @@ tensors, CPU scalars, type promotion, error inputs, complex/sparse inputs, the d
 import pytest
 import torch
 from conftest import assert_close
-from sweep_support import need_device
+from sweep_support import DEVICES, need_device
 
 import torch_fl
 
@@ -100,6 +100,29 @@ def test_complex_works_and_sparse_is_refused_clearly(dev):
     sp = torch.eye(3).to_sparse()
     with pytest.raises(torch_fl.UnsupportedError, match="sparse"):
         torch.eye(3).to(dev) + sp
+
+
+@pytest.mark.parametrize(
+    "convert,layout",
+    [
+        (lambda t: t.to_sparse(), "sparse_coo"),
+        (lambda t: t.to_sparse(1), "sparse_coo"),
+        (lambda t: t.to_sparse_csr(), "sparse_csr"),
+        (lambda t: t[0, 0].to_sparse(), "sparse_coo"),
+        (lambda t: t.to_mkldnn(), "_mkldnn"),
+    ],
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_converting_to_a_layout_ral_lacks_says_so_and_the_tensor_keeps_working(device, convert, layout):
+    # These ran in the cpu tier and failed uploading the result: "Cannot access data pointer
+    # of Tensor that doesn't have storage" (0-dim), "copy_() between dense and sparse Tensors".
+    need_device(device)
+    x = torch.randn(3, 4)
+    r = x.to(device)
+    with pytest.raises(torch_fl.UnsupportedError, match=rf"ral devices do not carry torch\.{layout} tensors") as info:
+        convert(r)
+    assert info.value.op.startswith("aten::") and "to_" in info.value.op
+    assert_close(r * 2 + 1, x * 2 + 1)
 
 
 def test_decomp_tier_uses_vendor_ops(dev):

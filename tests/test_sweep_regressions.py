@@ -82,3 +82,44 @@ def test_sparse_cpu_tensors_stay_cpu_under_mode(dev):
         actual = (torch.sparse.mm(sp, b), a.to_sparse_csr().to_dense(), (sp * 2).to_dense())
     for x, y in zip(actual, expected):
         torch.testing.assert_close(x.cpu(), y)
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+def test_sparse_work_under_mode_takes_device_results_home(dev):
+    # PyTorch's test_masked.py (sparse masks) under ral_mode: a sparse CPU operand met a
+    # result the mode had made on the device ("Expected all tensors to be on the same
+    # device"), and to_sparse of such a result reached the cpu tier ("Cannot access data
+    # pointer"). Such ops run on CPU with the device operands brought home, through autograd
+    # where it records, so a graph layer with a sparse adjacency trains as without the mode.
+    need_device(dev)
+    from torch_fl.mode import ral_mode
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    mask = (torch.rand(3, 4) > 0.4).to_sparse()
+    adj = ((torch.rand(6, 6) > 0.6).float() * torch.rand(6, 6)).to_sparse()
+    lin, feats = torch.nn.Linear(4, 3), torch.randn(6, 4)
+
+    def run():
+        lin.zero_grad()
+        h = torch.sparse.mm(adj, lin(feats))
+        (h.relu() * torch.arange(1.0, 4.0)).sum().backward()
+        dense = lin(feats) * 2  # a device result under the mode
+        return (
+            torch.masked.sum(x, mask=mask),
+            torch.masked.amax(x, 1, mask=mask),
+            h.detach(),
+            lin.weight.grad.clone(),
+            lin.bias.grad.clone(),
+            dense.to_sparse().to_dense(),
+            torch.sparse.mm(adj, dense).sum(0),
+        )
+
+    expected = run()
+    with ral_mode(dev):
+        actual = run()
+    for got, want in zip(actual, expected):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+    with ral_mode(dev):
+        sp = (lin(feats) * 2).to_sparse()
+    assert sp.device.type == "cpu" and sp.layout == torch.sparse_coo

@@ -37,13 +37,6 @@ from torch_fl.tensor.ral_tensor import RalTensor, first_trace
 from torch_fl.tensor.transfer import to_device
 
 _PASSTHROUGH_NAMES = {
-    # a CPU tensor's sparse forms stay CPU (ral devices refuse sparse layouts)
-    "to_sparse",
-    "to_sparse_coo",
-    "to_sparse_csr",
-    "to_sparse_csc",
-    "to_sparse_bsr",
-    "to_sparse_bsc",
     "size",
     "dim",
     "numel",
@@ -186,10 +179,20 @@ _NUMPY = -1  # hands a CPU tensor's memory to numpy (whose writes bump no versio
 # DLPack hands it to any library (np/torch.from_dlpack): as numpy, and never uploaded
 _NUMPY_NAMES = {"numpy", "__array__", "__dlpack__", "__dlpack_device__"}
 _SET_DATA = -2  # `cpu_tensor.data = value`: the value a computation made on the device comes home
-# Ops whose results ral devices cannot hold (quantized dtypes): CPU PyTorch with any device
-# operand downloaded, the quantized result CPU state as without the mode.
+# Ops whose results ral devices cannot hold (quantized dtypes, sparse layouts): CPU PyTorch
+# with any device operand downloaded, the result CPU state as without the mode.
 _HOST_ONLY = -3
-_HOST_ONLY_NAMES = {"quantize_per_tensor", "quantize_per_tensor_dynamic", "quantize_per_channel"}
+_HOST_ONLY_NAMES = {
+    "quantize_per_tensor",
+    "quantize_per_tensor_dynamic",
+    "quantize_per_channel",
+    "to_sparse",
+    "to_sparse_coo",
+    "to_sparse_csr",
+    "to_sparse_csc",
+    "to_sparse_bsr",
+    "to_sparse_bsc",
+}
 # `t.pin_memory()`: a CPU tensor is pinned; a program's host tensor the mode made on the device
 # is returned as it is (pinned memory only speeds up a later copy to the device), where the
 # same call outside the mode raises as on CUDA.
@@ -885,13 +888,24 @@ def _forget(v) -> None:
                 _invalidate_storage(t)
 
 
+def _down_differentiable(t):
+    """A device operand downloaded for a CPU op, through autograd where it records (a sparse
+    product's dense operand came out of device layers that train)."""
+    if type(t) is not RalTensor:
+        return t
+    if t.requires_grad and torch.is_grad_enabled():
+        return t.to("cpu")
+    return to_cpu(t)
+
+
 def _on_cpu(kind, func, args, kwargs):
     """Run func on CPU, device operands downloaded. An in-place op may mutate CPU tensors
     without bumping their version counters (the fused optimizer kernels do not), so the
     upload cache forgets every CPU tensor it was given."""
     if _PENDING:
         _settle(args, kwargs)
-    out = func(*_map(list(args), _down), **{k: _map(v, _down) for k, v in kwargs.items()})
+    down = _down if kind == _INPLACE else _down_differentiable
+    out = func(*_map(list(args), down), **{k: _map(v, down) for k, v in kwargs.items()})
     if kind == _INPLACE:
         for a in (*args, *kwargs.values()):
             _forget(a)
@@ -1233,8 +1247,10 @@ class ral_mode(TorchFunctionMode):
         # Positional tensors are mapped inline (the common case: no nesting to walk).
         dev_args = [up(a) if isinstance(a, torch.Tensor) else _map(a, up) for a in args]
         dev_kwargs = {k: _map(v, up) for k, v in kwargs.items()} if kwargs else {}
-        if sparse and not _has_ral_tensor(args, kwargs):
-            return func(*args, **kwargs)  # a sparse CPU operand: plain CPU PyTorch, as without the mode
+        if sparse:
+            # a sparse or quantized CPU operand: CPU PyTorch as without the mode, device
+            # operands (results of earlier ops in the block) brought home
+            return _on_cpu(_COMPUTE, func, args, kwargs)
         out = func(*dev_args, **dev_kwargs)
         forced = _mutated_buffers(func, args, kwargs) if func in _RUNNING_STATS else ()
         for t, twin, version in uploaded:

@@ -117,7 +117,7 @@ class CpuRun:
                 return direct
         shapes = [(c.shape, c.stride()) for _, c in copies]
         result = _as_on_cpu(self.fn, *cpu_args, **cpu_kwargs)
-        _refuse_quantized(result, self.sch.name)
+        _refuse_unrepresentable(result, self.sch.name)
         resized = set()
         for (orig, cpu), before in zip(copies, shapes):
             if (cpu.shape, cpu.stride()) != before:
@@ -241,15 +241,24 @@ def _into_device(out_fn, func, cpu_args, cpu_kwargs, dev):
     return out
 
 
-def _refuse_quantized(result, op: str) -> None:
-    """A quantized CPU result cannot become a ral tensor (no quantized dtypes there): say so
-    before the upload fails with PyTorch's 'Copying from quantized Tensor' message."""
+def _refuse_unrepresentable(result, op: str) -> None:
+    """A quantized or non-strided (sparse, mkldnn) CPU result cannot become a ral tensor: say
+    so before the upload fails with PyTorch's 'Copying from quantized Tensor' or 'Cannot access
+    data pointer' message."""
     items = result if isinstance(result, (list, tuple)) else (result,)
     for r in items:
-        if isinstance(r, torch.Tensor) and r.is_quantized:
+        if not isinstance(r, torch.Tensor):
+            continue
+        if r.is_quantized:
             raise UnsupportedError(
                 f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry quantized tensors ({r.dtype}); "
                 "quantize a CPU copy (x.cpu()) instead",
+                op=op,
+            )
+        if r.layout != torch.strided:
+            raise UnsupportedError(
+                f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry {r.layout} tensors; "
+                "keep this work on CPU (x.cpu())",
                 op=op,
             )
 
