@@ -107,7 +107,7 @@ def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
     # Floating sample dtypes use the table; for integer/bool samples (whose outputs may still be
     # floating, e.g. softmax(dtype=float)) assert_close picks its defaults per output dtype.
     rtol, atol = TOLERANCES.get(dtype, (None, None))
-    if tolerance is not None and dtype.is_floating_point:
+    if tolerance is not None and (dtype.is_floating_point or dtype.is_complex):
         rtol, atol = max(rtol, tolerance[0]), max(atol, tolerance[1])
     torch.testing.assert_close(
         actual,
@@ -340,14 +340,21 @@ def _grads(op, sample, dev: str | None, style: str):
         outs = [
             o
             for o in torch.utils._pytree.tree_leaves(out)
-            if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()
+            if isinstance(o, torch.Tensor) and o.requires_grad and (o.is_floating_point() or o.is_complex())
         ]
         if not outs:
             return None
-        # unequal weights, so a gradient routed to the wrong element shows
-        loss = sum((o * torch.linspace(0.5, 1.5, o.numel(), device=o.device).reshape(o.shape)).sum() for o in outs)
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        grads = torch.autograd.grad(sum(_weighted_sum(o) for o in outs), leaves, allow_unused=True)
     return [None if g is None else _cpu(g).detach() for g in grads]
+
+
+def _weighted_sum(o: torch.Tensor) -> torch.Tensor:
+    """A real loss over o with unequal weights per element (and other weights for a complex
+    output's imaginary part), so a gradient routed to the wrong element or part shows."""
+    w = torch.linspace(0.5, 1.5, o.numel(), device=o.device).reshape(o.shape)
+    if not o.is_complex():
+        return (o * w).sum()
+    return (o.real * w).sum() + (o.imag * torch.linspace(-1.0, 0.7, o.numel(), device=o.device).reshape(o.shape)).sum()
 
 
 def run_grad_case(
