@@ -137,6 +137,41 @@ def test_eigen_gradients_of_phase_invariant_losses(dev, style, op):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+_PRIMS_VIEWS = {
+    "prims.real": lambda x, z: torch.ops.prims.real(z),
+    "prims.imag of a transpose": lambda x, z: torch.ops.prims.imag(z.T),
+    "prims.conj": lambda x, z: torch.ops.prims.conj(z),
+    "_refs.real of a slice": lambda x, z: torch._refs.real(z[1:, 1:4]),
+    "_refs.imag": lambda x, z: torch._refs.imag(z),
+    "_refs.conj": lambda x, z: torch._refs.conj(z),
+    "prims.as_strided past an offset": lambda x, z: torch.ops.prims.as_strided(x[1:], (2, 3), (5, 2), 21),
+    "prims.transpose": lambda x, z: torch.ops.prims.transpose(x, (2, 0, 1)),
+    "prims.split_dim": lambda x, z: torch.ops.prims.split_dim(x, 2, 5),
+}
+
+
+@pytest.mark.parametrize("dev", DEVICES)
+@pytest.mark.parametrize("name", sorted(_PRIMS_VIEWS))
+def test_prims_views_match_cpu(dev, name):
+    """PyTorch's reference implementations (torch._refs, which PyTorch's test_unary_ufuncs.py
+    checks on every device) call prims' view ops, whose meta functions describe a fresh tensor:
+    prims.real/imag of a ral complex tensor read float32 with the complex strides and
+    prims.conj dropped its conjugation (all values wrong). Values, shape, strides and dtype
+    match CPU's; writes through a real/imag view reach the complex base."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 4, 5, generator=g)
+    z = torch.complex(torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g))
+    want = _PRIMS_VIEWS[name](x, z)
+    got = _PRIMS_VIEWS[name](x.to(dev), z.to(dev))
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    torch.testing.assert_close(got.cpu().resolve_conj(), want.resolve_conj(), rtol=0, atol=0)
+    if name.startswith("prims.real") or name.startswith("prims.imag"):
+        assert got.stride() == want.stride()
+        zd = z.to(dev)
+        torch.ops.prims.real(zd).mul_(2)
+        torch.testing.assert_close(zd.cpu(), torch.complex(z.real * 2, z.imag), rtol=0, atol=0)
+
+
 def _histc_reference(x, bins, lo, hi):
     """CUDA's integer histc: bin = (x - lo) * bins // (hi - lo), the top edge in the last bin."""
     out = torch.zeros(bins, dtype=x.dtype)

@@ -441,6 +441,14 @@ special(aten.new_full.default)(_new_factory(lambda out, a: aten.fill_.Scalar(out
 # kernel call: materialize them instead (the results compare equal, aliasing is lost).
 special(aten._conj.default)(lambda func, args, kwargs: aten.conj_physical.default(args[0]))
 special(aten._neg_view.default)(lambda func, args, kwargs: aten.neg.default(args[0]))
+# prims' view ops (torch._refs reach them) carry meta functions that describe a fresh tensor,
+# not the view: a view built from them read prims.real/imag of complex64 as float32 with the
+# complex tensor's strides, and prims.conj lost its conjugation, silently. Their ATen forms.
+_prims = torch.ops.prims
+special(_prims.real.default)(lambda func, args, kwargs: aten.real.default(args[0]))
+special(_prims.imag.default)(lambda func, args, kwargs: aten.imag.default(args[0]))
+special(_prims.conj.default)(lambda func, args, kwargs: aten.conj_physical.default(args[0]))
+special(_prims.as_strided.default)(lambda func, args, kwargs: aten.as_strided.default(*args, **kwargs))
 special(
     *(
         getattr(getattr(aten, name), ov)
