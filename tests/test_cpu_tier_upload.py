@@ -153,3 +153,40 @@ def test_row_major_results_of_channels_last_inputs():
     want = torch.nn.functional.conv2d(x, w)
     assert got.is_contiguous() and not want.is_contiguous()
     torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+
+
+_OTHER_OUT_FORMS = {
+    # the overload forced to the cpu tier, a call of it; each packet's plain `.out` takes
+    # another signature (or none matched by name)
+    "aten::clamp_max.Tensor": lambda x, y: torch.clamp_max(x, y),  # Tensor_out, not .out (Scalar)
+    "aten::clamp_min.Tensor": lambda x, y: torch.clamp_min(x.T, y.T),
+    "aten::clamp.Tensor": lambda x, y: torch.clamp(x, y, y + 1),
+    "aten::sub.Scalar": lambda x, y: torch.ops.aten.sub.Scalar(x, 2, 3),  # Scalar_out, not .out (Tensor)
+    "aten::xlogy.Tensor": lambda x, y: torch.xlogy(x.abs(), y.abs()),  # xlogy.OutTensor
+    "aten::where.self": lambda x, y: torch.where(x > 0, x, y),  # where.self_out
+}
+
+
+@pytest.mark.parametrize("name", sorted(_OTHER_OUT_FORMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_large_results_take_the_out_overload_of_their_own_signature(monkeypatch, name, dtype):
+    """The direct path calls the out= form whose arguments have the op's names and types.
+    It took the packet's `.out` when only the names matched: clamp_max(x, tensor) of a large
+    float16 tensor (which the cpu tier serves) then raised "Expected a value of type
+    'Optional[number]' for argument 'max' but instead found type 'Tensor'" (PyTorch's
+    test_binary_ufuncs.py, clamp_min/clamp_max reference numerics)."""
+    torch.manual_seed(0)
+    x, y = (torch.randn(256, 300).to(dtype) for _ in range(2))
+    fn = _OTHER_OUT_FORMS[name]
+    torch_fl.set_op_override(name, "cpu")
+    try:
+        monkeypatch.setattr(cpu_tier, "_fill_on_host", _no_fill)
+        xd, yd = x.to("ral:0"), y.to("ral:0")
+        with torch_fl.coverage() as cov:
+            got = fn(xd, yd)
+        assert (name, "cpu") in cov.counts, cov.counts
+    finally:
+        torch_fl.set_op_override(name, None)
+    want = fn(x, y)
+    assert got.dtype == want.dtype and got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0, equal_nan=True)

@@ -168,14 +168,18 @@ def _out_overload(sch):
         return None
     if sch.mutated_positions or any("Generator" in ts for ts in sch.type_strs):
         return None
-    out = getattr(sch.func.overloadpacket, "out", None)
-    if out is None:
-        return None
-    args = out._schema.arguments
-    outs = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
-    if len(outs) != 1 or outs[0].name != "out" or tuple(a.name for a in args if a is not outs[0]) != sch.names:
-        return None
-    return out
+    # Matched by argument names and types: clamp_max.Tensor's out form is Tensor_out, and the
+    # packet's `out` (clamp_max.out, a Scalar bound) refused its tensor bound.
+    want = tuple(zip(sch.names, sch.type_strs))
+    packet = sch.func.overloadpacket
+    for name in packet.overloads():
+        out = getattr(packet, name)
+        args = out._schema.arguments
+        outs = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+        if len(outs) == 1 and outs[0].name == "out":
+            if tuple((a.name, str(a.type)) for a in args if a is not outs[0]) == want:
+                return out
+    return None
 
 
 def _meta_of(v):
