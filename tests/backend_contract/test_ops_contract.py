@@ -153,3 +153,22 @@ def test_matrix_rank_out_refusals_match_cpu(device):
     o = torch.empty(0, dtype=torch.int64, device=device)
     torch.linalg.matrix_rank(x.to(device), out=o)  # the device keeps working after the refusals
     assert o.item() == torch.linalg.matrix_rank(x).item()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", [torch.ceil, torch.exp, torch.add, torch.sub], ids=lambda f: f.__name__)
+def test_out_resize_warns_at_the_callers_line(device, op):
+    """An out= that must grow warns as CPU does, at the caller's line (PyTorch's
+    test_binary_ufuncs.py::test_out_resize_warning). The jit tier's meta probe of the call,
+    which then declines it, warned too, from torch/_prims_common/wrappers.py: under the
+    default filter a second warning the user saw. The result is CPU's."""
+    a, b = torch.tensor((1.0, 2.0, 3.0)), torch.tensor((4.0, 5.0, 6.0))
+    inputs = (a,) if op in (torch.ceil, torch.exp) else (a, b)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.empty(2, device=device)
+        op(*(t.to(device) for t in inputs), out=out)
+    resize = [w for w in caught if "was resized" in str(w.message)]
+    assert resize, "no resize warning"
+    assert all(w.filename == __file__ for w in resize), [(w.filename, w.lineno) for w in resize]
+    torch.testing.assert_close(out.cpu(), op(*inputs))

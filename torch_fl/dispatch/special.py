@@ -449,6 +449,21 @@ special(_prims.real.default)(lambda func, args, kwargs: aten.real.default(args[0
 special(_prims.imag.default)(lambda func, args, kwargs: aten.imag.default(args[0]))
 special(_prims.conj.default)(lambda func, args, kwargs: aten.conj_physical.default(args[0]))
 special(_prims.as_strided.default)(lambda func, args, kwargs: aten.as_strided.default(*args, **kwargs))
+# prims.copy_to writes b into a, across devices as copy_ does (torch._refs.to(ral, "cpu")).
+special(_prims.copy_to.default)(lambda func, args, kwargs: aten.copy_.default(args[0], args[1]))
+
+
+@special(aten.copy.default)
+def _copy_across_devices(func, args, kwargs):
+    """The functional copy (torch._refs.linspace of a tensor start, functionalized graphs) of
+    src into self on another device: a copy of self with src's values, as copy_ allows."""
+    dst, src = args[0], args[1]
+    if isinstance(src, torch.Tensor) and dst.device != src.device:
+        return aten.copy_.default(aten.clone.default(dst), src, *args[2:], **kwargs)
+    return ROUTE
+
+
+_copy_across_devices.routes_by_signature = True  # both operands' devices are in the fast key
 special(
     *(
         getattr(getattr(aten, name), ov)

@@ -281,7 +281,7 @@ def _build(sch, args, kwargs, full, dev):
         raise Unfit("view or multi-output op")
     fresh = not (sch.is_inplace or sch.is_out)
     try:
-        res = meta_run(sch.func, args, kwargs)
+        res = meta_run(sch.func, args, kwargs, quiet=not fresh)
     except Exception:
         raise Unfit("meta run refused the call") from None  # the cpu tier raises the real error
     if not isinstance(res, torch.Tensor):

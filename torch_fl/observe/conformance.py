@@ -69,6 +69,14 @@ def load_op_db():
     return op_db
 
 
+def load_python_ref_db():
+    """PyTorch's OpInfo entries of its reference implementations (torch._refs, built on
+    torch._prims): what PyTorch's test_ops/test_*_ufuncs check on every device."""
+    from torch.testing._internal.common_methods_invocations import python_ref_db
+
+    return python_ref_db
+
+
 def _to(v, dev):
     if isinstance(v, torch.Tensor):
         if v.layout == torch.strided and not v.is_conj() and not v.is_neg():
@@ -80,7 +88,7 @@ def _to(v, dev):
             moved = v.detach().to(dev)
         return moved.requires_grad_(v.requires_grad) if v.is_floating_point() or v.is_complex() else moved
     if isinstance(v, (list, tuple)):
-        return type(v)(_to(x, dev) for x in v)
+        return _rebuilt(v, [_to(x, dev) for x in v])
     if isinstance(v, dict):
         return {k: _to(x, dev) for k, x in v.items()}
     return v
@@ -92,8 +100,14 @@ def _cpu(v):
     if isinstance(v, torch.Tensor):
         return v
     if isinstance(v, (list, tuple)):
-        return type(v)(_cpu(x) for x in v)
+        return _rebuilt(v, [_cpu(x) for x in v])
     return v
+
+
+def _rebuilt(seq, items):
+    """A sequence of seq's type holding items: a namedtuple (torch._refs' results) takes them
+    as fields, a list, tuple or torch.return_types structseq as one iterable."""
+    return type(seq)(*items) if hasattr(seq, "_fields") else type(seq)(items)
 
 
 def _compare(actual, expected, dtype, exact_shape_only=False, tolerance=None):
@@ -150,6 +164,14 @@ UNINITIALIZED = {
     "nn.functional.fractional_max_pool2d",
     "nn.functional.fractional_max_pool3d",
 }
+
+
+def _uninitialized(op) -> bool:
+    """Whether the entry returns uninitialised memory (nothing to compare), its torch._refs
+    form (python_ref_db: "_refs.empty") included."""
+    return any(n in UNINITIALIZED or n.removeprefix("_refs.") in UNINITIALIZED for n in (opinfo_name(op), op.name))
+
+
 # Per-op float tolerances where the device legitimately takes another algorithm than CPU:
 # attention runs the math path (matmul + softmax) where CPU uses a fused flash kernel.
 # A key is an op name, or (op name, dtype) for one dtype only.
@@ -275,9 +297,7 @@ def run_case(op, dtype: torch.dtype, dev: str, style: str = "device", max_sample
             expected_exc = None
         except Exception as exc:  # the reference raises: the device must raise the same type
             expected, expected_exc = None, exc
-        random = expected_exc is None and (
-            name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or _is_random(op, sample)
-        )
+        random = expected_exc is None and (_uninitialized(op) or _seeded_random(op) or _is_random(op, sample))
         try:
             _seed(0)
             with cov:
@@ -368,7 +388,7 @@ def run_grad_case(
     t0 = time.perf_counter()
     error, n = "", 0
     cov = Coverage()
-    skip = name in UNINITIALIZED or op.name in UNINITIALIZED or _seeded_random(op) or not op.supports_autograd
+    skip = _uninitialized(op) or _seeded_random(op) or not op.supports_autograd
     samples = [] if skip else samples_of(op, dtype, max_samples, requires_grad=True)
     if transform is not None:
         samples = [s.transform(transform) for s in samples]
