@@ -10,6 +10,7 @@ Before the check these ran silently and ral:0 and ral:1 gave different numbers."
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import pytest
 import torch
@@ -26,6 +27,14 @@ REFUSED = {
     "copy_ partial": lambda x: x[1:].copy_(x[:-1]),
     "cat into an input": lambda x: torch.cat([x[:2], x[2:4]], out=x[1:5]),
     "cat onto an input": lambda x: torch.cat([x[:2], x[4:6]], out=x[:4]),
+    # random fills of an expanded tensor (PyTorch's test_torch.py test_bernoulli_mem_overlap):
+    # they ran on ral, drawing several numbers into one location
+    "bernoulli_ expanded": lambda x: x[:1].expand(4).bernoulli_(0.5),
+    "bernoulli_ of p expanded": lambda x: x[:1].expand(4).bernoulli_(torch.full((4,), 0.5, device=x.device)),
+    "uniform_ expanded": lambda x: x[:1].expand(4).uniform_(),
+    "normal_ expanded": lambda x: x[:1].expand(4).normal_(),
+    "random_ expanded": lambda x: x[:1].expand(4).random_(0, 5),
+    "masked_fill_ partial": lambda x: (lambda m: m[1:].masked_fill_(m[:-1], False))(x > 4),
 }
 ALLOWED = {
     "full alias": lambda x: x.mul_(x),
@@ -112,3 +121,30 @@ def test_as_strided_in_place_past_the_storage_raises_as_cpu(device):
         x.as_strided_((2, 2), (1, 2), 10)
     assert tuple(x.shape) == (10,) and x.storage_offset() == 0  # unchanged
     assert x.as_strided_((2, 2), (1, 2), 2).cpu().tolist() == [[2.0, 4.0], [3.0, 5.0]]
+
+
+@pytest.mark.parametrize("style", ["to", "mode"])
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("value", ["scalar", "tensor"])
+def test_masked_fill_of_an_expanded_tensor_warns_and_writes_as_cpu(device, style, value):
+    """CPU deprecates masked_fill_ into an expanded tensor with a warning and writes it; ral
+    refused the Scalar form ("more than one element of the written-to tensor") and ran the
+    Tensor form without the warning (PyTorch's test_torch.py test_masked_fill_mem_overlap)."""
+
+    def run(base):
+        mask = torch.tensor([True, False, True, False], device=base.device)
+        fill = 0.5 if value == "scalar" else torch.tensor(0.5, device=base.device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            base[:1].expand(4).masked_fill_(mask, fill)
+        return [str(w.message) for w in caught if "expanded tensors" in str(w.message)]
+
+    want_base = torch.arange(1.0, 9.0)
+    want = run(want_base)
+    x = torch.arange(1.0, 9.0)
+    if style == "to":
+        x = x.to(device)
+    with _style(style, device):
+        got = run(x)
+    assert len(got) == 1 and got[0].split(" (Triggered")[0] == want[0].split(" (Triggered")[0]
+    torch.testing.assert_close(x.cpu(), want_base, rtol=0, atol=0)

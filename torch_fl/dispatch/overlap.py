@@ -11,6 +11,8 @@ decide (a non-dense operand) lets the call through, as there.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from torch_fl.dispatch.value_checks import VALUE_CHECKS
@@ -121,8 +123,58 @@ def check_cat_out(sch, full) -> None:
             raise RuntimeError(_PARTIAL)
 
 
+def check_random_fill(sch, full) -> None:
+    """Random in-place fills (TensorIterator's nullary ops): self free of internal overlap.
+    uniform_, normal_ and bernoulli_ of an expanded tensor ran on ral, drawing several numbers
+    into one location, where CPU refuses (PyTorch's test_torch.py test_bernoulli_mem_overlap)."""
+    assert_no_internal_overlap(full[0])
+
+
+_EXPANDED_MASKED_FILL = (
+    "Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing "
+    "this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar"
+)
+
+
+def check_masked_fill_(sch, full) -> None:
+    """masked_fill_'s rules (ATen masked_fill_impl_cpu): an expanded self is deprecated, warned
+    and written, not refused; mask and value may not partially overlap self."""
+    self = full[0]
+    if type(self) is not RalTensor:
+        return
+    try:
+        assert_no_internal_overlap(self)
+    except RuntimeError:
+        warnings.warn(_EXPANDED_MASKED_FILL, UserWarning, stacklevel=2)
+    for src in full[1:3]:
+        if type(src) is RalTensor and src._buf is self._buf:
+            assert_no_partial_overlap(self, src)
+        if isinstance(src, torch.Tensor) and src.shape != self.shape:
+            _refuse_resizing_self(self.shape, src.shape)
+
+
 # op -> its own checks, beyond the rule every pointwise writer follows
-_OWN_CHECKS = {"aten::cat.out": check_cat_out}
+_OWN_CHECKS = {
+    "aten::cat.out": check_cat_out,
+    "aten::masked_fill_.Scalar": check_masked_fill_,
+    "aten::masked_fill_.Tensor": check_masked_fill_,
+    **{
+        op: check_random_fill
+        for op in (
+            "aten::uniform_",
+            "aten::normal_",
+            "aten::bernoulli_.float",
+            "aten::bernoulli_.Tensor",
+            "aten::exponential_",
+            "aten::random_",
+            "aten::random_.from",
+            "aten::random_.to",
+            "aten::geometric_",
+            "aten::log_normal_",
+            "aten::cauchy_",
+        )
+    },
+}
 
 
 class Checked:
