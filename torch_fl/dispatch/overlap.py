@@ -88,15 +88,20 @@ def check_elementwise_write(sch, full) -> None:
         if type(out) is not RalTensor:
             continue
         assert_no_internal_overlap(out)
-        buf, shape = out._buf, out.shape
-        for pos in sch.input_positions:
-            v = full[pos]
-            for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
-                # the common case costs one identity test: another buffer cannot overlap
-                if src is not out and type(src) is RalTensor and src._buf is buf:
-                    assert_no_partial_overlap(out, src)
-                if sch.is_inplace and isinstance(src, torch.Tensor) and src.shape != shape:
-                    _refuse_resizing_self(shape, src.shape)
+        _check_inputs_against(sch, full, out)
+
+
+def _check_inputs_against(sch, full, out) -> None:
+    """No input partially overlapping out; an in-place op's inputs broadcast to out's shape."""
+    buf, shape = out._buf, out.shape
+    for pos in sch.input_positions:
+        v = full[pos]
+        for src in v if sch.kinds[pos] == TENSOR_LIST else (v,):
+            # the common case costs one identity test: another buffer cannot overlap
+            if src is not out and type(src) is RalTensor and src._buf is buf:
+                assert_no_partial_overlap(out, src)
+            if sch.is_inplace and isinstance(src, torch.Tensor) and src.shape != shape:
+                _refuse_resizing_self(shape, src.shape)
 
 
 def _refuse_resizing_self(shape, other) -> None:
@@ -146,11 +151,7 @@ def check_masked_fill_(sch, full) -> None:
         assert_no_internal_overlap(self)
     except RuntimeError:
         warnings.warn(_EXPANDED_MASKED_FILL, UserWarning, stacklevel=2)
-    for src in full[1:3]:
-        if type(src) is RalTensor and src._buf is self._buf:
-            assert_no_partial_overlap(self, src)
-        if isinstance(src, torch.Tensor) and src.shape != self.shape:
-            _refuse_resizing_self(self.shape, src.shape)
+    _check_inputs_against(sch, full, self)
 
 
 # op -> its own checks, beyond the rule every pointwise writer follows
