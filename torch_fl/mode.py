@@ -33,7 +33,7 @@ from torch_fl.dispatch.shortcuts import SHORTCUTS
 from torch_fl.tensor.grad_home import differentiable_upload
 from torch_fl.tensor.host_copy import to_cpu
 from torch_fl.tensor.import_hooks import when_imported
-from torch_fl.tensor.ral_tensor import RalTensor, first_trace
+from torch_fl.tensor.ral_tensor import RalMathView, RalTensor, first_trace, host_values
 from torch_fl.tensor.transfer import to_device
 
 _PASSTHROUGH_NAMES = {
@@ -353,7 +353,7 @@ def _opaque_handle_op(func) -> bool:
 
 def _pin(func, args, kwargs):
     """`t.pin_memory()` in the mode (see _PIN)."""
-    if args and type(args[0]) is RalTensor:
+    if args and isinstance(args[0], RalTensor):
         return args[0]
     return func(*args, **kwargs)
 
@@ -827,7 +827,7 @@ def _is_cpu_traced(a) -> bool:
 
 
 def _is_ral(a) -> bool:
-    return type(a) is RalTensor
+    return type(a) is RalTensor or type(a) is RalMathView
 
 
 def _is_device_tensor(a) -> bool:
@@ -874,7 +874,9 @@ _compiling = torch.compiler.is_compiling
 
 
 def _down(t):
-    return to_cpu(t) if type(t) is RalTensor else t
+    if type(t) is RalTensor:
+        return to_cpu(t)
+    return host_values(t) if type(t) is RalMathView else t
 
 
 def _forget(v) -> None:
@@ -891,11 +893,11 @@ def _forget(v) -> None:
 def _down_differentiable(t):
     """A device operand downloaded for a CPU op, through autograd where it records (a sparse
     product's dense operand came out of device layers that train)."""
-    if type(t) is not RalTensor:
+    if not isinstance(t, RalTensor):
         return t
     if t.requires_grad and torch.is_grad_enabled():
         return t.to("cpu")
-    return to_cpu(t)
+    return _down(t)
 
 
 def _on_cpu(kind, func, args, kwargs):
@@ -980,8 +982,7 @@ class ral_mode(TorchFunctionMode):
         else:
             on_device = _is_ral
 
-            def down(t):
-                return to_cpu(t) if type(t) is RalTensor else t
+            down = _down
 
             def up(t):  # a fresh CPU result: nothing to cache
                 return to_device(t, self.index)
@@ -1188,8 +1189,8 @@ class ral_mode(TorchFunctionMode):
             target, value = args
             if _is_cpu_tensor(target):
                 _forget(target)
-                if type(value) is RalTensor:
-                    value = to_cpu(value)
+                if isinstance(value, RalTensor):
+                    value = _down(value)
             return func(target, value)
         if not _open_steps[0] and (
             kind == _COMPUTE or ((kind == _VIEW or kind == _INPLACE) and args and type(args[0]) is RalTensor)

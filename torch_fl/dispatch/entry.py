@@ -8,15 +8,16 @@ import torch
 
 from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import fork
-from torch_fl.dispatch import router
+from torch_fl.dispatch import math_bits, router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.dlpack_import import plain_fallback
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
-from torch_fl.tensor.ral_tensor import RalTensor, set_dispatcher, tensor_sig
+from torch_fl.tensor.ral_tensor import MathViewFound, RalTensor, set_dispatcher, tensor_sig
 from torch_fl.tensor.views import cached_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
 _DECISIONS = router.DECISIONS
+has_math_view = math_bits.has_math_view
 # id(func) -> (func, special handler or None, schema or None). OpOverload.__hash__ is a
 # Python function; a dict keyed by id plus an identity check (ids of dead overloads can be
 # reused) costs one C-level lookup per op instead of three Python hash calls.
@@ -158,17 +159,20 @@ def dispatch(func, args, kwargs):
     """Run one aten op whose arguments include RalTensors."""
     if _get_default_dtype() is not _DEFAULT_DTYPE[0]:
         _default_dtype_changed()
-    if not kwargs and not OBSERVERS:
-        fkey = _fast_key(func, args)
-        if fkey is not None:
-            hit = _FAST.get(fkey)
-            if hit is not None and hit[0] is func:
-                return hit[1](args, kwargs, [*args, *hit[2]])
-            return _dispatch_slow(func, args, kwargs, fkey)
     try:
-        return _dispatch_slow(func, args, kwargs, None)
-    except PlainRalArgument:  # before any side effect: signature() runs first in _route
-        return plain_fallback(func, *args, **kwargs)
+        if not kwargs and not OBSERVERS:
+            fkey = _fast_key(func, args)
+            if fkey is not None:
+                hit = _FAST.get(fkey)
+                if hit is not None and hit[0] is func:
+                    return hit[1](args, kwargs, [*args, *hit[2]])
+                return _dispatch_slow(func, args, kwargs, fkey)
+        try:
+            return _dispatch_slow(func, args, kwargs, None)
+        except PlainRalArgument:  # before any side effect: signature() runs first in _route
+            return plain_fallback(func, *args, **kwargs)
+    except MathViewFound:  # an argument is a RalMathView now: its type keeps it off the fast paths
+        return dispatch(func, args, kwargs)
 
 
 def _default_dtype_changed() -> None:
@@ -178,6 +182,9 @@ def _default_dtype_changed() -> None:
 
 
 def _dispatch_slow(func, args, kwargs, fkey):
+    # A conjugate or negative view never has a fast key (its type is not RalTensor).
+    if fkey is None and has_math_view(args, kwargs):
+        return math_bits.run(func, args, kwargs)
     info = _BY_ID.get(id(func))
     if info is None or info[0] is not func:
         info = _info(func)

@@ -437,10 +437,6 @@ special(aten.new_empty.default)(_new_factory(None))
 special(aten.new_zeros.default)(_new_factory(lambda out, a: aten.zero_.default(out)))
 special(aten.new_ones.default)(_new_factory(lambda out, a: aten.fill_.Scalar(out, 1)))
 special(aten.new_full.default)(_new_factory(lambda out, a: aten.fill_.Scalar(out, a[2])))
-# Lazy conjugate/negative views are bits on a TensorImpl that a wrapper cannot carry into a
-# kernel call: materialize them instead (the results compare equal, aliasing is lost).
-special(aten._conj.default)(lambda func, args, kwargs: aten.conj_physical.default(args[0]))
-special(aten._neg_view.default)(lambda func, args, kwargs: aten.neg.default(args[0]))
 # prims' view ops (torch._refs reach them) carry meta functions that describe a fresh tensor,
 # not the view: a view built from them read prims.real/imag of complex64 as float32 with the
 # complex tensor's strides, and prims.conj lost its conjugation, silently. Their ATen forms.

@@ -45,12 +45,13 @@ class _Runner:
     """One serialized graph: deserialized once, partitioned once per input geometry."""
 
     def __init__(self, blob: str):
-        self.gm = decode(blob)
+        self.gm, self.input_bits = decode(blob)
         self.parts: dict = {}
 
     def __call__(self, args: list):
         if not all(type(a) in (RalTensor, torch.Tensor, torch.nn.Parameter, int, float, bool) for a in args):
-            return self.gm(*args)  # a tracer (fake tensors, proxies): the graph itself
+            # a tracer (fake tensors, proxies), or a conjugate view among the inputs: the graph itself
+            return self.gm(*_with_input_bits(args, self.input_bits))
         key = tuple(
             (a.shape, a.stride(), a.storage_offset(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
             for a in args
@@ -125,10 +126,35 @@ class _Ref:
         self.i = i
 
 
+def _with_input_bits(args: list, input_bits: dict) -> list:
+    """args with the lazy conjugate/negative bits the graph was traced with. Inductor computes
+    an extern call's output metadata on fakes of its IR buffers, which carry no such bits;
+    the graph of a conjugate-view input (`_conj` then `view_as_real`) would raise on them."""
+    if not input_bits:
+        return args
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    out = list(args)
+    for i, (conj, neg) in input_bits.items():
+        a = out[i]
+        if isinstance(a, torch.Tensor) and (a.is_conj(), a.is_neg()) != (conj, neg):
+            if not isinstance(a, FakeTensor):  # a real input is the traced tensor itself
+                raise RuntimeError(
+                    f"torch_fl: compiled graph input {i} has conjugate/negative bits {(a.is_conj(), a.is_neg())}, "
+                    f"traced with {(conj, neg)}"
+                )
+            a = a.view_as(a)  # an alias; the bits are set on it, not on the caller's tensor
+            torch._C._set_conj(a, conj)
+            torch._C._set_neg(a, neg)
+            out[i] = a
+    return out
+
+
 def encode(gm: torch.fx.GraphModule) -> str:
     """The graph's nodes and constants as text. Not GraphModule's own pickling: that re-traces
     the generated code on load, which runs the ops without tensor inputs (arange, full) right
-    there, in whatever fake mode the loader happens to be in, and keeps their results."""
+    there, in whatever fake mode the loader happens to be in, and keeps their results. The
+    conjugate/negative bits of its tensor inputs, as traced, come along."""
     index, nodes = {}, []
     for i, n in enumerate(gm.graph.nodes):
         index[n] = i
@@ -138,12 +164,18 @@ def encode(gm: torch.fx.GraphModule) -> str:
         args = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: _Ref(index[a]))
         nodes.append((n.op, n.name, t, args))
     attrs = {n.target: getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
-    return base64.b64encode(zlib.compress(pickle.dumps((nodes, attrs)))).decode()
+    placeholders = [_val(n) for n in gm.graph.nodes if n.op == "placeholder"]
+    bits = {
+        i: (v.is_conj(), v.is_neg())
+        for i, v in enumerate(placeholders)
+        if isinstance(v, torch.Tensor) and (v.is_conj() or v.is_neg())
+    }
+    return base64.b64encode(zlib.compress(pickle.dumps((nodes, attrs, bits)))).decode()
 
 
-def decode(blob: str) -> torch.fx.GraphModule:
-    """The GraphModule `encode` wrote."""
-    nodes, attrs = pickle.loads(zlib.decompress(base64.b64decode(blob)))
+def decode(blob: str) -> tuple[torch.fx.GraphModule, dict]:
+    """The GraphModule `encode` wrote and its inputs' bits {position: (conj, neg)}."""
+    nodes, attrs, bits = pickle.loads(zlib.decompress(base64.b64decode(blob)))
     g, env = torch.fx.Graph(), []
     for op, name, t, args in nodes:
         args, kwargs = torch.fx.node.map_aggregate(args, lambda a: env[a.i] if isinstance(a, _Ref) else a)
@@ -161,7 +193,7 @@ def decode(blob: str) -> torch.fx.GraphModule:
     root = torch.nn.Module()
     for k, v in attrs.items():
         setattr(root, k, v)
-    return torch.fx.GraphModule(root, g)
+    return torch.fx.GraphModule(root, g), bits
 
 
 _RUNNERS: dict[str, _Runner] = {}

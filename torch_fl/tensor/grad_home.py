@@ -44,8 +44,10 @@ class _Upload(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if type(grad) is not RalTensor:  # already on CPU (a CPU op consumed the upload)
-            return grad, None
+        if type(grad) is not RalTensor:
+            if not isinstance(grad, RalTensor):  # already on CPU (a CPU op consumed the upload)
+                return grad, None
+            grad = grad.resolve_conj().resolve_neg()  # a lazy conjugate view: its values
         if torch.is_grad_enabled() and grad.requires_grad:
             # create_graph=True (gradient penalties, Hessian-vector products): the way home
             # must itself be differentiable, so take autograd's own device -> CPU copy.

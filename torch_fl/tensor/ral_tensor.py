@@ -178,11 +178,12 @@ class RalTensor(torch.Tensor):
         out = wrap(inner._ral_buf, outer_size, outer_stride, inner.storage_offset(), meta[1])
         if len(meta) > 2 and meta[2]:
             _set_metadata(out, dict(meta[2]))
+            adopt_bits(out)
         return out
 
     @outside_modes
     def __repr__(self, *, tensor_contents=None):
-        body = repr(to_cpu(self).detach())
+        body = repr(host_values(self).detach())
         body = body[len("tensor(") : -1] if body.startswith("tensor(") else body
         grad = ", requires_grad=True" if self.requires_grad else ""
         return f"tensor({body}, device='{self.device}'{grad})"
@@ -198,8 +199,9 @@ class RalTensor(torch.Tensor):
         metadata and the Python attributes (a Parameter stays one)."""
         new = wrap(self._buf, self.shape, self.stride(), self.storage_offset(), self.dtype)
         meta = _get_metadata(self)
-        if meta:
+        if meta:  # backend metadata and the conjugate/negative bits, as on a CPU tensor
             _set_metadata(new, meta)
+            adopt_bits(new)
         if self.requires_grad:
             new.requires_grad_(True)
         for k, v in user_attrs(self).items():
@@ -220,6 +222,9 @@ class RalTensor(torch.Tensor):
         meta = _get_metadata(self)
         if meta:  # backend metadata, as deepcopy keeps it on a storage-backed tensor
             _set_metadata(new, meta)
+            if adopt_bits(new):  # as torch.Tensor.__deepcopy__: the values, without the bits
+                with torch.no_grad():
+                    new = torch.ops.aten.clone.default(new)
         if self.requires_grad:
             new.requires_grad_(True)
         memo[id(self)] = new
@@ -275,7 +280,7 @@ class RalTensor(torch.Tensor):
         if self.requires_grad and not force:
             # the same check and message as a CPU tensor's numpy()
             raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return to_cpu(self.detach()).numpy()
+        return host_values(self.detach()).numpy()  # CPU's error for a conjugate or negative view
 
     def __format__(self, spec):
         # torch.Tensor.__format__ formats a 0-dim tensor as its Python number, but only for
@@ -329,7 +334,7 @@ class RalTensor(torch.Tensor):
     @outside_modes
     def tolist(self):
         """Copy to host and return nested Python lists."""
-        return to_cpu(self.detach()).tolist()
+        return host_values(self.detach()).tolist()
 
 
 run_untraced(RalTensor.__torch_dispatch__)  # C++ enters it for every op (device/compat.py)
@@ -444,10 +449,43 @@ def _meta_elem(fake):
         return torch.Tensor._make_subclass(torch.Tensor, fake, fake.requires_grad)
 
 
+def host_values(t) -> torch.Tensor:
+    """t copied home; a lazy conjugate/negative view's bits set on the CPU copy, as CPU has them."""
+    out = to_cpu(t)
+    if type(t) is not RalTensor:
+        if t.is_conj():
+            out = out.conj()
+        if t.is_neg():
+            out = out._neg_view()
+    return out
+
+
+class RalMathView(RalTensor):
+    """A RalTensor with PyTorch's lazy conjugate and/or negative bit set (tensor/math_views.py)."""
+
+
+class MathViewFound(Exception):
+    """A RalTensor turned out to carry a conjugate or negative bit it was given after it was
+    made; it is a RalMathView now, and the dispatcher reruns the op (before any side effect:
+    a signature is computed before an op runs)."""
+
+
+def adopt_bits(t) -> bool:
+    """Make a RalTensor that was given a conjugate or negative bit after it was made
+    (torch.load's `_rebuild_tensor_v2`, `torch._utils.set_tensor_metadata`) a RalMathView,
+    so that no fast path takes it for a plain one; whether it did."""
+    if type(t) is RalTensor and _get_metadata(t) and (t.is_conj() or t.is_neg()):
+        t.__class__ = RalMathView
+        return True
+    return False
+
+
 def tensor_sig(t) -> tuple:
     """A RalTensor's routing signature (device, shape, dtype, True or strides), cached on it."""
     sig = t._sig
     if sig is None:
+        if adopt_bits(t):
+            raise MathViewFound
         sig = t._sig = (t._dev, tuple(t.shape), t.dtype, True if t.is_contiguous() else t.stride())
     return sig
 
