@@ -12,7 +12,7 @@ from torch_fl.dispatch import math_bits, router
 from torch_fl.dispatch.special import ON_REGISTER, ROUTE, SPECIAL
 from torch_fl.tensor.dlpack_import import plain_fallback
 from torch_fl.tensor.op_schema import NON_TENSOR, TENSOR_LIST, schema_of
-from torch_fl.tensor.ral_tensor import MathViewFound, RalTensor, set_dispatcher, tensor_sig
+from torch_fl.tensor.ral_tensor import MathViewFound, RalMathView, RalTensor, set_dispatcher, tensor_sig
 from torch_fl.tensor.views import cached_view_call, make_views, view_op, view_specs
 
 _SCHEMAS = {}
@@ -44,6 +44,11 @@ OBSERVERS: list = []
 def _device_error(a: str, b: str) -> RuntimeError:
     # Same wording and type as PyTorch's own CUDA/CPU mismatch error.
     return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+class MathViewArgument(Exception):
+    """A lazy conjugate or negative view among a routed op's arguments: dispatch() runs the op
+    through math_bits (raised by signature(), before any side effect)."""
 
 
 class PlainRalArgument(RuntimeError):
@@ -84,6 +89,8 @@ def signature(sch, full):
                     dev = d
                 key.append(sig)
             elif isinstance(t, torch.Tensor):
+                if type(t) is RalMathView:
+                    raise MathViewArgument(sch.name)
                 if t.layout != torch.strided:
                     raise UnsupportedError(
                         f"RAL_ERROR_UNSUPPORTED: {sch.name}: {t.layout} tensors are not supported on ral devices; "
@@ -173,6 +180,8 @@ def dispatch(func, args, kwargs):
             return plain_fallback(func, *args, **kwargs)
     except MathViewFound:  # an argument is a RalMathView now: its type keeps it off the fast paths
         return dispatch(func, args, kwargs)
+    except MathViewArgument:
+        return math_bits.run(func, args, kwargs)
 
 
 def _default_dtype_changed() -> None:
@@ -182,14 +191,15 @@ def _default_dtype_changed() -> None:
 
 
 def _dispatch_slow(func, args, kwargs, fkey):
-    # A conjugate or negative view never has a fast key (its type is not RalTensor).
-    if fkey is None and has_math_view(args, kwargs):
-        return math_bits.run(func, args, kwargs)
     info = _BY_ID.get(id(func))
     if info is None or info[0] is not func:
         info = _info(func)
     special = info[1]
     if special is not None:
+        # A conjugate or negative view never has a fast key (its type is not RalTensor); the
+        # router's signature() and _route's view branch catch it on the other paths.
+        if fkey is None and has_math_view(args, kwargs):
+            return math_bits.run(func, args, kwargs)
         out = special(func, args, kwargs)
         if out is not ROUTE:
             return out
@@ -231,6 +241,8 @@ def _route(func, sch, args, kwargs, fkey=None):
     if sch.is_view:
         if sch.composite_implicit:
             return func.decompose(*args, **kwargs)
+        if type(args[0]) is RalMathView:
+            return math_bits.run(func, args, kwargs)
         specs = view_specs(func, args, kwargs)
         if fkey is not None:
             # Within one argument signature the result geometry is fixed by the base's

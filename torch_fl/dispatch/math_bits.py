@@ -58,15 +58,20 @@ _GEOMETRY_ONLY = frozenset(
 
 
 def has_math_view(args, kwargs) -> bool:
-    """Whether a RalMathView is among an op's arguments (top level or in a tensor list)."""
-    for a in args:
+    """Whether a RalMathView is among an op's arguments (top level or in a tensor list).
+    Asked before every special handler off the fast cache: plain loops, no generators."""
+    return _holds_math_view(args) or (bool(kwargs) and _holds_math_view(kwargs.values()))
+
+
+def _holds_math_view(values) -> bool:
+    for a in values:
         ta = type(a)
-        if ta is RalMathView or (ta in _SEQ and any(type(x) is RalMathView for x in a)):
+        if ta is RalMathView:
             return True
-    for a in kwargs.values():
-        ta = type(a)
-        if ta is RalMathView or (ta in _SEQ and any(type(x) is RalMathView for x in a)):
-            return True
+        if ta is list or ta is tuple:
+            for x in a:
+                if type(x) is RalMathView:
+                    return True
     return False
 
 
