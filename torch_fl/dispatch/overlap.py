@@ -111,6 +111,23 @@ def _refuse_resizing_self(shape, other) -> None:
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(need)}")
 
 
+def copies_onto_itself(dst, src) -> bool:
+    """Whether dst.copy_(src) reads every element from the location it writes: src is dst's
+    own memory, same dtype, both row-major (`is_contiguous()`) from the same element. A no-op.
+    ATen's `matmul(..., out=o)` makes such copies: it writes through `o.reshape(...)`, then
+    copies that view back into `o` (flat, `matmul(ND, 1D)`, or `view_as(o)`, whose strides
+    may differ from o's in size-1 dims) unless `is_alias_of` says they share storage, which
+    two ral views never do (each wrapper has its own C++ storage); ATen's overlap check would
+    call the pair a partial overlap. A user's `x.view(1, 8).copy_(x)`, which CPU refuses that
+    way, passes here and leaves x as it was."""
+    if type(dst) is not RalTensor or type(src) is not RalTensor or dst._buf is not src._buf:
+        return False
+    if dst.dtype != src.dtype or dst.storage_offset() != src.storage_offset():
+        return False
+    n = dst.numel()
+    return n > 0 and n == src.numel() and dst.is_contiguous() and src.is_contiguous()
+
+
 def check_copy(dst, src) -> None:
     """copy_'s checks (ATen copy_impl): dst free of internal overlap, src not partially over it."""
     if dst is src:

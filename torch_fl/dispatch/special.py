@@ -12,7 +12,7 @@ from torch_fl.core.errors import UnsupportedError
 from torch_fl.device import guard
 from torch_fl.device.index import parse_device
 from torch_fl.device.memory import record_stream
-from torch_fl.dispatch.overlap import check_copy
+from torch_fl.dispatch.overlap import check_copy, copies_onto_itself
 from torch_fl.dispatch.sdpa_entry import sdpa
 from torch_fl.tensor import host_copy, transfer
 from torch_fl.tensor.factories import cannot_pin, empty_memory_format, refuse_pinned
@@ -78,6 +78,8 @@ def _copy_(func, args, kwargs):
     dst, src = args[0], args[1]
     if is_plain_ral(src):  # torch.from_dlpack's result (tensor/plain_ral.py): rerun on its RalTensor
         return func(dst, as_ral(src), *args[2:], **kwargs)
+    if copies_onto_itself(dst, src):
+        return dst
     check_copy(dst, src)
     done = transfer.copy_into(dst, src)
     return ROUTE if done is None else done
