@@ -30,7 +30,7 @@ import torch.autograd.forward_ad as _forward_ad
 from torch_fl.device.compat import run_untraced
 from torch_fl.dispatch import entry
 from torch_fl.tensor import host_copy
-from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tensor.ral_tensor import RalTensor, adopt_bits
 from torch_fl.tensor.serialization import CACHED_TRANSPOSE
 
 aten = torch.ops.aten
@@ -134,6 +134,8 @@ def ral_sum(self, *args, **kwargs):
 
 def ral_item(self):
     """`Tensor.item()` of a RalTensor: one element copied home, without the dispatcher."""
+    if self._sig is None:  # not yet seen by the dispatcher: torch.load may have set a bit on it
+        adopt_bits(self)
     out = _method(self, host_copy.item)
     return _TENSOR_ITEM(self) if out is _DECLINED else out
 

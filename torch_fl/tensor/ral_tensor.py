@@ -451,6 +451,7 @@ def _meta_elem(fake):
 
 def host_values(t) -> torch.Tensor:
     """t copied home; a lazy conjugate/negative view's bits set on the CPU copy, as CPU has them."""
+    adopt_bits(t)  # a bit torch.load set after making t
     out = to_cpu(t)
     if type(t) is not RalTensor:
         if t.is_conj():
