@@ -1,6 +1,8 @@
 """Semantics single-op tests miss: data-dependent shapes, multi-output ops, 0-dim and empty
 tensors, CPU scalars, type promotion, error inputs, complex/sparse inputs, the decomp tier."""
 
+import warnings
+
 import pytest
 import torch
 from conftest import assert_close
@@ -123,6 +125,38 @@ def test_converting_to_a_layout_ral_lacks_says_so_and_the_tensor_keeps_working(d
         convert(r)
     assert info.value.op.startswith("aten::") and "to_" in info.value.op
     assert_close(r * 2 + 1, x * 2 + 1)
+
+
+_I, _V = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "make,kind",
+    [
+        (lambda d: torch.sparse_coo_tensor(_I, _V, (2, 2), device=d), "torch.sparse_coo"),
+        (lambda d: torch.sparse_coo_tensor(_I, _V, (2, 2)).to(d), "torch.sparse_coo"),
+        (lambda d: torch.empty(2, 2, layout=torch.sparse_coo, device=d), "torch.sparse_coo"),
+        (
+            lambda d: torch._empty_affine_quantized([2], scale=0.1, zero_point=0, dtype=torch.quint8, device=d),
+            "quantized",
+        ),
+        (lambda d: torch.quantize_per_tensor(_V, 0.1, 0, torch.quint8).to(d), "quantized"),
+        (lambda d: torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), _I[0], _V).to(d).to_dense(), "sparse compressed"),
+    ],
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_making_a_kind_of_tensor_ral_lacks_says_so(device, make, kind):
+    # PyTorch's own answer was "Could not run 'aten::...' with arguments from the 'Sparseral'
+    # backend" and forty dispatch keys (test_linalg.py's lobpcg and svd_lowrank tests build
+    # sparse tensors on the device; test_view_ops.py's flatten and ravel quantized ones).
+    need_device(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # sparse invariants, quantized deprecation
+        with pytest.raises(torch_fl.UnsupportedError, match=rf"ral devices do not carry {kind}") as info:
+            make(device)
+    assert isinstance(info.value, NotImplementedError) and info.value.op.startswith("aten::")
+    x = torch.randn(3)
+    assert_close(x.to(device) * 2, x * 2)
 
 
 def test_decomp_tier_uses_vendor_ops(dev):

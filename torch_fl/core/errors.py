@@ -52,6 +52,11 @@ class UnsupportedError(RalError, NotImplementedError):
     status_name = "RAL_ERROR_UNSUPPORTED"
 
 
+def kind_refused(op: str, kind: str, remedy: str = "keep this work on CPU (x.cpu())") -> UnsupportedError:
+    """The error for a kind of tensor ral devices do not carry (a sparse layout, quantized data)."""
+    return UnsupportedError(f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry {kind} tensors; {remedy}", op=op)
+
+
 class KernelError(RalError):
     """A vendor kernel reported failure; the message names the plugin, the op and the reason."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from torch_fl.core.errors import kind_refused
 from torch_fl.device.compat import run_untraced
 from torch_fl.device.index import device_index
 from torch_fl.device.memory import allocate
@@ -148,11 +149,33 @@ def local_scalar_dense(self):
     return host_copy.item(as_ral(self) if is_plain_ral(self) else self)
 
 
+# Dispatch keys of tensor kinds ral devices do not carry, and the kind each error names.
+# Without a kernel, PyTorch answers `torch.sparse_coo_tensor(..., device="ral:0")` or
+# `torch._empty_affine_quantized(..., device="ral:0")` with "Could not run ... from the
+# 'Sparseral' backend" and a list of forty dispatch keys.
+_REFUSED_KINDS = {
+    "SparsePrivateUse1": "torch.sparse_coo",
+    "SparseCsrPrivateUse1": "sparse compressed (CSR/CSC/BSR/BSC)",
+    "QuantizedPrivateUse1": "quantized",
+}
+_refusals = None
+
+
+def _refusal(kind: str):
+    def refuse(op, *args, **kwargs):
+        raise kind_refused(op.name(), kind)
+
+    return refuse
+
+
 def register() -> None:
     """Register the factory kernels once per process."""
-    global _lib
+    global _lib, _refusals
     if _lib is not None:
         return
+    _refusals = torch.library.Library("_", "IMPL")  # noqa: TOR901 (fallbacks for ral-only keys)
+    for key, kind in _REFUSED_KINDS.items():
+        _refusals.fallback(_refusal(kind), dispatch_key=key)
     _lib = torch.library.Library("aten", "IMPL")
     _lib.impl("empty.memory_format", _with_python_key(empty_memory_format), "PrivateUse1")
     _lib.impl("empty_strided", _with_python_key(empty_strided), "PrivateUse1")

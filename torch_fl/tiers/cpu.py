@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torch_fl._native import ffi
-from torch_fl.core.errors import UnsupportedError
+from torch_fl.core.errors import kind_refused
 from torch_fl.device import rng
 from torch_fl.device.sync import synchronize
 from torch_fl.tensor.host_copy import (
@@ -254,17 +254,9 @@ def _refuse_unrepresentable(result, op: str) -> None:
         if not isinstance(r, torch.Tensor):
             continue
         if r.is_quantized:
-            raise UnsupportedError(
-                f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry quantized tensors ({r.dtype}); "
-                "quantize a CPU copy (x.cpu()) instead",
-                op=op,
-            )
+            raise kind_refused(op, f"quantized ({r.dtype})", "quantize a CPU copy (x.cpu()) instead")
         if r.layout != torch.strided:
-            raise UnsupportedError(
-                f"RAL_ERROR_UNSUPPORTED: {op}: ral devices do not carry {r.layout} tensors; "
-                "keep this work on CPU (x.cpu())",
-                op=op,
-            )
+            raise kind_refused(op, str(r.layout))
 
 
 def _adopt_resized(orig: RalTensor, cpu: torch.Tensor) -> None:
