@@ -152,14 +152,17 @@ def test_masked_fill_of_an_expanded_tensor_warns_and_writes_as_cpu(device, style
 
 @pytest.mark.parametrize("style", ["to", "mode"])
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("shapes", [((2, 4, 3), (3,)), ((1, 2, 3, 4), (4,)), ((2, 1, 3), (3,)), ((5, 3), (2, 3, 4))])
-def test_matmul_out_of_batched_and_vector_operands_is_written(shapes, device, style):
+@pytest.mark.parametrize(
+    "shapes", [((2, 4, 3), (3,)), ((1, 2, 3, 4), (4,)), ((2, 1, 3), (3,)), ((5, 3), (2, 3, 4)), ((2,), (2, 0, 2, 1))]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_matmul_out_of_batched_and_vector_operands_is_written(shapes, dtype, device, style):
     # ATen's matmul(ND, 1D, out=o) writes through o.reshape(-1), then copies that flat view
     # back into o unless `is_alias_of` says they share storage, which two ral views never do:
     # the no-op copy between differently shaped views of one buffer was refused as a partial
     # overlap (PyTorch's test_linalg.py test_broadcast_batched_matmul).
     g = torch.Generator().manual_seed(3)
-    a, b = torch.randn(*shapes[0], generator=g), torch.randn(*shapes[1], generator=g)
+    a, b = torch.randn(*shapes[0], generator=g, dtype=dtype), torch.randn(*shapes[1], generator=g, dtype=dtype)
     want = torch.matmul(a, b)
     if style == "to":
         a, b = a.to(device), b.to(device)

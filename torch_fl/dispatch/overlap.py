@@ -124,8 +124,8 @@ def copies_onto_itself(dst, src) -> bool:
         return False
     if dst.dtype != src.dtype or dst.storage_offset() != src.storage_offset():
         return False
-    n = dst.numel()
-    return n > 0 and n == src.numel() and dst.is_contiguous() and src.is_contiguous()
+    # (an empty pair too: matmul(1D, ND with a zero-size batch, out=) copies [0] into [2, 0, 1])
+    return dst.numel() == src.numel() and dst.is_contiguous() and src.is_contiguous()
 
 
 def check_copy(dst, src) -> None:
