@@ -32,6 +32,7 @@ import torch_fl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import model_zoo  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 
 def _ocl():
@@ -327,3 +328,29 @@ def test_autocast_gpt2_training_step_matches_cpu_float32(low):
     matmuls = [f for f in cov.fallbacks(IDX) if f[0] in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")]
     assert matmuls == [], matmuls
     assert not [f for f in cov.fallbacks(IDX) if f[1] == "cpu"], cov.fallbacks(IDX)
+
+
+def test_fills_at_odd_element_offsets_run_and_match_cpu():
+    """`x[1:].fill_(v)` in float16 crashed the process (SIGSEGV in PoCL's code for ew_h16c's
+    constant store loop at a 2-byte-aligned address; certify's offset variant found it):
+    16-bit fills are a 2-byte fill pattern now. A fresh interpreter, so a crash fails the test
+    instead of the worker."""
+    code = f"""
+        import torch, torch_fl
+        for dt in (torch.float16, torch.bfloat16):
+            for off in (1, 3, 8):
+                for shape in ((16,), (2, 2, 2, 2), (5, 7)):
+                    n = 1
+                    for s in shape:
+                        n *= s
+                    want = torch.zeros(n + off, dtype=dt)
+                    got = want.to({DEV!r})
+                    for t in (want, got):
+                        t[off:].view(shape).fill_(2.5)
+                        t[off:].view(shape)[1:].zero_()
+                        t[:off].fill_(-1.0 / 3)
+                    assert torch.equal(got.cpu(), want), (dt, off, shape, got.cpu(), want)
+        print("ok")
+    """
+    proc = run_python(code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])

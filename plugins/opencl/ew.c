@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ocl.h"
+#include "ral_half.h"
 
 void ocl_view_expand(ocl_view* v, const ral_tensor* in, const ral_tensor* shape_of) {
   int nd = shape_of->ndim, shift = nd - in->ndim;
@@ -228,6 +229,10 @@ static ral_status fill_value(const ral_kernel_call* c, const ral_tensor* t, doub
     case RAL_DTYPE_INT8: pat.i8 = (int8_t)i; break;
     case RAL_DTYPE_UINT8: pat.u8 = (uint8_t)i; break;
     case RAL_DTYPE_BOOL: pat.u8 = f != 0; break;
+    /* 16-bit floats as a 2-byte pattern too: ew_h16c's fill (a constant vstore_half16 loop)
+     * crashed PoCL 3.1's code at an odd element offset (x[1:].fill_(2.5) in float16). */
+    case RAL_DTYPE_FLOAT16: pat.i16 = (int16_t)ral_f2h((float)f); break;
+    case RAL_DTYPE_BFLOAT16: pat.i16 = (int16_t)ral_f2bf((float)f); break;
     default: ok = 0;
   }
   if (ok && ocl_is_contiguous(t)) {
