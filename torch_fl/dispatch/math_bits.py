@@ -81,7 +81,7 @@ def run(func, args, kwargs):
     if handler is not None:
         return handler(func, args, kwargs)
     if func in _GEOMETRY_ONLY:
-        return func(*_map_views(args, plain), **{k: _map_view(v, plain) for k, v in kwargs.items()})
+        return _call_mapped(func, args, kwargs, plain)
     sch = schema_of(func)
     if sch.is_inplace and func._schema.name.split("::")[1] in _GEOMETRY_IN_PLACE and func in SPECIAL:
         return SPECIAL[func](func, args, kwargs)
@@ -103,8 +103,9 @@ def _map_view(v, fn):
     return v
 
 
-def _map_views(args, fn) -> list:
-    return [_map_view(a, fn) for a in args]
+def _call_mapped(func, args, kwargs, fn):
+    """func with fn applied to every RalMathView among its arguments (lists included)."""
+    return func(*[_map_view(a, fn) for a in args], **{k: _map_view(v, fn) for k, v in kwargs.items()})
 
 
 def _view(func, sch, args, kwargs):
@@ -113,8 +114,8 @@ def _view(func, sch, args, kwargs):
     dtype-changing view of a conjugate view); the geometry comes from the bit-free view."""
     if sch.composite_implicit:
         return func.decompose(*args, **kwargs)
-    metas = func(*_map_views(args, meta_twin), **{k: _map_view(v, meta_twin) for k, v in kwargs.items()})
-    views = func(*_map_views(args, plain), **{k: _map_view(v, plain) for k, v in kwargs.items()})
+    metas = _call_mapped(func, args, kwargs, meta_twin)
+    views = _call_mapped(func, args, kwargs, plain)
     if isinstance(views, _SEQ):
         return type(views)(_with_bits_of(v, m) for v, m in zip(views, metas))
     return _with_bits_of(views, metas)
@@ -138,14 +139,12 @@ def _on_resolved(func, sch, args, kwargs):
             if i in mutated:
                 written.append((v, r))
             return r
-        if type(v) in _SEQ and any(type(x) is RalMathView for x in v):
-            if i in mutated:
-                raise RuntimeError(
-                    f"{func._schema.name}: a mutable tensor list holds conjugate or negative views; "
-                    "resolve them (resolve_conj(), resolve_neg()) first"
-                )
-            return _map_view(v, resolved)
-        return v
+        if i in mutated and type(v) in _SEQ and any(type(x) is RalMathView for x in v):
+            raise RuntimeError(
+                f"{func._schema.name}: a mutable tensor list holds conjugate or negative views; "
+                "resolve them (resolve_conj(), resolve_neg()) first"
+            )
+        return _map_view(v, resolved)
 
     new_args = [resolve(i, a) for i, a in enumerate(args)]
     new_kwargs = {k: resolve(names.index(k), v) for k, v in kwargs.items()}
@@ -236,12 +235,11 @@ def _clone(func, args, kwargs):
     t = args[0]
     fmt = args[1] if len(args) > 1 else kwargs.get("memory_format")
     out = aten.clone.default(plain(t), memory_format=fmt)
-    if type(t) is RalMathView:
-        conj, neg = bits_of(t)
-        if conj:
-            aten.conj_physical_.default(out)
-        if neg:
-            aten.neg_.default(out)
+    conj, neg = bits_of(t)
+    if conj:
+        aten.conj_physical_.default(out)
+    if neg:
+        aten.neg_.default(out)
     return out
 
 
