@@ -1,6 +1,7 @@
 """Matrix products with one to three rows on ral:0 (batch-1 decoding: GPT-2's Conv1D
 `addmm(bias, x[1, 768], W[768, N])`, nn.Linear's `x @ W.t()`), which the host plugin serves
-with one ?gemv per row and chunk of output columns (plugins/host/blas.c, GEMV). Every element
+with ?gemv calls (plugins/host/blas.c, GEMV): per chunk of output columns, or, for a row-major
+weight of 2^18 elements or more, per part of whole weight rows added in order. Every element
 against PyTorch's CPU result, in both styles (`.to` and `ral_mode`), for the weight layouts
 the kernel reads in place (row-major [K, N], a transposed [N, K], a column slice with a longer
 row stride) and those it stages (non-unit column stride), a strided x, addmm's beta/alpha and
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import run_python
 
 import torch_fl
 from torch_fl.dispatch import entry
@@ -52,7 +54,20 @@ def _layouts(K, N, dtype):
     }
 
 
-SHAPES = [(1, 768, 2304), (1, 769, 17), (2, 77, 131), (3, 5, 1001), (4, 33, 64), (5, 9, 40), (1, 1, 9), (1, 3, 1)]
+# (1, 768, 2304), (3, 777, 1030) and (2, 3072, 768) take the row-major weight in parts of rows
+# (6, 3 and 8 parts; 777 rows do not divide evenly)
+SHAPES = [
+    (1, 768, 2304),
+    (3, 777, 1030),
+    (2, 3072, 768),
+    (1, 769, 17),
+    (2, 77, 131),
+    (3, 5, 1001),
+    (4, 33, 64),
+    (5, 9, 40),
+    (1, 1, 9),
+    (1, 3, 1),
+]
 
 
 @pytest.mark.parametrize("style", ["to", "mode"])
@@ -98,10 +113,11 @@ def test_strided_row_and_bias_broadcasts(style):
 
 
 @pytest.mark.parametrize("style", ["to", "mode"])
-def test_beta_zero_ignores_nan_and_alpha_zero(style):
+@pytest.mark.parametrize("K, N", [(40, 70), (768, 768)], ids=["column_chunks", "row_parts"])
+def test_beta_zero_ignores_nan_and_alpha_zero(style, K, N):
     """beta = 0 ignores a NaN addend (PyTorch's rule), mm into a NaN-filled out= buffer
-    overwrites it, and alpha = 0 leaves beta * bias."""
-    K, N = 40, 70
+    overwrites it, and alpha = 0 leaves beta * bias; [768, 768] takes the weight in parts of
+    rows, where part 0 writes C."""
     x, w, nan_bias = _rand(1, K), _rand(K, N, seed=8), torch.full((N,), float("nan"))
 
     def fn(x, w, nb):
@@ -116,12 +132,17 @@ def test_beta_zero_ignores_nan_and_alpha_zero(style):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
 def test_other_dtypes(dtype):
-    """float64 through dgemv; float16/bfloat16 staged into float32 and through sgemv."""
+    """float64 through dgemv; float16/bfloat16 staged into float32 and through sgemv; each with
+    a transposed weight (column chunks) and a row-major one (parts of rows)."""
     K, N = 301, 257
     x, w, b = _rand(1, K, dtype=dtype), _rand(N, K, dtype=dtype, seed=9), _rand(N, dtype=dtype, seed=10)
     want = torch.addmm(b.double(), x.double(), w.double().t()).to(dtype)
     got = torch.addmm(b.to(DEV), x.to(DEV), w.to(DEV).t()).cpu()
     torch.testing.assert_close(got, want, **TOL[dtype])
+    # a row-major [1024, 600] weight: two parts of rows (dgemv for float64)
+    x2, w2 = _rand(1, 1024, dtype=dtype, seed=11), _rand(1024, 600, dtype=dtype, seed=12)
+    want = (x2.double() @ w2.double()).to(dtype)
+    torch.testing.assert_close((x2.to(DEV) @ w2.to(DEV)).cpu(), want, **TOL[dtype])
 
 
 def test_lm_head_and_gpt2_linear():
@@ -138,3 +159,21 @@ def test_lm_head_and_gpt2_linear():
         got = [lin_d(x.to(DEV)).cpu(), head_d(x.to(DEV)).cpu()]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w.detach(), **TOL[torch.float32])
+
+
+def test_weight_in_parts_does_not_depend_on_the_thread_budget():
+    """The parts of rows are fixed by the shape: one thread and two give the same bits."""
+    code = """
+        import hashlib, torch, torch_fl
+        g = torch.Generator().manual_seed(0)
+        w, x, b = torch.randn(3072, 768, generator=g), torch.randn(2, 3072, generator=g), torch.randn(768, generator=g)
+        r = torch.addmm(b.to("ral:0"), x.to("ral:0"), w.to("ral:0")).cpu()
+        torch.testing.assert_close(r, torch.addmm(b, x, w), rtol=1e-4, atol=1e-4)
+        print(hashlib.sha256(r.numpy().tobytes()).hexdigest())
+    """
+    digests = set()
+    for threads in ("1", "2", "3"):
+        out = run_python(code, env={"TORCH_FL_HOST_THREADS": threads})
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.add(out.stdout.split()[-1])
+    assert len(digests) == 1, digests
