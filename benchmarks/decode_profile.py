@@ -3,7 +3,9 @@
 One process, so only load-robust quantities are printed: routed ops per token by tier (an
 op observer, which turns the fast paths off, so it counts without timing), the dispatching
 thread's CPU time per token (time.thread_time: kernels queued on the plugin's worker are not
-in it; host work, inline kernels and the caller's share of copies are), ral_mode's uploads
+in it; host work, inline kernels and the caller's share of copies are), every thread's CPU
+and run-queue wait per token (/proc schedstat: how much the kernels' threads and the Python
+thread took cores from each other), ral_mode's uploads
 per `generate` block, its per-call cost alone (thread CPU of a second generate in one block,
 and its calls per token), and the GEMV sequence of one token (48 addmm + the LM head) timed
 alone. Wall-clock ratios come from `benchmarks/run.py --only decode` (fresh processes).
@@ -75,6 +77,39 @@ def _gemv_sequence(model, dev, reps=5):
     return out
 
 
+def _thread_times() -> dict:
+    """{thread name: [CPU ns, run-queue wait ns]} of this process's threads (/proc schedstat);
+    the Python thread is "main". Empty where the kernel keeps no schedstat."""
+    import os
+    import threading
+
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = open(f"/proc/self/task/{tid}/comm").read().strip()
+            cpu, queued, _ = map(int, open(f"/proc/self/task/{tid}/schedstat").read().split())
+        except (OSError, ValueError):
+            continue
+        key = "main" if int(tid) == threading.get_native_id() else name
+        acc = out.setdefault(key, [0, 0])
+        acc[0] += cpu
+        acc[1] += queued
+    return out
+
+
+def _print_thread_times(before: dict, after: dict, tokens: int) -> None:
+    """Per token, each thread's CPU and its wait in the run queue (runnable, no core free):
+    on a 2-core machine the Python thread's queue wait is time the kernels' threads took."""
+    rows = []
+    for name, (cpu, queued) in after.items():
+        c0, q0 = before.get(name, (0, 0))
+        cpu_ms, queued_ms = (cpu - c0) / tokens / 1e6, (queued - q0) / tokens / 1e6
+        if cpu_ms + queued_ms >= 0.2:
+            rows.append(f"{name} {cpu_ms:.1f} / {queued_ms:.1f}")
+    if rows:
+        print("per token, thread CPU / run-queue wait (ms): " + ", ".join(rows))
+
+
 def _mode_without_uploads(model, ids, dev):
     """(median thread CPU ms per token, ral_mode __torch_function__ calls per token) of
     generates after the first in one ral_mode block: the mode's per-call cost without the
@@ -127,11 +162,13 @@ def main() -> None:
     for (op, tier), n in counts.most_common(12):
         print(f"  {n / NEW_TOKENS:7.2f}  {op}  [{tier}]")
     cpu_ms = []
+    before = _thread_times()
     for _ in range(3):
         t = time.thread_time()
         run()
         cpu_ms.append((time.thread_time() - t) / NEW_TOKENS * 1e3)
     print(f"dispatching thread CPU per token: {statistics.median(cpu_ms):.2f} ms (median of 3 generates)")
+    _print_thread_times(before, _thread_times(), 3 * NEW_TOKENS)
     if a.style == "mode":
         before = mode.stats["uploads"]
         run()

@@ -86,3 +86,59 @@ def test_set_num_threads_in_the_process_keeps_results():
     env.pop("TORCH_FL_HOST_THREADS", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and out.stdout.count("ok") == 2, out.stderr[-3000:]
+
+
+YIELD_CHILD = textwrap.dedent(
+    """
+    import os, sys, threading, time, torch, torch_fl
+    D = "ral:0"
+    def cpu_ns(prefix):
+        total = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                if open(f"/proc/self/task/{tid}/comm").read().startswith(prefix):
+                    total += int(open(f"/proc/self/task/{tid}/schedstat").read().split()[0])
+            except OSError:
+                pass
+        return total
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(768, 768, generator=g).to(D), torch.randn(768, 768, generator=g).to(D)
+    want = (a.cpu() @ b.cpu())
+    torch.ral.synchronize()
+    stream = torch.ral.current_stream()
+    for wait in sys.argv[1:]:
+        worker, pool = cpu_ns("ral-host"), cpu_ns("ral-pool")
+        outs = [a @ b for _ in range(40)]
+        if wait == "poll":  # the Python thread keeps running: it never waits for the stream
+            while not stream.query():
+                pass
+        torch.ral.synchronize()
+        torch.testing.assert_close(outs[-1].cpu(), want, rtol=1e-4, atol=1e-4)
+        print(wait, cpu_ns("ral-host") - worker, cpu_ns("ral-pool") - pool)
+    """
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="needs per-thread CPU times (/proc schedstat)")
+def test_pool_leaves_the_callers_core_until_it_waits():
+    """With a budget of two, a region's helper stays out while the Python thread runs (it would
+    take that thread's core: decoding GPT-2 small, 35 -> 28 ms per token once it did) and joins
+    the open region as soon as the thread waits for the stream. Counted in per-thread CPU time
+    (schedstat): 40 GEMMs [768]^2 queued, then the caller polls `query()` or synchronizes."""
+    env = dict(os.environ, TORCH_FL_HOST_THREADS="2", PYTHONPATH=str(REPO))
+    env.pop("TORCH_FL_HOST_YIELD", None)
+    out = subprocess.run(
+        [sys.executable, "-c", YIELD_CHILD, "poll", "sync", "poll", "sync"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    polled = [(int(w), int(p)) for kind, w, p in rows if kind == "poll"]
+    synced = [(int(w), int(p)) for kind, w, p in rows if kind == "sync"]
+    # polling: the worker runs every chunk; the helper may only spin out a region it saw begin
+    assert all(p < 0.05 * w for w, p in polled), rows
+    # waiting: the helper takes chunks (one of two samples is enough on a loaded machine)
+    assert any(p > 0.2 * w for w, p in synced), rows

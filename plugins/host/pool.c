@@ -27,6 +27,7 @@ typedef struct {
   atomic_int active;        /* helpers inside the open region */
   atomic_int sleeping;
   atomic_int busy; /* try-lock: one region at a time */
+  atomic_int worker_owned; /* the open region runs on a stream worker */
   atomic_int stop;
   atomic_int_fast64_t next; /* next unclaimed index */
   int64_t n, chunk;
@@ -41,7 +42,10 @@ static pthread_mutex_t g_spawn_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_budget;     /* 0 until known */
 static int g_env_budget = -1;   /* TORCH_FL_HOST_THREADS, read once */
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+static atomic_int g_callers_waiting; /* API callers blocked in a wait for a stream (pool.h) */
+static int g_yield_env = -1;         /* TORCH_FL_HOST_YIELD, read once: 0 turns the yield off */
 static _Thread_local int tl_serial; /* pool helper, or a kernel inline on the caller */
+static _Thread_local int tl_worker;  /* a stream worker (host_pool_own_thread) */
 static _Thread_local int tl_backlog = 1; /* more work queued behind this kernel (pool.h) */
 /* Without a backlog, a light loop (host_parallel_for_light) shorter than this many grains
  * stays on the calling thread when every helper sleeps: waking one costs a futex wake and a
@@ -63,6 +67,8 @@ static int cpus_available(void) {
 }
 
 static void read_env(void) {
+  const char* y = getenv("TORCH_FL_HOST_YIELD");
+  g_yield_env = !(y && y[0] == '0' && y[1] == '\0');
   const char* v = getenv("TORCH_FL_HOST_THREADS");
   if (v && *v) {
     char* end;
@@ -87,10 +93,28 @@ void host_pool_note_caller(void) {
     atomic_store_explicit(&g_budget, n, memory_order_relaxed);
 }
 
-int host_pool_team_size(void) { return tl_serial ? 1 : host_threads(); }
+/* Helpers the open region may use now: the budget less its owner, and less one more for a
+ * stream worker's region while no API caller waits for a stream, since that caller (the
+ * Python thread) is running on a core. A region the caller runs itself (a direct copy) has
+ * that core already. */
+static int helpers_allowed(const pool_t* p) {
+  int h = host_threads() - 1;
+  if (g_yield_env && atomic_load(&p->worker_owned) && atomic_load(&g_callers_waiting) == 0)
+    h--; /* seq_cst: pairs with host_pool_caller_waits */
+  return h;
+}
+
+int host_pool_team_size(void) {
+  if (tl_serial) return 1;
+  int t = host_threads();
+  /* an OpenMP team cannot grow once it runs: a worker's team leaves the running caller its core */
+  if (tl_worker && g_yield_env && atomic_load(&g_callers_waiting) == 0) t--;
+  return t < 1 ? 1 : t;
+}
 
 void host_pool_own_thread(void) {
   tl_serial = 0;
+  tl_worker = 1;
   omp_set_num_threads(1); /* OpenBLAS (OpenMP build) follows this: one thread per call */
 }
 
@@ -125,8 +149,9 @@ static void* helper_main(void* arg) {
   tl_serial = 1;
   omp_set_num_threads(1);
   uint64_t seen = atomic_load(&p->gen);
+  int spin = 1; /* after a region it stayed out of, sleep at once: polling would take the caller's core */
   for (;;) {
-    uint64_t deadline = now_ns() + POOL_SPIN_NS;
+    uint64_t deadline = now_ns() + (spin ? POOL_SPIN_NS : 0);
     unsigned i = 0;
     while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
       __builtin_ia32_pause();
@@ -140,7 +165,8 @@ static void* helper_main(void* arg) {
     }
     if (atomic_load(&p->stop)) return NULL;
     seen = atomic_load(&p->gen);
-    if (index + 1 >= host_threads()) continue; /* budget shrank: stay out */
+    spin = index < helpers_allowed(p);
+    if (!spin) continue; /* budget shrank, or the caller runs: stay out */
     atomic_fetch_add(&p->active, 1);
     if (atomic_load(&p->open) && atomic_load(&p->gen) == seen) drain(p);
     atomic_fetch_sub(&p->active, 1);
@@ -162,6 +188,25 @@ static int ensure_helpers(int want) {
   }
   pthread_mutex_unlock(&g_spawn_mu);
   return p->nhelpers;
+}
+
+static void wake_helpers(pool_t* p) {
+  pthread_mutex_lock(&p->mu);
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void host_pool_caller_waits(int begin) {
+  if (!begin) {
+    atomic_fetch_sub(&g_callers_waiting, 1);
+    return;
+  }
+  pool_t* p = &g_pool;
+  /* the caller's core is free now: helpers join the region that is open, if any */
+  if (atomic_fetch_add(&g_callers_waiting, 1) == 0 && atomic_load(&p->open) && p->nhelpers > 0) {
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->sleeping) > 0) wake_helpers(p);
+  }
 }
 
 void host_pool_note_backlog(int more) { tl_backlog = more; }
@@ -202,13 +247,10 @@ void host_parallel_for(int64_t n, int64_t grain, host_range_fn body, void* ctx) 
   p->body = body;
   p->ctx = ctx;
   atomic_store(&p->next, 0);
+  atomic_store(&p->worker_owned, tl_worker);
   atomic_store(&p->open, 1);
   atomic_fetch_add(&p->gen, 1);
-  if (atomic_load(&p->sleeping) > 0) {
-    pthread_mutex_lock(&p->mu);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-  }
+  if (helpers_allowed(p) > 0 && atomic_load(&p->sleeping) > 0) wake_helpers(p);
   int saved = tl_serial;
   tl_serial = 1; /* a nested parallel loop inside body runs inline */
   drain(p);

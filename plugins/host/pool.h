@@ -28,7 +28,8 @@ int host_threads(void);
 void host_pool_note_caller(void);
 
 /*! Threads an OpenMP library call may use here: the budget on a stream worker (the pool
- *  idles while it runs), one thread inline on the caller or on a pool helper. */
+ *  idles while it runs; one fewer while the API caller runs, see host_pool_caller_waits),
+ *  one thread inline on the caller or on a pool helper. */
 int host_pool_team_size(void);
 
 /*! Marks the current thread as one the plugin owns: OpenMP/OpenBLAS run single-threaded. */
@@ -46,6 +47,12 @@ void host_parallel_for_light(int64_t n, int64_t grain, host_range_fn body, void*
 /*! Enter/leave a kernel run inline on the API caller's thread: loops stay on that thread. */
 int host_inline_enter(void);
 void host_inline_leave(int saved);
+
+/*! An API caller begins (1) or ends (0) a blocking wait for a stream. While no caller waits,
+ *  regions leave one core of the budget to the caller (the Python thread dispatching the next
+ *  ops); a caller that starts to wait brings the helpers into the open region.
+ *  TORCH_FL_HOST_YIELD=0 turns this off. */
+void host_pool_caller_waits(int begin);
 
 /*! Stops and joins the helpers (plugin shutdown). */
 void host_pool_shutdown(void);

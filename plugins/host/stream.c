@@ -99,11 +99,19 @@ static void record_failure(struct ral_stream_s* s, const node* n, ral_status st)
   snprintf(s->errmsg, sizeof s->errmsg, "kernel %s (%s): %s", kname ? kname : "<jit>", op, reason);
 }
 
-static void wait_until(struct ral_stream_s* s, uint64_t seq) {
-  pthread_mutex_lock(&s->mu);
+/* The API caller blocks until s->completed reaches seq; called and returns with s->mu held. */
+static void caller_wait(struct ral_stream_s* s, uint64_t seq) {
+  if (s->completed >= seq) return;
+  host_pool_caller_waits(1);
   s->waiters++;
   while (s->completed < seq) pthread_cond_wait(&s->done_cv, &s->mu);
   s->waiters--;
+  host_pool_caller_waits(0);
+}
+
+static void wait_until(struct ral_stream_s* s, uint64_t seq) {
+  pthread_mutex_lock(&s->mu);
+  caller_wait(s, seq);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -124,8 +132,8 @@ static void event_wait(struct ral_event_s* e, uint64_t generation) {
 }
 
 /* A jit-compiled kernel (not in this plugin's table) parallelises with its own OpenMP
- * pragmas: on this worker OpenMP is held to one thread, so give it the budget while it
- * runs. Its OpenMP team then waits as libgomp does (see README.md). */
+ * pragmas: on this worker OpenMP is held to one thread, so give it the pool's team size
+ * while it runs. Its OpenMP team then waits as libgomp does (see README.md). */
 static ral_status run_kernel(node* n) {
   static _Thread_local ral_kernel_fn last;
   static _Thread_local int foreign;
@@ -134,7 +142,7 @@ static ral_status run_kernel(node* n) {
     foreign = host_kernel_name(n->fn) == NULL;
   }
   if (!foreign) return n->fn(&n->call);
-  omp_set_num_threads(host_threads());
+  omp_set_num_threads(host_pool_team_size());
   ral_status st = n->fn(&n->call);
   omp_set_num_threads(1);
   return st;
@@ -547,9 +555,7 @@ ral_status host_stream_synchronize(int32_t device, ral_stream stream) {
   ral_status st = resolve(device, stream, &s);
   if (st != RAL_OK) return st;
   pthread_mutex_lock(&s->mu);
-  s->waiters++;
-  while (s->completed < s->submitted) pthread_cond_wait(&s->done_cv, &s->mu);
-  s->waiters--;
+  caller_wait(s, s->submitted);
   st = s->err;
   if (st != RAL_OK) host_error(st, "%s", s->errmsg);
   s->err = RAL_OK;
@@ -616,7 +622,9 @@ ral_status host_event_record(int32_t device, ral_event event, ral_stream stream)
 ral_status host_event_synchronize(int32_t device, ral_event event) {
   (void)device;
   if (!event) return host_error(RAL_ERROR_INVALID_ARGUMENT, "event_synchronize: null event");
+  host_pool_caller_waits(1);
   event_wait(event, event_generation(event));
+  host_pool_caller_waits(0);
   return RAL_OK;
 }
 
