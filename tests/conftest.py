@@ -110,6 +110,17 @@ def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subpro
     )
 
 
+def digests_across_budgets(code: str, budgets=("1", "2")) -> set:
+    """The last stdout word of code (a digest it prints) run once per TORCH_FL_HOST_THREADS
+    budget, each in a fresh interpreter; one element when the bits do not depend on it."""
+    digests = set()
+    for threads in budgets:
+        out = run_python(code, env={"TORCH_FL_HOST_THREADS": threads})
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.add(out.stdout.split()[-1])
+    return digests
+
+
 def opencl_kernels_run(code: str, tmp_path) -> str:
     """The OpenCL plugin's kernel profile (`TORCH_FL_OPENCL_PROFILE`, a line per kernel) of
     `code` run in a fresh interpreter, which must print CHILD-DONE."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import plugin_device, run_python
+from conftest import digests_across_budgets, plugin_device
 
 import torch_fl
 
@@ -228,9 +228,5 @@ def test_gradients_do_not_depend_on_the_thread_budget():
     """The weight gradient sums fixed batch partitions in order: the same bits on 1 and 3
     threads (TORCH_FL_HOST_THREADS is read once per process, so each budget is a child)."""
     plugin_device("host")
-    digests = set()
-    for budget in ("1", "3"):
-        out = run_python(_BUDGET_CHILD, env={"TORCH_FL_HOST_THREADS": budget})
-        assert out.returncode == 0, out.stderr[-2000:]
-        digests.add(out.stdout.strip().splitlines()[-1])
+    digests = digests_across_budgets(_BUDGET_CHILD, ("1", "3"))
     assert len(digests) == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import run_python
+from conftest import digests_across_budgets
 
 import torch_fl
 from torch_fl.dispatch import entry
@@ -171,9 +171,5 @@ def test_weight_in_parts_does_not_depend_on_the_thread_budget():
         torch.testing.assert_close(r, torch.addmm(b, x, w), rtol=1e-4, atol=1e-4)
         print(hashlib.sha256(r.numpy().tobytes()).hexdigest())
     """
-    digests = set()
-    for threads in ("1", "2", "3"):
-        out = run_python(code, env={"TORCH_FL_HOST_THREADS": threads})
-        assert out.returncode == 0, out.stderr[-2000:]
-        digests.add(out.stdout.split()[-1])
+    digests = digests_across_budgets(code, ("1", "2", "3"))
     assert len(digests) == 1, digests

@@ -297,17 +297,20 @@ static void add_parts(const gemm_job* j, const char* scratch, int parts) {
   }
 }
 
-/* Returns 0 (and does nothing) when the scratch cannot be allocated. */
-static int gemm_ksplit(const gemm_job* j) {
-  int64_t mn = (int64_t)j->M * j->N;
-  char* scratch = malloc((size_t)(KSPLIT_PARTS - 1) * (size_t)mn * (size_t)j->es);
+/* body over `parts` equal parts of K on the pool (part 0 into C, the others into scratch),
+ * then the parts added in order. Returns 0 (and does nothing) when the scratch cannot be
+ * allocated. */
+static int run_kparts(const gemm_job* j, int parts, host_range_fn body) {
+  char* scratch = malloc((size_t)(parts - 1) * (size_t)j->M * (size_t)j->N * (size_t)j->es);
   if (!scratch) return 0;
-  ksplit_job s = {j, scratch, (j->K + KSPLIT_PARTS - 1) / KSPLIT_PARTS};
-  host_parallel_for(KSPLIT_PARTS, 1, ksplit_parts, &s);
-  add_parts(j, scratch, KSPLIT_PARTS);
+  ksplit_job s = {j, scratch, (j->K + parts - 1) / parts};
+  host_parallel_for(parts, 1, body, &s);
+  add_parts(j, scratch, parts);
   free(scratch);
   return 1;
 }
+
+static int gemm_ksplit(const gemm_job* j) { return run_kparts(j, KSPLIT_PARTS, ksplit_parts); }
 
 static void gemm_batches_range(int64_t b0, int64_t b1, void* arg) {
   const gemm_job* j = arg;
@@ -372,12 +375,6 @@ static int gemv_fits(const gemm_job* j, const mat* C) {
 #define GEMV_KPARTS_MAX 8
 #define GEMV_KPART_MIN_ROWS 16
 
-typedef struct {
-  const gemm_job* j;
-  char* scratch; /* parts 1.. : M x N each, row-major */
-  int64_t kchunk;
-} gemv_kjob;
-
 static int gemv_kparts(const gemm_job* j) {
   if (j->tb != CblasNoTrans) return 1; /* B^T stored [N, K]: a chunk of columns is contiguous already */
   int64_t parts = (int64_t)j->K * j->N / GEMV_KPART_ELEMS;
@@ -387,7 +384,7 @@ static int gemv_kparts(const gemm_job* j) {
 }
 
 static void gemv_kpart_range(int64_t p0, int64_t p1, void* arg) {
-  const gemv_kjob* s = arg;
+  const ksplit_job* s = arg; /* scratch rows are row-major M x N: gemv_fits takes row-major C only */
   const gemm_job* j = s->j;
   int64_t a_i = j->ta == CblasNoTrans ? j->lda : 1, a_k = j->ta == CblasNoTrans ? 1 : j->lda;
   for (int64_t p = p0; p < p1; p++) {
@@ -411,14 +408,7 @@ static void gemv_kpart_range(int64_t p0, int64_t p1, void* arg) {
 /* Returns 0 (and does nothing) when the shape takes one part or the scratch cannot be allocated. */
 static int gemv_ksplit(const gemm_job* j) {
   int parts = gemv_kparts(j);
-  if (parts < 2) return 0;
-  char* scratch = malloc((size_t)(parts - 1) * (size_t)j->M * (size_t)j->N * (size_t)j->es);
-  if (!scratch) return 0;
-  gemv_kjob s = {j, scratch, (j->K + parts - 1) / parts};
-  host_parallel_for(parts, 1, gemv_kpart_range, &s);
-  add_parts(j, scratch, parts);
-  free(scratch);
-  return 1;
+  return parts >= 2 && run_kparts(j, parts, gemv_kpart_range);
 }
 
 static void gemv_run(const gemm_job* j) {

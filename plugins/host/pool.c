@@ -93,22 +93,25 @@ void host_pool_note_caller(void) {
     atomic_store_explicit(&g_budget, n, memory_order_relaxed);
 }
 
+/* Whether to leave a core to the API caller: the yield is on and no caller waits for a stream
+ * (seq_cst load: pairs with host_pool_caller_waits). Callers read the budget first, which
+ * reads TORCH_FL_HOST_YIELD. */
+static int caller_runs(void) { return g_yield_env && atomic_load(&g_callers_waiting) == 0; }
+
 /* Helpers the open region may use now: the budget less its owner, and less one more for a
  * stream worker's region while no API caller waits for a stream, since that caller (the
  * Python thread) is running on a core. A region the caller runs itself (a direct copy) has
  * that core already. */
 static int helpers_allowed(const pool_t* p) {
   int h = host_threads() - 1;
-  if (g_yield_env && atomic_load(&p->worker_owned) && atomic_load(&g_callers_waiting) == 0)
-    h--; /* seq_cst: pairs with host_pool_caller_waits */
-  return h;
+  return atomic_load(&p->worker_owned) && caller_runs() ? h - 1 : h;
 }
 
 int host_pool_team_size(void) {
   if (tl_serial) return 1;
   int t = host_threads();
   /* an OpenMP team cannot grow once it runs: a worker's team leaves the running caller its core */
-  if (tl_worker && g_yield_env && atomic_load(&g_callers_waiting) == 0) t--;
+  if (tl_worker && caller_runs()) t--;
   return t < 1 ? 1 : t;
 }
 
