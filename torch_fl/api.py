@@ -27,6 +27,7 @@ from torch_fl.core.registry import REGISTRY as _REGISTRY
 from torch_fl.core.runtime import device_count as _device_count
 from torch_fl.core.runtime import device_records as _device_records
 from torch_fl.core.runtime import ensure_initialized as _ensure_initialized
+from torch_fl.core.runtime import on_initialized as _on_initialized
 from torch_fl.core.runtime import rescan as _rescan_runtime
 from torch_fl.core.sdk import get_include as get_include
 from torch_fl.device import amp as _amp
@@ -52,6 +53,7 @@ from torch_fl.tensor import safetensors_compat as _safetensors_compat
 from torch_fl.tensor import serialization as _serialization
 from torch_fl.tensor.op_schema import resolve_op
 from torch_fl.tensor.ral_tensor import RalTensor
+from torch_fl.tiers import cpu_math as _cpu_math
 
 _REGISTRY.op_check = resolve_op
 _backend.register()
@@ -65,6 +67,8 @@ _lazy_params.register()
 _serialization.register()
 _ipc.register()
 _safetensors_compat.register()
+# Before any device work: the cpu tier runs PyTorch's VML-backed kernels on two threads.
+_on_initialized(_cpu_math.warm_vml)
 from torch_fl import jit  # noqa: E402 (registers the jit tier with the router)
 from torch_fl.jit import fuse  # noqa: E402,F401 (public API)
 from torch_fl.jit.fusion import install_auto as _install_auto  # noqa: E402
