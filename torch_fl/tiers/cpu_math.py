@@ -80,7 +80,8 @@ def warm_vml() -> list[str]:
                 if fn is None:
                     continue
                 fn.restype = None
-                fn.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)  # LP64 MKL_INT
+                # n as 64 bits: an LP64 MKL_INT reads the low half (1), an ILP64 one all of it
+                fn.argtypes = (ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
                 fn(1, ctypes.addressof(src), ctypes.addressof(dst), _TORCH_VML_MODE)
                 _warmed.append(prefix + name)
         return list(_warmed)
