@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import thread_times
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -564,22 +566,6 @@ def kernels(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
             print(f"  {k:24s} {c:4d} {t:8.2f} ms")
 
 
-def _thread_cpu() -> dict:
-    """CPU seconds of each thread of this process so far: {(tid, name): seconds} (/proc)."""
-    import os
-
-    tick, out = os.sysconf("SC_CLK_TCK"), {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except FileNotFoundError:  # the thread ended
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        out[(tid, stat[stat.index("(") + 1 : stat.rindex(")")])] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
 def _opencl_counters():
     """A function returning the OpenCL plugin's counters ({name: count}), or None without it."""
     import ctypes
@@ -614,15 +600,15 @@ def threads(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
     me = str(threading.get_native_id())
     for mode in modes:
         step = _warm_step(case, device, mode)
-        c0, t0, w0 = counters() if counters else {}, _thread_cpu(), time.perf_counter()
+        c0, t0, w0 = counters() if counters else {}, thread_times(), time.perf_counter()
         for _ in range(steps):
             step()
         wall = (time.perf_counter() - w0) / steps
-        c1, t1 = counters() if counters else {}, _thread_cpu()
+        c1, t1 = counters() if counters else {}, thread_times()
         cpu: dict = {}
         for (tid, name), v in t1.items():
             group = "python" if tid == me else "autograd" if name.startswith("pt_autograd") else "device/other"
-            cpu[group] = cpu.get(group, 0.0) + (v - t0.get((tid, name), 0.0)) / steps
+            cpu[group] = cpu.get(group, 0.0) + (v[0] - t0.get((tid, name), (0.0, 0.0))[0]) / steps
         per = {k: (c1[k] - c0[k]) / steps for k in c1 if c1[k] != c0[k]}
         print(
             f"{case} on {device}, {mode}: wall {wall * 1e3:.1f} ms/step; CPU ms/step: "

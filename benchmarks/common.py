@@ -26,6 +26,29 @@ def cpu_model() -> str:
     return f"{name} ({os.cpu_count()} CPUs; {' '.join(isa) or 'no AVX2'})"
 
 
+def thread_times() -> dict:
+    """{(tid, name): (CPU s, run-queue wait s)} of this process's threads so far, from
+    /proc/self/task/*/schedstat (nanoseconds; the wait is time runnable with no core free),
+    or from /proc stat's clock ticks (no wait: 0.0) where the kernel keeps no schedstat."""
+    tick, out = os.sysconf("SC_CLK_TCK"), {}
+    for tid in os.listdir("/proc/self/task"):
+        task = f"/proc/self/task/{tid}"
+        try:
+            with open(f"{task}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        try:
+            with open(f"{task}/schedstat") as f:
+                cpu_ns, queued_ns, _ = map(int, f.read().split())
+            out[(tid, name)] = (cpu_ns / 1e9, queued_ns / 1e9)
+        except (OSError, ValueError):
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[(tid, name)] = ((int(fields[11]) + int(fields[12])) / tick, 0.0)
+    return out
+
+
 def autocast(device_type: str, amp):
     """torch.autocast(device_type) to dtype `amp`, or nothing when `amp` is None."""
     import torch

@@ -22,6 +22,7 @@ import statistics
 import time
 
 import torch
+from common import thread_times
 from models import NEW_TOKENS, gpt2_small, prompt_ids
 
 
@@ -78,20 +79,13 @@ def _gemv_sequence(model, dev, reps=5):
 
 
 def _thread_times() -> dict:
-    """{thread name: [CPU ns, run-queue wait ns]} of this process's threads (/proc schedstat);
-    the Python thread is "main". Empty where the kernel keeps no schedstat."""
-    import os
+    """{thread name: [CPU s, run-queue wait s]}, threads of one name summed; the Python
+    thread is "main"."""
     import threading
 
-    out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            name = open(f"/proc/self/task/{tid}/comm").read().strip()
-            cpu, queued, _ = map(int, open(f"/proc/self/task/{tid}/schedstat").read().split())
-        except (OSError, ValueError):
-            continue
-        key = "main" if int(tid) == threading.get_native_id() else name
-        acc = out.setdefault(key, [0, 0])
+    me, out = str(threading.get_native_id()), {}
+    for (tid, name), (cpu, queued) in thread_times().items():
+        acc = out.setdefault("main" if tid == me else name, [0.0, 0.0])
         acc[0] += cpu
         acc[1] += queued
     return out
@@ -103,7 +97,7 @@ def _print_thread_times(before: dict, after: dict, tokens: int) -> None:
     rows = []
     for name, (cpu, queued) in after.items():
         c0, q0 = before.get(name, (0, 0))
-        cpu_ms, queued_ms = (cpu - c0) / tokens / 1e6, (queued - q0) / tokens / 1e6
+        cpu_ms, queued_ms = (cpu - c0) / tokens * 1e3, (queued - q0) / tokens * 1e3
         if cpu_ms + queued_ms >= 0.2:
             rows.append(f"{name} {cpu_ms:.1f} / {queued_ms:.1f}")
     if rows:
