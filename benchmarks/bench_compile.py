@@ -37,8 +37,6 @@ import sys
 import time
 from pathlib import Path
 
-from common import thread_times
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -595,6 +593,8 @@ def threads(case: str, device: str, steps: int, modes=("eager", "inductor", "ral
     inline on the calling thread, buffers created, waits). CPU time moves far less with the
     machine's load than wall time: on 2 cores the device's threads and the host's share them."""
     import threading
+
+    from common import thread_times  # here: tests load this file without benchmarks/ on the path
 
     counters = _opencl_counters()
     me = str(threading.get_native_id())
