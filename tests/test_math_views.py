@@ -49,6 +49,15 @@ def _chain(x, y):
     return v, v.reshape(2, -1), v[0].resolve_conj()
 
 
+def _set_to_views(x, y):
+    # set_ takes the source's memory and geometry but not its bits (CPU: t.is_conj() False)
+    t, u = torch.empty(0, dtype=x.dtype, device=x.device), torch.empty(0, dtype=y.dtype, device=y.device)
+    t.set_(x.conj())
+    u.set_(y._neg_view()[1:])
+    t.mul_(2)  # writes x's memory: x doubles
+    return t, u, x
+
+
 # name -> program(x, y) of two complex64 [4, 3] tensors, returning the tensors to compare
 PROGRAMS = {
     "copy_into_conj": lambda x, y: (x.conj().copy_(y), x),
@@ -70,6 +79,7 @@ PROGRAMS = {
     "neg_through_neg": lambda x, y: (x._neg_view().neg_(), x),
     "setitem_through_conj": _setitem,
     "views_keep_bits": _chain,
+    "set_to_conj_and_neg_views": _set_to_views,
     "mm": lambda x, y: (x.conj() @ y.t(), x.mH @ y, x._neg_view() @ y.mT, torch.mm(x.t(), y.conj())),
     "addmm_bmm": lambda x, y: (
         torch.addmm(x[:3, :3].conj(), x.conj().t(), y),

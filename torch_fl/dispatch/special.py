@@ -269,7 +269,9 @@ def _resize_(func, args, kwargs):
 @special(aten.set_.source_Tensor)
 def _set_source_tensor(func, args, kwargs):
     t, src = args[0], args[1]
-    if type(t) is not RalTensor or type(src) is not RalTensor or src._dev != t._dev:
+    # a conjugate/negative view (RalMathView) is a source too: t takes its memory and geometry
+    # without the bit, as on CPU (`t.set_(x.conj())` leaves t.is_conj() False)
+    if type(t) is not RalTensor or not isinstance(src, RalTensor) or src._dev != t._dev:
         raise UnsupportedError(f"RAL_ERROR_UNSUPPORTED: set_ needs a source tensor on {t.device}", op=str(func))
     return restride(t, src._buf, src.shape, src.stride(), src.storage_offset())
 
