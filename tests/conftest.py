@@ -29,7 +29,7 @@ def _extract_test_fn_by_frames():
     try:
         frame = sys._getframe(1)
         while frame is not None:
-            self_val = frame.f_locals.get("self") if "self" in frame.f_locals else None
+            self_val = frame.f_locals.get("self")
             frame = frame.f_back
             if isinstance(self_val, unittest.TestCase):
                 *_, cls_name, test_name = self_val.id().rsplit(".", 2)

@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import run_python
 
 from torch_fl.core.discovery import elf_dynamic_symbols
 from torch_fl.tiers import cpu_math
@@ -25,10 +24,7 @@ needs_mkl = pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="th
 
 
 def _child(code: str, **env) -> str:
-    full = dict(os.environ, PYTHONPATH=str(REPO), **env)
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=full, capture_output=True, text=True, timeout=300
-    )
+    out = run_python(code, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
