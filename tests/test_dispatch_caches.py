@@ -111,7 +111,7 @@ def test_threads_with_different_scalars(dev):
     assert not errors, errors
 
 
-def test_mode_upload_cache_forgets_dead_tensors_and_reused_ids(dev):
+def test_mode_upload_cache_forgets_dead_tensors_and_reused_ids(dev, young_gc):
     n0 = len(mode_mod._CACHE)
     results = []
     for k in range(5):

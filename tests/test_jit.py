@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import run_python
+from conftest import private_cache_home, run_python
 
 import torch_fl
 import torch_fl.jit as J
@@ -645,7 +645,8 @@ def test_disk_cache_across_processes(dev, tmp_path):
     import textwrap
 
     plugin = target.target_of(dev).plugin
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), PYTHONPATH=str(os.path.dirname(os.path.dirname(__file__))))
+    cache = private_cache_home(tmp_path)
+    env = dict(os.environ, XDG_CACHE_HOME=cache, PYTHONPATH=str(os.path.dirname(os.path.dirname(__file__))))
     code = textwrap.dedent(_CACHE_CODE.format(d=dev, salt=1.5))
     # Two cold processes compile the same kernel at the same time.
     procs = [
@@ -662,7 +663,7 @@ def test_disk_cache_across_processes(dev, tmp_path):
     stamps = {f: os.stat(f).st_mtime_ns for f in files}
     # A third process reuses the entry: no new file and none rewritten (checked on the files,
     # not on timings, which prove nothing on a loaded machine).
-    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    r = run_python(code, env={"XDG_CACHE_HOME": cache})
     assert r.returncode == 0, r.stderr
     assert _cache_files(str(tmp_path), plugin) == files
     assert {f: os.stat(f).st_mtime_ns for f in files} == stamps
@@ -672,7 +673,7 @@ def test_disk_cache_across_processes(dev, tmp_path):
     whole = {f: os.path.getsize(f) for f in files if not f.endswith(".tmp")}
     for f, size in whole.items():
         os.truncate(f, size // 2)
-    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    r = run_python(code, env={"XDG_CACHE_HOME": cache})
     assert r.returncode == 0, r.stderr
     # (A rebuilt OpenCL binary need not match the old one byte for byte, so no size equality.)
     assert all(os.path.getsize(f) > size // 2 for f, size in whole.items()), "a truncated entry was kept"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, run_python
+from conftest import REPO, private_cache_home, run_python
 from plugins.build import build_test_plugin
 
 from torch_fl.tools.output import OK, PROBLEM
@@ -28,19 +28,13 @@ CRASHES = ("crash_ctor", "crash_init", "crash_count")
 def _env(tmp_path: Path, root: Path | None = None, **extra) -> dict:
     """A clean environment: only `root` (if any) besides the built-in plugins, a private cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCH_FL_", "RAL_"))}
-    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    # Build caches (device guard, jit kernels) stay shared: rebuilding them per test only costs
+    # time. The crash markers (cache/torch_fl/init) are private to the test.
+    env["XDG_CACHE_HOME"] = private_cache_home(tmp_path / "cache", share=("guard", "host-jit", "opencl"))
     env["TORCH_FL_SYSTEM_PLUGIN_DIR"] = "/nonexistent/torch_fl/plugins"
     env["TORCH_FL_TEST_PLUGIN_LOG"] = str(tmp_path / "plugin.log")
     if root is not None:
         env["TORCH_FL_PLUGIN_PATH"] = str(root)
-    # Build caches (device guard, jit kernels) stay shared: rebuilding them per test only costs
-    # time. The crash markers (cache/torch_fl/init) are private to the test.
-    shared = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch_fl"
-    private = tmp_path / "cache" / "torch_fl"
-    private.mkdir(parents=True, exist_ok=True)
-    for entry in shared.iterdir() if shared.is_dir() else ():
-        if entry.name != "init" and not (private / entry.name).exists():
-            (private / entry.name).symlink_to(entry)
     env.update(extra)
     return env
 

@@ -51,7 +51,7 @@ def test_cpu_tensor_uploaded_once_until_it_changes(dev):
     assert_close(y2, x)
 
 
-def test_upload_cache_does_not_keep_dead_tensors(dev):
+def test_upload_cache_does_not_keep_dead_tensors(dev, young_gc):
     x = torch.randn(32)
     ref = weakref.ref(x)
     with torch_fl.ral_mode(dev):

@@ -15,7 +15,7 @@ import torch
 import torch_fl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import opencl_device, run_python  # noqa: E402
+from conftest import opencl_device, private_cache_home, run_python  # noqa: E402
 
 DEV = opencl_device()
 pytestmark = pytest.mark.skipif(DEV is None, reason="no OpenCL device (plugin not built or no platform)")
@@ -113,7 +113,7 @@ for (bt, m, n, k) in [(4, 33, 40, 17), (1, 300, 260, 31)]:
     torch.testing.assert_close(torch.bmm(a.to(dev), b.to(dev)).cpu(), torch.bmm(a, b), rtol=1e-4, atol=1e-3)
 print("ok")
 """
-    r = run_python(code, env={"XDG_CACHE_HOME": str(tmp_path)})
+    r = run_python(code, env={"XDG_CACHE_HOME": private_cache_home(tmp_path)})
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout + r.stderr
 
 

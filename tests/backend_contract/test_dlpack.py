@@ -103,7 +103,7 @@ def test_numpy_host_capsule_shares_memory_only_where_host_mappable(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_host_capsule_keeps_device_memory_alive(device):
+def test_host_capsule_keeps_device_memory_alive(device, young_gc):
     t = torch.arange(1000, dtype=torch.float64).to(device)
     a = np.from_dlpack(t[10:], device="cpu")
     a[0] = -1.0
@@ -149,7 +149,7 @@ def test_device_capsule_round_trip_shares_the_buffer(device, how):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_imported_tensor_keeps_the_buffer_alive(device):
+def test_imported_tensor_keeps_the_buffer_alive(device, young_gc):
     x = torch.from_dlpack(torch.arange(6, dtype=torch.float32).to(device)[1:])  # exporter gone
     gc.collect()
     junk = [torch.full((6,), -1.0, device=device) for _ in range(4)]  # reuse freed blocks, if any

@@ -10,6 +10,9 @@ import io
 import pytest
 import torch
 
+# each test collects garbage twice: only its own (conftest.young_gc)
+pytestmark = pytest.mark.usefixtures("young_gc")
+
 DEVICES = [f"ral:{i}" for i in range(min(2, torch.ral.device_count()))]
 
 

@@ -291,7 +291,7 @@ def test_optimizer_step_brings_running_statistics_home(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_storage_copied_into_a_device_tensor_is_not_cached_while_its_tensor_lives(device):
+def test_a_storage_copied_into_a_device_tensor_is_not_cached_while_its_tensor_lives(device, young_gc):
     """`device_buffer.copy_(cpu_tensor)` (how inductor's generated code on ral:0 reads a CPU graph
     input it may then update from C++ without a version bump) keeps the CPU tensor's storage out
     of the upload cache while that tensor lives; once it dies a new storage at the same address
