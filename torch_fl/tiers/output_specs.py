@@ -1,5 +1,7 @@
 """Output geometry the vendor tier sets itself, per op: for ops whose meta kernel is
-missing or broken, and where a meta kernel types or sizes results unlike CPU's.
+missing or broken, where a meta kernel types or sizes results unlike CPU's, and where it is
+slow on a path that plans anew often (cat, whose KV-cache calls take a new length every
+decoded token).
 
 Everything else takes its output shapes and dtypes from PyTorch's meta kernel. These specs
 live with the vendor tier (no kernel is registered into torch's aten namespace, so other
@@ -12,6 +14,17 @@ import math
 
 import torch
 from torch._prims_common import suggest_memory_format
+
+from torch_fl.tensor.ral_tensor import RalTensor
+
+
+def to_meta(v):
+    """A meta tensor (or structure of them) standing for ral tensors in a shape/dtype check."""
+    if type(v) is RalTensor:
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(v, (list, tuple)):
+        return type(v)(to_meta(x) for x in v)
+    return v
 
 
 def _meta(shape, dtype):
@@ -56,8 +69,34 @@ def _gru_cell_backward(full):
     return _meta((b, 3 * h), gates), _meta((b, 3 * h), gates), _meta((b, h), full[0].dtype), bias, bias
 
 
+def _cat(full):
+    """cat's result as the meta kernel gives it, computed directly in the common case: tensors
+    of one dtype and rank whose sizes agree off `dim`. Decoding concatenates a KV cache of a
+    new length every token, so each token plans a new cat; PyTorch's Python meta kernel was
+    about half of that (~180 us). Any other call (type promotion, legacy empty inputs,
+    mismatched sizes, whose errors are the meta kernel's) asks the meta kernel."""
+    tensors, dim = full[0], full[1]
+    first = tensors[0] if tensors else None
+    if type(first) is RalTensor and first.dim() > 0 and -first.dim() <= dim < first.dim():
+        rank, dtype, shape = first.dim(), first.dtype, list(first.shape)
+        d = dim % rank
+        total = 0
+        for t in tensors:
+            if type(t) is not RalTensor or t.dtype != dtype or t.dim() != rank:
+                break
+            size = t.shape
+            if any(size[k] != shape[k] for k in range(rank) if k != d):
+                break
+            total += size[d]
+        else:
+            shape[d] = total
+            return _meta(shape, dtype)
+    return torch.ops.aten.cat.default(to_meta(list(tensors)), dim)
+
+
 # op name -> full arguments -> output meta tensors (None: an undefined output)
 OUTPUT_SPECS = {
+    "aten::cat": _cat,
     "aten::_thnn_fused_lstm_cell": _lstm_cell,
     "aten::_thnn_fused_lstm_cell_backward_impl": _lstm_cell_backward,
     "aten::_thnn_fused_gru_cell": _gru_cell,

@@ -22,7 +22,7 @@ from torch_fl.tensor.ral_tensor import RalTensor, torch_device, wrap
 from torch_fl.tensor.transfer import to_device
 from torch_fl.tiers.cpu import ROW_MAJOR_RESULTS
 from torch_fl.tiers.launch import launch_packed
-from torch_fl.tiers.output_specs import OUTPUT_SPECS, in_format, suggested_format
+from torch_fl.tiers.output_specs import OUTPUT_SPECS, in_format, suggested_format, to_meta
 from torch_fl.tiers.output_specs import adjust as adjust_output_specs
 from torch_fl.tiers.packing import (
     TAG_BOOL,
@@ -63,15 +63,6 @@ def _expand_plan(in_shape, out_shape):
         else:
             plan.append(src)
     return tuple(plan)
-
-
-def to_meta(v):
-    """A meta tensor (or structure of them) standing for ral tensors in a shape/dtype check."""
-    if type(v) is RalTensor:
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
-    if isinstance(v, (list, tuple)):
-        return type(v)(to_meta(x) for x in v)
-    return v
 
 
 def meta_run(func, args, kwargs, quiet: bool = False):
