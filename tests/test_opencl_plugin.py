@@ -8,7 +8,6 @@ for float element-wise ops and reductions; 1e-4 for matmuls and softmax/norm/los
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import sys
@@ -20,7 +19,7 @@ import torch
 import torch_fl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import REPO, private_cache_home, run_python  # noqa: E402
+from conftest import REPO, SHARED_CACHE, private_cache_home, run_python  # noqa: E402
 from model_zoo import build, inputs, to  # noqa: E402
 
 
@@ -458,7 +457,7 @@ def test_disk_cache_reused_across_processes_corrupt_entry_rebuilt_unwritable_ok(
     data[100] ^= 0xFF
     entry.write_bytes(bytes(data))
     # PoCL's own cache may serve the rebuild and the unwritable run: what they check is ours
-    pocl_cache = {"XDG_CACHE_HOME": env["XDG_CACHE_HOME"], "POCL_CACHE_DIR": os.path.expanduser("~/.cache/pocl")}
+    pocl_cache = {"XDG_CACHE_HOME": env["XDG_CACHE_HOME"], "POCL_CACHE_DIR": str(SHARED_CACHE.parent / "pocl")}
     fixed = run_python(CACHE_PROBE, pocl_cache)
     assert fixed.returncode == 0, fixed.stderr
     assert entry.read_bytes() != bytes(data), "the corrupt entry was not rebuilt"
